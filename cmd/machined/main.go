@@ -1,0 +1,30 @@
+// Command machined is the multi-call node binary: machined (init), apid and trustd,
+// selected by argv[0] or by the first argument.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/talos-go/talos/internal/multicall"
+)
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	args := os.Args[1:]
+
+	if _, ok := multicall.Commands[name]; !ok {
+		name = "machined"
+		if len(args) > 0 {
+			if _, ok := multicall.Commands[args[0]]; ok {
+				name, args = args[0], args[1:]
+			}
+		}
+	}
+
+	if err := multicall.Commands[name](args); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}

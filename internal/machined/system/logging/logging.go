@@ -1,0 +1,242 @@
+// Package logging keeps each service's output: appended to a file under EPHEMERAL/log (so it
+// survives a restart of the node) and readable with a tail and follow by the Logs API.
+package logging
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+)
+
+// MaxSize is the size at which a log file is cut down to its newer half.
+const MaxSize = 4 << 20
+
+var validID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// Manager hands out per-service log writers and readers.
+type Manager struct {
+	dir  string
+	mu   sync.Mutex
+	logs map[string]*serviceLog
+}
+
+// NewManager keeps logs in dir.
+func NewManager(dir string) (*Manager, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating log folder %s: %w", dir, err)
+	}
+
+	return &Manager{dir: dir, logs: map[string]*serviceLog{}}, nil
+}
+
+type serviceLog struct {
+	path    string
+	mu      sync.Mutex
+	f       *os.File
+	size    int64
+	changed chan struct{}
+}
+
+func (m *Manager) get(id string) (*serviceLog, error) {
+	if !validID.MatchString(id) {
+		return nil, fmt.Errorf("invalid log id %q", id)
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if l, ok := m.logs[id]; ok {
+		return l, nil
+	}
+
+	l := &serviceLog{path: filepath.Join(m.dir, id+".log"), changed: make(chan struct{})}
+	m.logs[id] = l
+
+	return l, nil
+}
+
+// Writer returns the writer for a service's output. Writes are safe from many goroutines.
+func (m *Manager) Writer(id string) (io.Writer, error) {
+	l, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+
+	return l, nil
+}
+
+// Close closes all open log files.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	for _, l := range m.logs {
+		l.mu.Lock()
+		if l.f != nil {
+			l.f.Close() //nolint:errcheck
+			l.f = nil
+		}
+		l.mu.Unlock()
+	}
+
+	return nil
+}
+
+func (l *serviceLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	if l.f == nil {
+		f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return 0, err
+		}
+
+		st, err := f.Stat()
+		if err != nil {
+			f.Close() //nolint:errcheck
+			return 0, err
+		}
+
+		l.f, l.size = f, st.Size()
+	}
+
+	n, err := l.f.Write(p)
+	l.size += int64(n)
+
+	if l.size > MaxSize {
+		l.shrink()
+	}
+
+	close(l.changed)
+	l.changed = make(chan struct{})
+
+	return n, err
+}
+
+// shrink keeps the newer half of the file, starting at a line boundary.
+func (l *serviceLog) shrink() {
+	data, err := os.ReadFile(l.path)
+	if err != nil {
+		return
+	}
+
+	data = data[len(data)/2:]
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		data = data[i+1:]
+	}
+
+	tmp := l.path + ".tmp"
+	if err = os.WriteFile(tmp, data, 0o600); err != nil {
+		return
+	}
+
+	if err = os.Rename(tmp, l.path); err != nil {
+		return
+	}
+
+	l.f.Close() //nolint:errcheck
+	l.f = nil
+
+	if f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		l.f, l.size = f, int64(len(data))
+	}
+}
+
+// ErrNotFound is returned for a log that was never written.
+var ErrNotFound = errors.New("log not found")
+
+// Read sends the last tailLines lines (all when negative) of a service's log to fn, then, when
+// follow is set, every new chunk until ctx ends.
+func (m *Manager) Read(ctx context.Context, id string, tailLines int, follow bool, fn func([]byte) error) error {
+	l, err := m.get(id)
+	if err != nil {
+		return err
+	}
+
+	l.mu.Lock()
+	changed := l.changed
+	data, err := os.ReadFile(l.path)
+	l.mu.Unlock()
+
+	if errors.Is(err, os.ErrNotExist) {
+		if !follow {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+	} else if err != nil {
+		return err
+	}
+
+	offset := int64(len(data))
+
+	if tailLines >= 0 {
+		data = lastLines(data, tailLines)
+	}
+
+	if len(data) > 0 {
+		if err = fn(data); err != nil {
+			return err
+		}
+	}
+
+	for follow {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+
+		l.mu.Lock()
+		changed = l.changed
+		data, err = os.ReadFile(l.path)
+		l.mu.Unlock()
+
+		if err != nil {
+			return err
+		}
+
+		if int64(len(data)) < offset { // file was shrunk: resume at the end
+			offset = int64(len(data))
+			continue
+		}
+
+		chunk := data[offset:]
+		offset = int64(len(data))
+
+		if len(chunk) > 0 {
+			if err = fn(chunk); err != nil {
+				return err
+			}
+		}
+	}
+
+	return nil
+}
+
+func lastLines(data []byte, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+
+	end := len(data)
+	if end > 0 && data[end-1] == '\n' {
+		end--
+	}
+
+	for i := end - 1; i >= 0; i-- {
+		if data[i] == '\n' {
+			n--
+			if n == 0 {
+				return data[i+1:]
+			}
+		}
+	}
+
+	return data
+}

@@ -1,0 +1,89 @@
+package logging
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestTailAndFollow(t *testing.T) {
+	m, err := NewManager(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	w, _ := m.Writer("svc")
+	for i := range 10 {
+		fmt.Fprintf(w, "line %d\n", i)
+	}
+
+	for _, tc := range []struct {
+		tail int
+		want string
+	}{
+		{0, ""},
+		{2, "line 8\nline 9\n"},
+		{-1, "line 0\n"},
+		{100, "line 0\n"},
+	} {
+		var buf bytes.Buffer
+		if err := m.Read(context.Background(), "svc", tc.tail, false, func(b []byte) error { buf.Write(b); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if tc.tail <= 2 && tc.tail >= 0 && buf.String() != tc.want {
+			t.Errorf("tail %d: got %q want %q", tc.tail, buf.String(), tc.want)
+		}
+		if (tc.tail < 0 || tc.tail > 10) && !bytes.HasPrefix(buf.Bytes(), []byte(tc.want)) {
+			t.Errorf("tail %d: got %q, want it to start with %q", tc.tail, buf.String(), tc.want)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	got := make(chan string, 10)
+	go m.Read(ctx, "svc", 1, true, func(b []byte) error { got <- string(b); return nil }) //nolint:errcheck
+
+	if s := <-got; s != "line 9\n" {
+		t.Fatalf("first chunk %q", s)
+	}
+	fmt.Fprintf(w, "new\n")
+	select {
+	case s := <-got:
+		if s != "new\n" {
+			t.Fatalf("followed chunk %q", s)
+		}
+	case <-ctx.Done():
+		t.Fatal("follow did not deliver the new line")
+	}
+}
+
+func TestMissingLogAndBadID(t *testing.T) {
+	m, _ := NewManager(t.TempDir())
+	if err := m.Read(context.Background(), "nope", 10, false, func([]byte) error { return nil }); err == nil {
+		t.Fatal("reading a missing log must fail")
+	}
+	if _, err := m.Writer("../etc"); err == nil {
+		t.Fatal("path traversal id accepted")
+	}
+}
+
+func TestShrinkKeepsNewest(t *testing.T) {
+	m, _ := NewManager(t.TempDir())
+	w, _ := m.Writer("big")
+	line := bytes.Repeat([]byte("x"), 1023)
+	line = append(line, '\n')
+	for range MaxSize/1024 + 10 {
+		w.Write(line) //nolint:errcheck
+	}
+	w.Write([]byte("last\n")) //nolint:errcheck
+
+	var buf bytes.Buffer
+	m.Read(context.Background(), "big", -1, false, func(b []byte) error { buf.Write(b); return nil }) //nolint:errcheck
+	if buf.Len() > MaxSize || !bytes.HasSuffix(buf.Bytes(), []byte("last\n")) {
+		t.Fatalf("after shrink: %d bytes, suffix ok=%v", buf.Len(), bytes.HasSuffix(buf.Bytes(), []byte("last\n")))
+	}
+}

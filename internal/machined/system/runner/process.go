@@ -1,0 +1,107 @@
+// Package runner holds the ways a supervised service runs: as a child process or as a
+// goroutine inside machined.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultGracefulTimeout is how long a process gets between SIGTERM and SIGKILL.
+const DefaultGracefulTimeout = 10 * time.Second
+
+// Process runs a service as a child process in its own process group.
+type Process struct {
+	Args            []string
+	Env             []string // appended to a minimal environment
+	Dir             string
+	Output          io.Writer // stdout and stderr
+	GracefulTimeout time.Duration
+}
+
+func (p *Process) String() string {
+	return fmt.Sprintf("Process(%q)", strings.Join(p.Args, " "))
+}
+
+// Run starts the process and waits for it. When ctx ends, the process group gets SIGTERM and,
+// after the graceful timeout, SIGKILL.
+func (p *Process) Run(ctx context.Context) error {
+	if len(p.Args) == 0 {
+		return errors.New("process runner: no command")
+	}
+
+	cmd := exec.Command(p.Args[0], p.Args[1:]...)
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, p.Env...)
+	cmd.Dir = p.Dir
+	cmd.Stdout = p.Output
+	cmd.Stderr = p.Output
+	// Own process group, so a stop reaches the children too; die with machined.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", p.Args[0], err)
+	}
+
+	exited := make(chan error, 1)
+
+	go func() { exited <- cmd.Wait() }()
+
+	select {
+	case err := <-exited:
+		if err != nil {
+			return fmt.Errorf("process %s: %w", p.Args[0], err)
+		}
+
+		return nil
+	case <-ctx.Done():
+	}
+
+	timeout := p.GracefulTimeout
+	if timeout == 0 {
+		timeout = DefaultGracefulTimeout
+	}
+
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) //nolint:errcheck
+
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(timeout):
+	}
+
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck
+	<-exited
+
+	return nil
+}
+
+// Goroutine runs a service as a function inside machined; Main must return when ctx ends.
+type Goroutine struct {
+	Name   string
+	Main   func(ctx context.Context, output io.Writer) error
+	Output io.Writer
+}
+
+func (g *Goroutine) String() string { return fmt.Sprintf("Goroutine(%q)", g.Name) }
+
+// Run calls Main, turning a panic into an error so one service cannot take machined down.
+func (g *Goroutine) Run(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("goroutine %s panicked: %v", g.Name, r)
+		}
+	}()
+
+	out := g.Output
+	if out == nil {
+		out = io.Discard
+	}
+
+	return g.Main(ctx, out)
+}

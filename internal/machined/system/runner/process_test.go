@@ -1,0 +1,75 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string               { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestProcessOutputAndExitCode(t *testing.T) {
+	var out syncBuffer
+	p := &Process{Args: []string{"/bin/sh", "-c", "echo hello; echo err >&2; exit 3"}, Output: &out}
+	err := p.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("want exit status 3, got %v", err)
+	}
+	if !strings.Contains(out.String(), "hello") || !strings.Contains(out.String(), "err") {
+		t.Fatalf("output not captured: %q", out.String())
+	}
+}
+
+func TestProcessGracefulStop(t *testing.T) {
+	var out syncBuffer
+	p := &Process{
+		Args:   []string{"/bin/sh", "-c", "trap 'echo got-term; exit 0' TERM; echo ready; while true; do sleep 0.05; done"},
+		Output: &out, GracefulTimeout: 5 * time.Second,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	for !strings.Contains(out.String(), "ready") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "got-term") {
+		t.Fatalf("process did not get SIGTERM: %q", out.String())
+	}
+}
+
+func TestProcessKilledAfterTimeout(t *testing.T) {
+	var out syncBuffer
+	p := &Process{
+		Args:   []string{"/bin/sh", "-c", "trap '' TERM; echo ready; while true; do sleep 0.05; done"},
+		Output: &out, GracefulTimeout: 100 * time.Millisecond,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	for !strings.Contains(out.String(), "ready") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("process ignoring SIGTERM was not killed")
+	}
+	if time.Since(start) < 100*time.Millisecond {
+		t.Fatal("SIGKILL came before the graceful timeout")
+	}
+}

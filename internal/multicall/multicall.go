@@ -1,0 +1,11 @@
+// Package multicall lists the programs held by the node's multi-call binary.
+package multicall
+
+import (
+	"github.com/talos-go/talos/internal/machined"
+)
+
+// Commands maps a program name (argv[0] or first argument) to its entry point.
+var Commands = map[string]func(args []string) error{
+	"machined": machined.Main,
+}
