@@ -1,0 +1,51 @@
+// Package runtime holds what every part of machined shares: the node's platform and folders,
+// the resource state, the event bus, the service supervisor and the current config.
+package runtime
+
+import "path/filepath"
+
+// Paths are the node's folders. In container mode they all live under the state folder, which
+// stands for the node's disk; nothing outside it is written.
+type Paths struct {
+	Root string // the state folder
+}
+
+// State is the STATE partition: machine config and node identity.
+func (p Paths) State() string { return filepath.Join(p.Root, "STATE") }
+
+// Config is the applied machine config.
+func (p Paths) Config() string { return filepath.Join(p.State(), "config.yaml") }
+
+// StagedConfig is a config applied in staged mode, taken on the next boot.
+func (p Paths) StagedConfig() string { return filepath.Join(p.State(), "config.staged.yaml") }
+
+// Ephemeral is the EPHEMERAL partition, mounted at /var.
+func (p Paths) Ephemeral() string { return filepath.Join(p.Root, "EPHEMERAL") }
+
+// Logs is where service logs are kept (/var/log).
+func (p Paths) Logs() string { return filepath.Join(p.Ephemeral(), "log") }
+
+// EtcdData is etcd's data folder (/var/lib/etcd).
+func (p Paths) EtcdData() string { return filepath.Join(p.Ephemeral(), "lib", "etcd") }
+
+// Boot is the BOOT partition with the A and B slots.
+func (p Paths) Boot() string { return filepath.Join(p.Root, "BOOT") }
+
+// Meta is the META partition (small key-value store).
+func (p Paths) Meta() string { return filepath.Join(p.Root, "META") }
+
+// System is the tmpfs /system.
+func (p Paths) System() string { return filepath.Join(p.Root, "system") }
+
+// MachinedSocket is the machine API socket (/system/run/machined/machined.sock).
+func (p Paths) MachinedSocket() string {
+	return filepath.Join(p.System(), "run", "machined", "machined.sock")
+}
+
+// Secrets is where machined writes each service's certificates (/system/secrets/<service>).
+func (p Paths) Secrets(service string) string {
+	return filepath.Join(p.System(), "secrets", service)
+}
+
+// PIDFile records the running machined's PID.
+func (p Paths) PIDFile() string { return filepath.Join(p.System(), "run", "machined.pid") }

@@ -1,0 +1,77 @@
+package runtime
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/events"
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/logging"
+)
+
+// Platform names.
+const (
+	PlatformContainer = "container"
+	PlatformMetal     = "metal"
+)
+
+// Mode is the config validation mode for a platform (machinery's validation.RuntimeMode).
+type Mode string
+
+func (m Mode) String() string { return string(m) }
+
+// RequiresInstall reports whether the node installs to disk (metal only).
+func (m Mode) RequiresInstall() bool { return m == PlatformMetal }
+
+// InContainer reports whether the node runs without its own kernel.
+func (m Mode) InContainer() bool { return m == PlatformContainer }
+
+// Runtime is shared by every part of one machined.
+type Runtime struct {
+	Platform string
+	Address  string // the node's address (container mode: its loopback address)
+	Paths    Paths
+	Binary   string // path of the multi-call binary, for starting apid and trustd
+
+	State      state.State
+	Events     *events.Bus
+	Logs       *logging.Manager
+	Supervisor *system.Supervisor
+	Log        *zap.Logger
+
+	mu  sync.RWMutex
+	cfg config.Provider
+}
+
+// Mode is the validation mode for this node's configs.
+func (r *Runtime) Mode() Mode { return Mode(r.Platform) }
+
+// Config returns the active config, or nil in maintenance mode.
+func (r *Runtime) Config() config.Provider {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+
+	return r.cfg
+}
+
+// SetConfig makes cfg the active config.
+func (r *Runtime) SetConfig(cfg config.Provider) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.cfg = cfg
+}
+
+// Validate checks a config for this node's mode and returns an error naming each failing field.
+func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
+	warnings, err := cfg.Validate(r.Mode())
+	if err != nil {
+		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Platform, err)
+	}
+
+	return warnings, nil
+}
