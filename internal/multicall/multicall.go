@@ -2,10 +2,12 @@
 package multicall
 
 import (
+	"github.com/talos-go/talos/internal/apid"
 	"github.com/talos-go/talos/internal/machined"
 )
 
 // Commands maps a program name (argv[0] or first argument) to its entry point.
 var Commands = map[string]func(args []string) error{
 	"machined": machined.Main,
+	"apid":     apid.Main,
 }

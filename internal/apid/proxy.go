@@ -1,0 +1,331 @@
+package apid
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// handle is the gRPC handler of every method: authorize, then route.
+func (s *Server) handle(_ any, stream grpc.ServerStream) error {
+	ctx := stream.Context()
+
+	method, ok := grpc.MethodFromServerStream(stream)
+	if !ok {
+		return status.Error(codes.Internal, "no method in stream")
+	}
+
+	roles, err := callerRoles(ctx)
+	if err != nil {
+		return err
+	}
+
+	if err = Authorize(method, roles); err != nil {
+		return err
+	}
+
+	info := lookupMethod(method)
+	if !info.known {
+		return status.Errorf(codes.Unimplemented, "method %s is not served by this node", method)
+	}
+
+	md, _ := metadata.FromIncomingContext(ctx)
+	list, many := targets(md)
+	out := forwardMD(md, roles)
+
+	switch {
+	case list == nil:
+		return s.oneToOne(stream, s.local, method, info, out)
+	case !many || (len(list) == 1 && !info.fanOut) || (len(list) == 1 && info.clientStreams):
+		conn, err := s.conn(list[0])
+		if err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+
+		return s.oneToOne(stream, conn, method, info, out)
+	case info.clientStreams:
+		return status.Errorf(codes.InvalidArgument, "method %s takes a client stream and is proxied to one node only, got %d nodes", method, len(list))
+	case !info.fanOut:
+		return status.Errorf(codes.InvalidArgument, "method %s replies cannot be merged across nodes: call one node at a time", method)
+	case info.serverStreams:
+		return s.fanOutStream(stream, list, method, out)
+	default:
+		return s.fanOutUnary(stream, list, method, out)
+	}
+}
+
+// oneToOne forwards a call unchanged, streams included.
+func (s *Server) oneToOne(stream grpc.ServerStream, conn *grpc.ClientConn, method string, info methodInfo, md metadata.MD) error {
+	ctx := metadata.NewOutgoingContext(stream.Context(), md)
+
+	if !info.clientStreams && !info.serverStreams {
+		var req, resp frame
+
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+
+		var header, trailer metadata.MD
+
+		err := conn.Invoke(ctx, method, &req, &resp, grpc.Header(&header), grpc.Trailer(&trailer))
+
+		stream.SetTrailer(trailer)
+
+		if err != nil {
+			return err
+		}
+
+		if len(header) > 0 {
+			if err = stream.SendHeader(header); err != nil {
+				return err
+			}
+		}
+
+		return stream.SendMsg(&resp)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	client, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	if err != nil {
+		return err
+	}
+
+	// caller → backend
+	upErr := make(chan error, 1)
+
+	go func() {
+		upErr <- pumpUp(stream, client)
+	}()
+
+	// backend → caller
+	header, err := client.Header()
+	if err == nil && len(header) > 0 {
+		if err = stream.SendHeader(header); err != nil {
+			return err
+		}
+	}
+
+	for {
+		var f frame
+
+		if err = client.RecvMsg(&f); err != nil {
+			break
+		}
+
+		if err = stream.SendMsg(&f); err != nil {
+			return err
+		}
+	}
+
+	stream.SetTrailer(client.Trailer())
+
+	if errors.Is(err, io.EOF) {
+		// The backend finished; a failed upstream read (caller went away) is moot now.
+		return nil
+	}
+
+	select {
+	case uerr := <-upErr:
+		if uerr != nil && status.Code(err) == codes.Canceled {
+			return uerr
+		}
+	default:
+	}
+
+	return err
+}
+
+// pumpUp copies the caller's messages to the backend and half-closes it at the end.
+func pumpUp(stream grpc.ServerStream, client grpc.ClientStream) error {
+	for {
+		var f frame
+
+		if err := stream.RecvMsg(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return client.CloseSend()
+			}
+
+			return err
+		}
+
+		if err := client.SendMsg(&f); err != nil {
+			// The backend's own error comes back through RecvMsg.
+			return nil //nolint:nilerr
+		}
+	}
+}
+
+// nodeError renders a node's failure for metadata.error.
+func nodeError(err error) (string, int32) {
+	st := status.Convert(err)
+
+	return st.Message(), int32(st.Code()) //nolint:gosec
+}
+
+// fanOutUnary calls every target in parallel and merges the replies into one; a failed node
+// contributes a message with metadata.error and the call still succeeds.
+func (s *Server) fanOutUnary(stream grpc.ServerStream, list []string, method string, md metadata.MD) error {
+	var req frame
+
+	if err := stream.RecvMsg(&req); err != nil {
+		return err
+	}
+
+	ctx := metadata.NewOutgoingContext(stream.Context(), md)
+	replies := make([][]byte, len(list))
+
+	var wg sync.WaitGroup
+
+	for i, target := range list {
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+
+			replies[i] = s.callOne(ctx, target, method, &req)
+		}()
+	}
+
+	wg.Wait()
+
+	size := 0
+	for _, r := range replies {
+		size += len(r)
+	}
+
+	merged := make([]byte, 0, size)
+	for _, r := range replies {
+		merged = append(merged, r...)
+	}
+
+	return stream.SendMsg(&frame{payload: merged})
+}
+
+// callOne makes one node's part of a fan-out and returns its stamped reply.
+func (s *Server) callOne(ctx context.Context, target, method string, req *frame) []byte {
+	conn, err := s.conn(target)
+	if err != nil {
+		msg, code := nodeError(status.Error(codes.Unavailable, err.Error()))
+
+		return errorReply(target, msg, code)
+	}
+
+	var resp frame
+
+	if err = conn.Invoke(ctx, method, req, &resp); err != nil {
+		msg, code := nodeError(err)
+
+		return errorReply(target, msg, code)
+	}
+
+	stamped, err := stampReply(resp.payload, target)
+	if err != nil {
+		return errorReply(target, err.Error(), int32(codes.Internal))
+	}
+
+	return stamped
+}
+
+// fanOutStream opens the server stream on every target and merges their messages as they come,
+// each stamped with its node; a node that fails adds one message carrying its error.
+func (s *Server) fanOutStream(stream grpc.ServerStream, list []string, method string, md metadata.MD) error {
+	var req frame
+
+	if err := stream.RecvMsg(&req); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(stream.Context(), md))
+	defer cancel()
+
+	msgs := make(chan []byte)
+
+	var wg sync.WaitGroup
+
+	send := func(b []byte) bool {
+		select {
+		case msgs <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+
+	for _, target := range list {
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+
+			if err := s.streamOne(ctx, target, method, &req, send); err != nil && ctx.Err() == nil {
+				msg, code := nodeError(err)
+				send(errorStreamMessage(target, msg, code))
+			}
+		}()
+	}
+
+	go func() {
+		wg.Wait()
+		close(msgs)
+	}()
+
+	var sendErr error
+
+	for b := range msgs {
+		if sendErr != nil {
+			continue // drain so the node goroutines can finish
+		}
+
+		if err := stream.SendMsg(&frame{payload: b}); err != nil {
+			sendErr = err
+
+			cancel()
+		}
+	}
+
+	return sendErr
+}
+
+func (s *Server) streamOne(ctx context.Context, target, method string, req *frame, send func([]byte) bool) error {
+	conn, err := s.conn(target)
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+
+	client, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method)
+	if err != nil {
+		return err
+	}
+
+	if err = client.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+
+	if err = client.CloseSend(); err != nil {
+		return err
+	}
+
+	for {
+		var f frame
+
+		if err = client.RecvMsg(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+
+			return err
+		}
+
+		if !send(stampStreamMessage(f.payload, target)) {
+			return ctx.Err()
+		}
+	}
+}

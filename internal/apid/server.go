@@ -1,0 +1,270 @@
+// Package apid is the node's API gateway: it terminates mutual TLS on the node address,
+// authorizes each call by the roles in the client certificate, and routes it to the local
+// machined, to one other node's apid, or to many nodes at once, merging their replies.
+package apid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/apid/certs"
+)
+
+// Metadata keys of the Talos API.
+const (
+	mdNode  = "node"  // proxy one-to-one to this node
+	mdNodes = "nodes" // fan out to these nodes
+	mdRole  = constants.APIAuthzRoleMetadataKey
+)
+
+// Options configure a Server.
+type Options struct {
+	// Certs is the certificate store (server, client and CA).
+	Certs *certs.Store
+	// MachinedSocket is the local machined's API socket.
+	MachinedSocket string
+	// LocalAddresses are targets that mean this node (its addresses and hostname): calls for
+	// them go straight to machined instead of through this node's own listener.
+	LocalAddresses []string
+	// RemotePort is other nodes' apid port when a target names no port (default 50000).
+	RemotePort int
+	// DialTimeout bounds one connection attempt to another node (default 5s).
+	DialTimeout time.Duration
+	// Log receives the server's log; never keys.
+	Log *zap.Logger
+}
+
+// Server is one apid.
+type Server struct {
+	opts  Options
+	log   *zap.Logger
+	grpc  *grpc.Server
+	local *grpc.ClientConn
+	pool  *pool
+}
+
+// New builds a server; Serve starts it.
+func New(opts Options) (*Server, error) {
+	if opts.Certs == nil {
+		return nil, errors.New("apid: no certificate store")
+	}
+
+	if opts.RemotePort == 0 {
+		opts.RemotePort = constants.ApidPort
+	}
+
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+
+	local, err := dialLocal(opts.MachinedSocket)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &Server{
+		opts:  opts,
+		log:   opts.Log,
+		local: local,
+		pool:  newPool(credentials.NewTLS(opts.Certs.ClientTLS()), opts.DialTimeout),
+	}
+
+	s.grpc = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(opts.Certs.ServerTLS())),
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.UnknownServiceHandler(s.handle),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+
+	return s, nil
+}
+
+// dialLocal opens the (lazy) connection to machined's socket.
+func dialLocal(socket string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("unix://"+socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
+		// machined may restart; a call must not wait for it longer than its own deadline.
+		grpc.WithConnectParams(fastReconnect(2*time.Second)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dialing machined at %s: %w", socket, err)
+	}
+
+	return conn, nil
+}
+
+// Serve serves l until Stop.
+func (s *Server) Serve(l net.Listener) error {
+	return s.grpc.Serve(l)
+}
+
+// Stop drains calls for up to timeout, then closes everything.
+func (s *Server) Stop(timeout time.Duration) {
+	done := make(chan struct{})
+
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		s.grpc.Stop()
+		<-done
+	}
+
+	s.pool.close()
+	s.local.Close() //nolint:errcheck
+}
+
+// callerRoles returns the roles a call acts with: those of the client certificate, or, for a
+// peer holding os:impersonator that asserts roles in metadata, the asserted roles. Asserting
+// roles without os:impersonator is refused.
+func callerRoles(ctx context.Context) (role.Set, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return role.Zero, status.Error(codes.Unauthenticated, "no peer")
+	}
+
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return role.Zero, status.Error(codes.Unauthenticated, "no verified client certificate")
+	}
+
+	certRoles, _ := role.Parse(info.State.VerifiedChains[0][0].Subject.Organization)
+
+	md, _ := metadata.FromIncomingContext(ctx)
+	asserted := md.Get(mdRole)
+
+	if len(asserted) == 0 {
+		return certRoles, nil
+	}
+
+	if !certRoles.Includes(role.Impersonator) {
+		return role.Zero, status.Errorf(codes.PermissionDenied, "asserting roles in %q metadata requires role %s", mdRole, role.Impersonator)
+	}
+
+	roles, _ := role.Parse(asserted)
+
+	return roles, nil
+}
+
+// targets reads the routing metadata: nil for a local call; one target with many=false for
+// "node"; the list for "nodes" (repeatable and comma-separated).
+func targets(md metadata.MD) (list []string, many bool) {
+	if nodes := md.Get(mdNodes); len(nodes) > 0 {
+		for _, v := range nodes {
+			for _, n := range splitComma(v) {
+				if !slices.Contains(list, n) {
+					list = append(list, n)
+				}
+			}
+		}
+
+		return list, len(list) > 0
+	}
+
+	if node := md.Get(mdNode); len(node) > 0 {
+		if n := splitComma(node[0]); len(n) > 0 {
+			return n[:1], false
+		}
+	}
+
+	return nil, false
+}
+
+func splitComma(s string) []string {
+	var res []string
+
+	start := 0
+
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if v := trimSpace(s[start:i]); v != "" {
+				res = append(res, v)
+			}
+
+			start = i + 1
+		}
+	}
+
+	return res
+}
+
+func trimSpace(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+
+	return s
+}
+
+// forwardMD is the metadata sent on: the caller's metadata without routing, transport and
+// role keys, plus the caller's effective roles.
+func forwardMD(in metadata.MD, roles role.Set) metadata.MD {
+	out := make(metadata.MD, len(in)+1)
+
+	for k, v := range in {
+		switch k {
+		case mdNode, mdNodes, mdRole, ":authority", "content-type", "user-agent", "te", "grpc-accept-encoding", "grpc-encoding":
+			continue
+		}
+
+		out[k] = v
+	}
+
+	out[mdRole] = roles.Strings()
+
+	return out
+}
+
+// isLocal reports whether target names this node.
+func (s *Server) isLocal(target string) bool {
+	host := target
+	if h, _, err := net.SplitHostPort(target); err == nil {
+		host = h
+	}
+
+	return slices.Contains(s.opts.LocalAddresses, host) || slices.Contains(s.opts.LocalAddresses, target)
+}
+
+// conn returns the connection for a target: machined for this node, the pooled connection to
+// the node's apid otherwise.
+func (s *Server) conn(target string) (*grpc.ClientConn, error) {
+	if s.isLocal(target) {
+		return s.local, nil
+	}
+
+	addr := target
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		addr = net.JoinHostPort(target, fmt.Sprint(s.opts.RemotePort))
+	}
+
+	return s.pool.get(addr)
+}
