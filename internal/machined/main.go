@@ -2,9 +2,101 @@
 // machine API.
 package machined
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/talos-go/talos/internal/machined/runtime"
+)
+
+// Options are machined's command-line settings.
+type Options struct {
+	Platform   string
+	StateDir   string
+	Address    string
+	ConfigFile string
+}
 
 // Main runs machined with its command-line arguments.
 func Main(args []string) error {
-	return errors.New("not yet")
+	fs := flag.NewFlagSet("machined", flag.ContinueOnError)
+
+	var opts Options
+
+	fs.StringVar(&opts.Platform, "platform", runtime.PlatformContainer, "platform: container (a process on this host) or metal")
+	fs.StringVar(&opts.StateDir, "state", "", "state folder, standing for the node's disk (container mode)")
+	fs.StringVar(&opts.Address, "address", "", "node address to bind to (container mode), e.g. 127.5.0.2")
+	fs.StringVar(&opts.ConfigFile, "config", "", "machine config to apply on first boot; without one the node waits in maintenance mode")
+
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	if err := opts.check(); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	n, err := newNode(opts)
+	if err != nil {
+		return err
+	}
+
+	action, err := n.run(ctx)
+	if err != nil {
+		return err
+	}
+
+	if action == actionReboot {
+		// Container mode reboot: the node process restarts in place, keeping its PID.
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("reboot: finding own binary: %w", err)
+		}
+
+		return syscall.Exec(self, os.Args, os.Environ())
+	}
+
+	return nil
+}
+
+func (o *Options) check() error {
+	switch o.Platform {
+	case runtime.PlatformContainer:
+		if o.StateDir == "" {
+			return errors.New("--state is required in container mode: the folder that stands for the node's disk")
+		}
+
+		if o.Address == "" {
+			return errors.New("--address is required in container mode: the loopback address of this node, e.g. 127.5.0.2")
+		}
+
+		if _, err := netip.ParseAddr(o.Address); err != nil {
+			return fmt.Errorf("--address %q is not an IP address: give one like 127.5.0.2", o.Address)
+		}
+	case runtime.PlatformMetal:
+		if o.StateDir == "" {
+			o.StateDir = "/"
+		}
+	default:
+		return fmt.Errorf("--platform %q is unknown: use container or metal", o.Platform)
+	}
+
+	abs, err := filepath.Abs(o.StateDir)
+	if err != nil {
+		return fmt.Errorf("--state %q: %w", o.StateDir, err)
+	}
+
+	o.StateDir = abs
+
+	return nil
 }

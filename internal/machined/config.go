@@ -1,0 +1,306 @@
+package machined
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configdiff"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultTryTimeout is how long a config applied in try mode lasts before it is reverted.
+const DefaultTryTimeout = time.Minute
+
+// loadConfig picks the config to boot with: a staged config first, then the saved one, then
+// --config on first boot. Without any, the node stays in maintenance mode.
+func (n *node) loadConfig(ctx context.Context) error {
+	p := n.r.Paths
+
+	if _, err := os.Stat(p.StagedConfig()); err == nil {
+		cfg, err := n.loadFile(p.StagedConfig())
+		if err != nil {
+			// A staged config that no longer loads must not block the boot: keep the old one.
+			n.r.Log.Error("staged config refused, booting with the saved config", zap.Error(err))
+		} else if err = os.Rename(p.StagedConfig(), p.Config()); err != nil {
+			return fmt.Errorf("taking staged config: %w", err)
+		} else {
+			n.r.Log.Info("staged config taken", zap.String("path", p.Config()))
+
+			return n.activate(ctx, cfg)
+		}
+	}
+
+	if _, err := os.Stat(p.Config()); err == nil {
+		cfg, err := n.loadFile(p.Config())
+		if err != nil {
+			return fmt.Errorf("saved config %s: %w", p.Config(), err)
+		}
+
+		return n.activate(ctx, cfg)
+	}
+
+	if n.opts.ConfigFile == "" {
+		return nil // maintenance mode
+	}
+
+	raw, err := os.ReadFile(n.opts.ConfigFile)
+	if err != nil {
+		return fmt.Errorf("reading --config: %w", err)
+	}
+
+	cfg, err := n.parse(raw)
+	if err != nil {
+		return fmt.Errorf("--config %s refused, nothing was changed: %w", n.opts.ConfigFile, err)
+	}
+
+	if err = writeFileAtomic(p.Config(), raw); err != nil {
+		return err
+	}
+
+	return n.activate(ctx, cfg)
+}
+
+func (n *node) loadFile(path string) (config.Provider, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+
+	return n.parse(raw)
+}
+
+// parse loads and validates a config for this node's mode.
+func (n *node) parse(raw []byte) (config.Provider, error) {
+	cfg, err := configloader.NewFromBytes(raw)
+	if err != nil {
+		return nil, fmt.Errorf("loading config: %w", err)
+	}
+
+	if _, err = n.r.Validate(cfg); err != nil {
+		return nil, err
+	}
+
+	return cfg, nil
+}
+
+// writeFileAtomic replaces path with data so a crash leaves either the old or the new file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+
+	if err != nil {
+		os.Remove(tmp) //nolint:errcheck
+
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+
+	return nil
+}
+
+// needsReboot reports what of a config change cannot take effect on a running node.
+func needsReboot(oldCfg, newCfg config.Provider) []string {
+	var changed []string
+
+	check := func(name string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			changed = append(changed, name)
+		}
+	}
+
+	om, nm := oldCfg.Machine(), newCfg.Machine()
+	oc, nc := oldCfg.Cluster(), newCfg.Cluster()
+
+	if om == nil || nm == nil || oc == nil || nc == nil {
+		return []string{"machine"}
+	}
+
+	check("machine.type", om.Type(), nm.Type())
+	check("machine.ca", om.Security().IssuingCA(), nm.Security().IssuingCA())
+	check("machine.token", om.Security().Token(), nm.Security().Token())
+	check("cluster.id", oc.ID(), nc.ID())
+	check("cluster.secret", oc.Secret(), nc.Secret())
+	check("cluster.controlPlane.endpoint", oc.Endpoint().String(), nc.Endpoint().String())
+	check("cluster.etcd.ca", oc.Etcd().CA(), nc.Etcd().CA())
+
+	return changed
+}
+
+// ApplyConfig implements server.Lifecycle. cfg has been validated.
+func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte, req *machine.ApplyConfigurationRequest) (string, machine.ApplyConfigurationRequest_Mode, error) {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+
+	mode := req.Mode
+	old := n.r.Config()
+
+	if old == nil { // maintenance mode: the config completes the boot
+		if mode == machine.ApplyConfigurationRequest_TRY {
+			return "", mode, status.Error(codes.InvalidArgument, "try mode needs a running node: apply the config with --mode=auto in maintenance mode")
+		}
+
+		if req.DryRun {
+			return "Dry run summary:\nNode is in maintenance mode and will boot with the applied config.", mode, nil
+		}
+
+		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
+			return "", mode, status.Errorf(codes.Internal, "saving config: %v", err)
+		}
+
+		if err := n.activate(ctx, cfg); err != nil {
+			return "", mode, status.Errorf(codes.Internal, "%v", err)
+		}
+
+		n.readyOnce.Do(func() { close(n.configReady) })
+
+		return "Applied configuration: the node leaves maintenance mode and boots", mode, nil
+	}
+
+	rebootFor := needsReboot(old, cfg)
+
+	if mode == machine.ApplyConfigurationRequest_AUTO {
+		mode = machine.ApplyConfigurationRequest_NO_REBOOT
+		if len(rebootFor) > 0 {
+			mode = machine.ApplyConfigurationRequest_REBOOT
+		}
+	}
+
+	if req.DryRun {
+		diff, err := configdiff.DiffToString(old, cfg)
+		if err != nil {
+			return "", mode, status.Errorf(codes.Internal, "computing diff: %v", err)
+		}
+
+		if diff == "" {
+			diff = "No changes."
+		}
+
+		return fmt.Sprintf("Dry run summary:\nApplied configuration in mode %s would change:\n%s", mode, diff), mode, nil
+	}
+
+	if (mode == machine.ApplyConfigurationRequest_NO_REBOOT || mode == machine.ApplyConfigurationRequest_TRY) && len(rebootFor) > 0 {
+		return "", mode, status.Errorf(codes.FailedPrecondition,
+			"changes to %v cannot be applied without a reboot: use --mode=reboot or --mode=staged", rebootFor)
+	}
+
+	n.cancelTry()
+
+	switch mode {
+	case machine.ApplyConfigurationRequest_STAGED:
+		if err := writeFileAtomic(n.r.Paths.StagedConfig(), raw); err != nil {
+			return "", mode, status.Errorf(codes.Internal, "staging config: %v", err)
+		}
+
+		return "Staged configuration to be applied after the next reboot", mode, nil
+	case machine.ApplyConfigurationRequest_TRY:
+		timeout := DefaultTryTimeout
+		if req.TryModeTimeout != nil && req.TryModeTimeout.AsDuration() > 0 {
+			timeout = req.TryModeTimeout.AsDuration()
+		}
+
+		if err := n.activate(ctx, cfg); err != nil {
+			return "", mode, status.Errorf(codes.Internal, "%v", err)
+		}
+
+		n.tryRevert = time.AfterFunc(timeout, n.revertTry)
+
+		return fmt.Sprintf("Applied configuration in try mode: it is reverted in %s unless applied again in another mode", timeout), mode, nil
+	case machine.ApplyConfigurationRequest_NO_REBOOT:
+		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
+			return "", mode, status.Errorf(codes.Internal, "saving config: %v", err)
+		}
+
+		os.Remove(n.r.Paths.StagedConfig()) //nolint:errcheck
+
+		if err := n.activate(ctx, cfg); err != nil {
+			return "", mode, status.Errorf(codes.Internal, "%v", err)
+		}
+
+		return "Applied configuration without a reboot", mode, nil
+	case machine.ApplyConfigurationRequest_REBOOT:
+		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
+			return "", mode, status.Errorf(codes.Internal, "saving config: %v", err)
+		}
+
+		os.Remove(n.r.Paths.StagedConfig()) //nolint:errcheck
+
+		if err := n.Reboot(""); err != nil {
+			return "", mode, status.Errorf(codes.FailedPrecondition, "%v", err)
+		}
+
+		return "Applied configuration with a reboot", mode, nil
+	}
+
+	return "", mode, status.Errorf(codes.InvalidArgument, "unknown apply mode %v", req.Mode)
+}
+
+func (n *node) cancelTry() {
+	if n.tryRevert != nil {
+		n.tryRevert.Stop()
+		n.tryRevert = nil
+	}
+}
+
+// revertTry puts the saved config back after a try-mode timeout.
+func (n *node) revertTry() {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+
+	n.tryRevert = nil
+
+	cfg, err := n.loadFile(n.r.Paths.Config())
+	if err != nil {
+		n.r.Log.Error("try mode: reverting to the saved config failed", zap.Error(err))
+
+		return
+	}
+
+	if err = n.activate(context.Background(), cfg); err != nil {
+		n.r.Log.Error("try mode: reverting to the saved config failed", zap.Error(err))
+
+		return
+	}
+
+	n.r.Log.Info("try mode timed out: saved config restored")
+}
+
+var errPowerPending = errors.New("a reboot or shutdown is already in progress")
+
+func (n *node) requestPower(action powerAction) error {
+	select {
+	case n.power <- action:
+		return nil
+	default:
+		return errPowerPending
+	}
+}
+
+// Reboot implements server.Lifecycle: the reply is sent, then the node reboots.
+func (n *node) Reboot(string) error { return n.requestPower(actionReboot) }
+
+// Shutdown implements server.Lifecycle.
+func (n *node) Shutdown(string) error { return n.requestPower(actionShutdown) }

@@ -1,0 +1,379 @@
+package machined
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/machined/boot"
+	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
+	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
+	"github.com/talos-go/talos/internal/machined/events"
+	"github.com/talos-go/talos/internal/machined/resources"
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/server"
+	"github.com/talos-go/talos/internal/machined/services"
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/logging"
+)
+
+type powerAction int
+
+const (
+	actionNone powerAction = iota
+	actionShutdown
+	actionReboot
+)
+
+// node is one running machined.
+type node struct {
+	opts Options
+	r    *runtime.Runtime
+
+	power       chan powerAction // reboot/shutdown requests from the API
+	configReady chan struct{}    // closed once maintenance mode gets a config
+	readyOnce   sync.Once
+
+	applyMu   sync.Mutex // serializes config changes
+	tryRevert *time.Timer
+
+	svcUpdates chan system.Info
+}
+
+func newNode(opts Options) (*node, error) {
+	paths := runtime.Paths{Root: opts.StateDir}
+
+	for _, dir := range []string{paths.State(), paths.Ephemeral(), paths.Boot(), paths.Meta(), paths.System()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating node folder %s: %w", dir, err)
+		}
+	}
+
+	binary, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding own binary: %w", err)
+	}
+
+	n := &node{
+		opts:        opts,
+		power:       make(chan powerAction, 1),
+		configReady: make(chan struct{}),
+		svcUpdates:  make(chan system.Info, 256),
+	}
+	n.r = &runtime.Runtime{Platform: opts.Platform, Address: opts.Address, Paths: paths, Binary: binary, Events: events.NewBus()}
+
+	return n, nil
+}
+
+// lock makes sure only one machined uses a state folder; the lock ends with the process (or
+// its re-exec on reboot, since the descriptor is close-on-exec).
+func (n *node) lock() error {
+	path := n.r.Paths.System() + "/machined.lock"
+
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening lock %s: %w", path, err)
+	}
+
+	if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close() //nolint:errcheck
+
+		return fmt.Errorf("another machined is running with state folder %s: stop it first", n.opts.StateDir)
+	}
+
+	// Keep f open for the life of the process.
+	lockFile = f
+
+	return nil
+}
+
+var lockFile *os.File
+
+func (n *node) setupLogging() error {
+	logs, err := logging.NewManager(n.r.Paths.Logs())
+	if err != nil {
+		return err
+	}
+
+	n.r.Logs = logs
+
+	w, err := logs.Writer("machined")
+	if err != nil {
+		return err
+	}
+
+	enc := zap.NewDevelopmentEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(io.MultiWriter(os.Stderr, w)), zap.InfoLevel)
+	n.r.Log = zap.New(core).With(zap.String("node", n.opts.Address))
+
+	return nil
+}
+
+// run boots the node and serves until a shutdown, reboot or signal.
+func (n *node) run(ctx context.Context) (powerAction, error) {
+	if err := n.lock(); err != nil {
+		return actionNone, err
+	}
+
+	if err := n.setupLogging(); err != nil {
+		return actionNone, err
+	}
+	defer n.r.Logs.Close() //nolint:errcheck
+
+	log := n.r.Log
+
+	// Everything started below is owned by this group and ends with runCtx.
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+
+	goOwned := func(name string, fn func(ctx context.Context) error) {
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+
+			if err := fn(runCtx); err != nil && runCtx.Err() == nil {
+				log.Error("component failed", zap.String("component", name), zap.Error(err))
+			}
+		}()
+	}
+
+	if err := os.WriteFile(n.r.Paths.PIDFile(), fmt.Appendf(nil, "%d\n", os.Getpid()), 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("writing pid file", zap.Error(err))
+	}
+
+	n.r.Supervisor = system.NewSupervisor(log.Named("supervisor"), n.onServiceState)
+
+	api := &server.Machine{R: n.r, Lifecycle: n}
+
+	bootSeq := boot.Sequence{Name: "boot", Phases: []boot.Phase{
+		{Name: "initialize", Tasks: []boot.Task{
+			{Name: "startResourceRuntime", Run: func(ctx context.Context) error { return n.startResources(ctx, goOwned) }},
+			{Name: "startMachineAPI", Run: func(context.Context) error {
+				goOwned("machine API", func(ctx context.Context) error { return server.Serve(ctx, api, n.r.Paths.MachinedSocket()) })
+
+				return nil
+			}},
+		}},
+		{Name: "config", Tasks: []boot.Task{
+			{Name: "loadConfig", Run: n.loadConfig},
+		}},
+	}}
+
+	if err := bootSeq.Run(ctx, n.r.Events, log, ""); err != nil {
+		return actionNone, err
+	}
+
+	if n.r.Config() == nil {
+		n.setMachineStage(runCtx, runtimeres.MachineStageMaintenance, false)
+		log.Info("no config: waiting in maintenance mode for apply-config")
+
+		select {
+		case <-ctx.Done():
+			return n.stop(actionShutdown)
+		case action := <-n.power:
+			return n.stop(action)
+		case <-n.configReady:
+		}
+	}
+
+	start := boot.Sequence{Name: "start", Phases: []boot.Phase{
+		{Name: "services", Tasks: []boot.Task{{Name: "startServices", Run: func(context.Context) error {
+			n.r.Supervisor.Load(services.All(n.r)...)
+
+			return n.r.Supervisor.Start()
+		}}}},
+	}}
+
+	if err := start.Run(ctx, n.r.Events, log, ""); err != nil {
+		return actionNone, err
+	}
+
+	n.setMachineStage(runCtx, runtimeres.MachineStageRunning, true)
+	log.Info("node is running", zap.String("address", n.opts.Address))
+
+	select {
+	case <-ctx.Done():
+		return n.stop(actionShutdown)
+	case action := <-n.power:
+		return n.stop(action)
+	}
+}
+
+// stop runs the shutdown (or reboot) sequence: services stop in reverse dependency order.
+func (n *node) stop(action powerAction) (powerAction, error) {
+	name, stage := "shutdown", runtimeres.MachineStageShuttingDown
+	if action == actionReboot {
+		name, stage = "reboot", runtimeres.MachineStageRebooting
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	n.setMachineStage(ctx, stage, false)
+
+	seq := boot.Sequence{Name: name, Phases: []boot.Phase{
+		{Name: "stopServices", Tasks: []boot.Task{{Name: "stopAllServices", Run: n.r.Supervisor.StopAll}}},
+	}}
+
+	if err := seq.Run(ctx, n.r.Events, n.r.Log, ""); err != nil {
+		return action, err
+	}
+
+	return action, nil
+}
+
+// startResources creates the resource state and runs the controllers.
+func (n *node) startResources(ctx context.Context, goOwned func(string, func(context.Context) error)) error {
+	st, err := resources.NewState(ctx)
+	if err != nil {
+		return err
+	}
+
+	n.r.State = st
+
+	rt, err := cosiruntime.NewRuntime(st, n.r.Log.Named("controllers").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	if err != nil {
+		return fmt.Errorf("creating controller runtime: %w", err)
+	}
+
+	addr, err := netip.ParseAddr(n.opts.Address)
+	if err != nil && n.opts.Platform == runtime.PlatformContainer {
+		return fmt.Errorf("parsing node address: %w", err)
+	}
+
+	for _, ctrl := range []controller.Controller{
+		&configctrl.MachineTypeController{},
+		&networkctrl.HostnameSpecController{Address: n.opts.Address},
+		&networkctrl.HostnameStatusController{},
+		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
+	} {
+		if err = rt.RegisterController(ctrl); err != nil {
+			return fmt.Errorf("registering controller %s: %w", ctrl.Name(), err)
+		}
+	}
+
+	goOwned("controller runtime", rt.Run)
+	goOwned("service resources", n.writeServiceResources)
+
+	return nil
+}
+
+// onServiceState publishes a service's state change and queues its resource update. It is
+// called under the supervisor's lock, so it only hands off.
+func (n *node) onServiceState(id string, ev system.StateEvent, h system.Health) {
+	n.r.Events.Publish(&machine.ServiceStateEvent{
+		Service: id, Action: serviceAction(ev.State), Message: ev.Message, Health: server.HealthInfo(h),
+	}, "")
+
+	select {
+	case n.svcUpdates <- system.Info{ID: id, State: ev.State, Health: h}:
+	default: // the writer is behind; a later update will carry the state
+	}
+}
+
+func serviceAction(st system.State) machine.ServiceStateEvent_Action {
+	switch st {
+	case system.StateInitialized:
+		return machine.ServiceStateEvent_INITIALIZED
+	case system.StatePreparing:
+		return machine.ServiceStateEvent_PREPARING
+	case system.StateWaiting:
+		return machine.ServiceStateEvent_WAITING
+	case system.StateRunning:
+		return machine.ServiceStateEvent_RUNNING
+	case system.StateStopping:
+		return machine.ServiceStateEvent_STOPPING
+	case system.StateFinished:
+		return machine.ServiceStateEvent_FINISHED
+	case system.StateFailed:
+		return machine.ServiceStateEvent_FAILED
+	case system.StateSkipped:
+		return machine.ServiceStateEvent_SKIPPED
+	}
+
+	return machine.ServiceStateEvent_INITIALIZED
+}
+
+// writeServiceResources mirrors service states into Service resources (runtime namespace).
+func (n *node) writeServiceResources(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case info := <-n.svcUpdates:
+			if err := safe.StateModify(ctx, n.r.State, v1alpha1.NewService(info.ID), func(res *v1alpha1.Service) error {
+				spec := res.TypedSpec()
+				spec.Running = info.State == system.StateRunning
+				spec.Healthy = info.Health.Healthy
+				spec.Unknown = info.Health.Unknown
+
+				return nil
+			}); err != nil && ctx.Err() == nil {
+				n.r.Log.Warn("updating service resource", zap.String("service", info.ID), zap.Error(err))
+			}
+		}
+	}
+}
+
+func (n *node) setMachineStage(ctx context.Context, stage runtimeres.MachineStage, ready bool) {
+	if n.r.State == nil {
+		return
+	}
+
+	if err := safe.StateModify(ctx, n.r.State, runtimeres.NewMachineStatus(), func(res *runtimeres.MachineStatus) error {
+		res.TypedSpec().Stage = stage
+		res.TypedSpec().Status.Ready = ready
+
+		return nil
+	}); err != nil {
+		n.r.Log.Warn("updating machine status", zap.Error(err))
+	}
+}
+
+// activate makes cfg the node's config: in memory and as the MachineConfig resource.
+func (n *node) activate(ctx context.Context, cfg config.Provider) error {
+	n.r.SetConfig(cfg)
+
+	res := configres.NewMachineConfig(cfg)
+
+	old, err := n.r.State.Get(ctx, res.Metadata())
+
+	switch {
+	case state.IsNotFoundError(err):
+		err = n.r.State.Create(ctx, res)
+	case err == nil:
+		res.Metadata().SetVersion(old.Metadata().Version())
+		err = n.r.State.Update(ctx, res)
+	}
+
+	if err != nil {
+		return fmt.Errorf("publishing machine config: %w", err)
+	}
+
+	return nil
+}

@@ -1,0 +1,86 @@
+// Package resources builds machined's resource state: the namespaces and the resource
+// definitions of the machinery types we serve, so `talosctl get <type>` resolves them.
+package resources
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cosi-project/runtime/pkg/resource/meta"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
+	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
+	"github.com/cosi-project/runtime/pkg/state/registry"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
+	timeres "github.com/siderolabs/talos/pkg/machinery/resources/time"
+	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
+)
+
+// Namespaces are the namespaces of node state, with their descriptions.
+var Namespaces = []struct {
+	Name, Description string
+}{
+	{config.NamespaceName, "Talos node configuration."},
+	{secrets.NamespaceName, "Resources with secret material."},
+	{network.NamespaceName, "Networking resources."},
+	{network.ConfigNamespaceName, "Networking configuration resources."},
+	{v1alpha1.NamespaceName, "Talos runtime resources."},
+	{cluster.NamespaceName, "Cluster configuration and discovery resources."},
+	{etcd.NamespaceName, "etcd resources."},
+	{k8s.NamespaceName, "Kubernetes all node types resources."},
+	{k8s.ControlPlaneNamespaceName, "Kubernetes control plane resources."},
+}
+
+// Definitions are the resource types the node serves.
+var Definitions = []meta.ResourceWithRD{
+	&config.MachineConfig{},
+	&config.MachineType{},
+	&network.HostnameSpec{},
+	&network.HostnameStatus{},
+	&network.NodeAddress{},
+	&v1alpha1.Service{},
+	&runtimeres.MachineStatus{},
+	&secrets.API{},
+	&secrets.OSRoot{},
+	&secrets.CertSAN{},
+	&etcd.Member{},
+	&etcd.Spec{},
+	&cluster.Member{},
+	&cluster.Identity{},
+	&timeres.Status{},
+}
+
+// NewState creates an in-memory state with every namespace and definition registered.
+func NewState(ctx context.Context) (state.State, error) {
+	st := state.WrapCore(namespaced.NewState(inmem.Build))
+
+	nsRegistry := registry.NewNamespaceRegistry(st)
+	if err := nsRegistry.RegisterDefault(ctx); err != nil {
+		return nil, fmt.Errorf("registering default namespaces: %w", err)
+	}
+
+	for _, ns := range Namespaces {
+		if err := nsRegistry.Register(ctx, ns.Name, ns.Description); err != nil {
+			return nil, fmt.Errorf("registering namespace %s: %w", ns.Name, err)
+		}
+	}
+
+	rdRegistry := registry.NewResourceRegistry(st)
+	if err := rdRegistry.RegisterDefault(ctx); err != nil {
+		return nil, fmt.Errorf("registering default resource definitions: %w", err)
+	}
+
+	for _, r := range Definitions {
+		if err := rdRegistry.Register(ctx, r); err != nil {
+			return nil, fmt.Errorf("registering resource definition: %w", err)
+		}
+	}
+
+	return st, nil
+}

@@ -1,0 +1,14 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// newActorID names one API action, so its events can be followed (talosctl events --actor-id).
+func newActorID() string {
+	b := make([]byte, 16)
+	rand.Read(b) //nolint:errcheck
+
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,200 @@
+// Package testutil starts real machined processes for tests: the binary is built once per
+// test binary, each node gets its own loopback address and state folder.
+package testutil
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds the multi-call binary (once) and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "machined-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+
+		binPath = filepath.Join(dir, "machined")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/talos-go/talos/cmd/machined").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building machined: %v\n%s", err, out)
+		}
+	})
+
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+
+	return binPath
+}
+
+// Config generates a machine config of the given type for a cluster whose endpoint is addr.
+func Config(t testing.TB, typ machine.Type, endpointAddr string) []byte {
+	t.Helper()
+
+	in, err := generate.NewInput("test", fmt.Sprintf("https://%s:6443", endpointAddr), constants.DefaultKubernetesVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := in.Config(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return out
+}
+
+// Node is a running machined process.
+type Node struct {
+	Address string
+	State   string
+	Cmd     *exec.Cmd
+	Output  *bytes.Buffer
+	Exited  chan error
+}
+
+// Socket is the node's machine API socket.
+func (n *Node) Socket() string {
+	return filepath.Join(n.State, "system", "run", "machined", "machined.sock")
+}
+
+// StartNode starts machined on addr with a new state folder and an optional config; it is
+// stopped when the test ends.
+func StartNode(t testing.TB, addr string, config []byte, extraArgs ...string) *Node {
+	t.Helper()
+
+	state := t.TempDir()
+	args := []string{"--platform", "container", "--state", state, "--address", addr}
+
+	if config != nil {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, config, 0o600); err != nil {
+			t.Fatal(err)
+		}
+
+		args = append(args, "--config", path)
+	}
+
+	return StartNodeArgs(t, state, append(args, extraArgs...)...)
+}
+
+// StartNodeArgs starts machined with exactly these arguments.
+func StartNodeArgs(t testing.TB, state string, args ...string) *Node {
+	t.Helper()
+
+	n := &Node{State: state, Output: &bytes.Buffer{}, Exited: make(chan error, 1)}
+
+	for i, a := range args {
+		if a == "--address" && i+1 < len(args) {
+			n.Address = args[i+1]
+		}
+	}
+
+	n.Cmd = exec.Command(Binary(t), args...)
+	n.Cmd.Stdout, n.Cmd.Stderr = &syncWriter{w: n.Output}, &syncWriter{w: n.Output}
+
+	if err := n.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	go func() { n.Exited <- n.Cmd.Wait() }()
+
+	t.Cleanup(func() { n.Stop(t) })
+
+	return n
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.w.Write(p)
+}
+
+// Stop sends SIGTERM and waits for the node to exit.
+func (n *Node) Stop(t testing.TB) {
+	if n.Cmd.ProcessState != nil {
+		return
+	}
+
+	n.Cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+
+	select {
+	case <-n.Exited:
+	case <-time.After(30 * time.Second):
+		n.Cmd.Process.Kill() //nolint:errcheck
+		<-n.Exited
+		t.Errorf("node %s did not stop within 30s", n.Address)
+	}
+}
+
+// Client connects to the node's machine API socket, waiting for it to appear.
+func (n *Node) Client(t testing.TB) *client.Client {
+	t.Helper()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(n.Socket()); err == nil {
+			break
+		}
+
+		select {
+		case err := <-n.Exited:
+			n.Exited <- err
+			t.Fatalf("node exited before serving: %v\n%s", err, n.Output.String())
+		default:
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("socket %s did not appear\n%s", n.Socket(), n.Output.String())
+		}
+
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	c, err := client.New(context.Background(), client.WithUnixSocket(n.Socket()), client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+
+	return c
+}
