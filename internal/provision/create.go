@@ -1,0 +1,282 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+)
+
+// Request describes a cluster to create.
+type Request struct {
+	Name          string
+	ControlPlanes int
+	Workers       int
+	CIDR          netip.Prefix
+	StateRoot     string   // clusters are kept in StateRoot/Name
+	Binary        string   // the multi-call node binary
+	NodeArgs      []string // extra machined arguments, before the per-node ones
+	InputDir      string   // use controlplane.yaml, worker.yaml and talosconfig from here
+	Patches       []string // --config-patch: every node
+	CPPatches     []string // --config-patch-control-plane
+	WorkerPatches []string // --config-patch-worker
+	Progress      io.Writer
+}
+
+func (r *Request) check() error {
+	switch {
+	case r.Name == "":
+		return errors.New("--name must not be empty")
+	case r.ControlPlanes < 1:
+		return errors.New("--controlplanes must be at least 1")
+	case r.Workers < 0:
+		return errors.New("--workers must not be negative")
+	case !r.CIDR.IsValid():
+		return errors.New("--cidr is not a valid prefix: use one like 127.5.0.0/24")
+	case !r.CIDR.Addr().IsLoopback():
+		return fmt.Errorf("--cidr %s is not a loopback network: the process provisioner binds nodes to 127.0.0.0/8 addresses without root", r.CIDR)
+	case r.Binary == "":
+		return errors.New("no node binary: build it with `go build -o _out/machined ./cmd/machined`")
+	}
+
+	return nil
+}
+
+// Configs are a cluster's machine configs and client config.
+type Configs struct {
+	ControlPlane []byte
+	Worker       []byte
+	Talosconfig  *clientconfig.Config
+}
+
+// GenerateConfigs makes configs as `talosctl gen config` does, or reads them from inputDir.
+func GenerateConfigs(name string, endpoint netip.Addr, inputDir string) (*Configs, error) {
+	if inputDir != "" {
+		cp, err := os.ReadFile(filepath.Join(inputDir, "controlplane.yaml"))
+		if err != nil {
+			return nil, fmt.Errorf("--input-dir: %w", err)
+		}
+
+		w, err := os.ReadFile(filepath.Join(inputDir, "worker.yaml"))
+		if err != nil {
+			return nil, fmt.Errorf("--input-dir: %w", err)
+		}
+
+		tc, err := clientconfig.Open(filepath.Join(inputDir, "talosconfig"))
+		if err != nil {
+			return nil, fmt.Errorf("--input-dir: %w", err)
+		}
+
+		return &Configs{ControlPlane: cp, Worker: w, Talosconfig: tc}, nil
+	}
+
+	in, err := generate.NewInput(name, fmt.Sprintf("https://%s:6443", endpoint), constants.DefaultKubernetesVersion)
+	if err != nil {
+		return nil, fmt.Errorf("generating secrets: %w", err)
+	}
+
+	out := &Configs{}
+
+	for _, t := range []struct {
+		typ machine.Type
+		dst *[]byte
+	}{{machine.TypeControlPlane, &out.ControlPlane}, {machine.TypeWorker, &out.Worker}} {
+		cfg, err := in.Config(t.typ)
+		if err != nil {
+			return nil, fmt.Errorf("generating %s config: %w", t.typ, err)
+		}
+
+		if *t.dst, err = cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled)); err != nil {
+			return nil, err
+		}
+	}
+
+	if out.Talosconfig, err = in.Talosconfig(); err != nil {
+		return nil, fmt.Errorf("generating talosconfig: %w", err)
+	}
+
+	return out, nil
+}
+
+// patch applies config patches (strategic merge or JSON patch, "@file" reads a file).
+func patch(cfg []byte, patches ...[]string) ([]byte, error) {
+	var all []string
+	for _, p := range patches {
+		all = append(all, p...)
+	}
+
+	if len(all) == 0 {
+		return cfg, nil
+	}
+
+	loaded, err := configpatcher.LoadPatches(all)
+	if err != nil {
+		return nil, fmt.Errorf("loading config patches: %w", err)
+	}
+
+	out, err := configpatcher.Apply(configpatcher.WithBytes(cfg), loaded)
+	if err != nil {
+		return nil, fmt.Errorf("applying config patches: %w", err)
+	}
+
+	return out.Bytes()
+}
+
+// Create writes the configs and starts every node; it does not wait for health (see Wait).
+func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
+	if err := req.check(); err != nil {
+		return nil, nil, err
+	}
+
+	progress := req.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+
+	dir := filepath.Join(req.StateRoot, req.Name)
+	if _, err := os.Stat(stateFile(dir)); err == nil {
+		return nil, nil, fmt.Errorf("cluster %q already exists in %s: destroy it first with `talosctl cluster destroy --name %s`", req.Name, dir, req.Name)
+	}
+
+	addrs, err := NodeAddresses(req.CIDR, req.ControlPlanes+req.Workers)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	if err = os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+
+	fmt.Fprintf(progress, "generating PKI and tokens\n")
+
+	cfgs, err := GenerateConfigs(req.Name, addrs[0], req.InputDir)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	eps := make([]string, 0, req.ControlPlanes)
+	for _, a := range addrs[:req.ControlPlanes] {
+		eps = append(eps, a.String())
+	}
+
+	if ctxCfg := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctxCfg != nil {
+		ctxCfg.Endpoints = eps
+		ctxCfg.Nodes = eps[:1]
+	}
+
+	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.CIDR.String(), Binary: req.Binary}
+
+	for i, addr := range addrs {
+		typ, index, base, extra := TypeControlPlane, i+1, cfgs.ControlPlane, req.CPPatches
+		if i >= req.ControlPlanes {
+			typ, index, base, extra = TypeWorker, i-req.ControlPlanes+1, cfgs.Worker, req.WorkerPatches
+		}
+
+		name := fmt.Sprintf("%s-%s-%d", req.Name, typ, index)
+		hostname := fmt.Sprintf(`{"machine": {"network": {"hostname": %q}}}`, name)
+
+		nodeCfg, err := patch(base, req.Patches, extra, []string{hostname})
+		if err != nil {
+			return nil, nil, err
+		}
+
+		node := Node{Name: name, Type: typ, Address: addr.String(), State: filepath.Join(dir, name), Config: filepath.Join(dir, name+".yaml")}
+
+		if err = os.WriteFile(node.Config, nodeCfg, 0o600); err != nil {
+			return nil, nil, err
+		}
+
+		c.Nodes = append(c.Nodes, node)
+	}
+
+	if err = c.Save(); err != nil {
+		return nil, nil, err
+	}
+
+	for i := range c.Nodes {
+		fmt.Fprintf(progress, "creating node %s (%s) at %s\n", c.Nodes[i].Name, c.Nodes[i].Type, c.Nodes[i].Address)
+
+		if err = c.start(&c.Nodes[i], req.NodeArgs); err != nil {
+			return c, cfgs, err
+		}
+
+		if err = c.Save(); err != nil {
+			return c, cfgs, err
+		}
+	}
+
+	return c, cfgs, nil
+}
+
+// start launches a node detached from the CLI: own session, output to a file in its folder.
+func (c *Cluster) start(n *Node, extraArgs []string) error {
+	if err := os.MkdirAll(n.State, 0o700); err != nil {
+		return err
+	}
+
+	out, err := os.OpenFile(filepath.Join(c.Dir, n.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close() //nolint:errcheck
+
+	args := append(append([]string{}, extraArgs...), "--platform", "container", "--state", n.State, "--address", n.Address, "--config", n.Config)
+
+	cmd := exec.Command(c.Binary, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+
+	if err = cmd.Start(); err != nil {
+		return fmt.Errorf("starting node %s: %w", n.Name, err)
+	}
+
+	n.PID = cmd.Process.Pid
+
+	// Reap the child if the CLI lives long enough (tests); otherwise init adopts it.
+	go cmd.Wait() //nolint:errcheck
+
+	return nil
+}
+
+// Destroy stops every node cleanly and removes the cluster's folder.
+func Destroy(root, name string, progress io.Writer) error {
+	c, err := Load(root, name)
+	if err != nil {
+		return err
+	}
+
+	var errs []error
+
+	// Workers first, then control planes, so etcd members go last.
+	for i := len(c.Nodes) - 1; i >= 0; i-- {
+		n := c.Nodes[i]
+		fmt.Fprintf(progress, "destroying node %s\n", n.Name)
+
+		if err = n.Stop(30 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	if len(errs) > 0 {
+		return fmt.Errorf("some nodes did not stop, state kept in %s: %w", c.Dir, errors.Join(errs...))
+	}
+
+	if err = os.RemoveAll(c.Dir); err != nil {
+		return fmt.Errorf("removing %s: %w", c.Dir, err)
+	}
+
+	return nil
+}

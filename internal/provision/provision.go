@@ -1,0 +1,158 @@
+// Package provision runs local clusters in container mode: each node is a machined process on
+// its own loopback address with its own state folder, started detached so nodes outlive the CLI.
+package provision
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Node types as recorded in the cluster state.
+const (
+	TypeControlPlane = "controlplane"
+	TypeWorker       = "worker"
+)
+
+// Node is one node of a local cluster.
+type Node struct {
+	Name    string `yaml:"name"`
+	Type    string `yaml:"type"`
+	Address string `yaml:"address"`
+	State   string `yaml:"state"`  // the node's state folder (its disk)
+	Config  string `yaml:"config"` // the config it was started with
+	PID     int    `yaml:"pid"`
+}
+
+// Cluster is the recorded state of a local cluster, kept in <dir>/cluster.yaml.
+type Cluster struct {
+	Name   string `yaml:"name"`
+	Dir    string `yaml:"-"`
+	CIDR   string `yaml:"cidr"`
+	Binary string `yaml:"binary"`
+	Nodes  []Node `yaml:"nodes"`
+}
+
+// DefaultStateRoot is where clusters are kept: ~/.talos/clusters.
+func DefaultStateRoot() (string, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("finding home folder: %w", err)
+	}
+
+	return filepath.Join(home, ".talos", "clusters"), nil
+}
+
+func stateFile(dir string) string { return filepath.Join(dir, "cluster.yaml") }
+
+// Load reads a cluster's recorded state.
+func Load(root, name string) (*Cluster, error) {
+	dir := filepath.Join(root, name)
+
+	data, err := os.ReadFile(stateFile(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("cluster %q not found in %s: create it with `talosctl cluster create --name %s`", name, root, name)
+	}
+
+	if err != nil {
+		return nil, fmt.Errorf("reading cluster state: %w", err)
+	}
+
+	var c Cluster
+	if err = yaml.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", stateFile(dir), err)
+	}
+
+	c.Dir = dir
+
+	return &c, nil
+}
+
+// Save writes the cluster's state atomically.
+func (c *Cluster) Save() error {
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+
+	tmp := stateFile(c.Dir) + ".tmp"
+	if err = os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("writing cluster state: %w", err)
+	}
+
+	return os.Rename(tmp, stateFile(c.Dir))
+}
+
+// NodeAddresses assigns addresses in cidr: .2, .3, ... (the .1 is left for a gateway, as
+// upstream does).
+func NodeAddresses(cidr netip.Prefix, count int) ([]netip.Addr, error) {
+	addr := cidr.Masked().Addr().Next()
+
+	out := make([]netip.Addr, 0, count)
+
+	for range count {
+		addr = addr.Next()
+		if !cidr.Contains(addr) {
+			return nil, fmt.Errorf("--cidr %s is too small for %d nodes: use a larger prefix", cidr, count)
+		}
+
+		out = append(out, addr)
+	}
+
+	return out, nil
+}
+
+// Running reports whether the node's recorded process is alive and is this node's machined.
+func (n *Node) Running() bool {
+	if n.PID <= 0 {
+		return false
+	}
+
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(n.PID), "cmdline"))
+	if err != nil {
+		return false
+	}
+
+	// Guard against a recycled PID: the process must be the one using this state folder.
+	return strings.Contains(string(cmdline), n.State)
+}
+
+// Stop sends SIGTERM and waits up to timeout, then SIGKILL.
+func (n *Node) Stop(timeout time.Duration) error {
+	if !n.Running() {
+		return nil
+	}
+
+	if err := syscall.Kill(n.PID, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stopping %s (pid %d): %w", n.Name, n.PID, err)
+	}
+
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if !n.Running() {
+			return nil
+		}
+
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	syscall.Kill(n.PID, syscall.SIGKILL) //nolint:errcheck
+
+	for range 100 {
+		if !n.Running() {
+			return nil
+		}
+
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	return fmt.Errorf("node %s (pid %d) did not stop", n.Name, n.PID)
+}

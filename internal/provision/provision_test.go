@@ -1,0 +1,114 @@
+package provision_test
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/provision"
+)
+
+func TestNodeAddresses(t *testing.T) {
+	addrs, err := provision.NodeAddresses(netip.MustParsePrefix("127.5.0.0/24"), 3)
+	if err != nil || addrs[0].String() != "127.5.0.2" || addrs[2].String() != "127.5.0.4" {
+		t.Fatalf("%v %v", addrs, err)
+	}
+
+	if _, err = provision.NodeAddresses(netip.MustParsePrefix("127.5.0.0/30"), 3); err == nil {
+		t.Fatal("a /30 cannot hold 3 nodes")
+	}
+}
+
+func TestCreateShowDestroy(t *testing.T) {
+	root := t.TempDir()
+	var progress bytes.Buffer
+
+	req := provision.Request{
+		Name: "t1", ControlPlanes: 1, Workers: 1, CIDR: netip.MustParsePrefix("127.5.20.0/24"),
+		StateRoot: root, Binary: testutil.Binary(t), Progress: &progress,
+		Patches: []string{`{"machine": {"certSANs": ["example.test"]}}`},
+	}
+
+	c, cfgs, err := provision.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { provision.Destroy(root, "t1", &progress) }) //nolint:errcheck
+
+	if len(c.Nodes) != 2 || c.Nodes[0].Address != "127.5.20.2" || c.Nodes[1].Type != provision.TypeWorker {
+		t.Fatalf("nodes: %+v", c.Nodes)
+	}
+
+	if ctx := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctx == nil || ctx.Endpoints[0] != "127.5.20.2" {
+		t.Fatalf("talosconfig endpoints: %+v", ctx)
+	}
+
+	// The per-node config carries the hostname and the patch.
+	cfg, _ := os.ReadFile(c.Nodes[1].Config)
+	if !bytes.Contains(cfg, []byte("hostname: t1-worker-1")) || !bytes.Contains(cfg, []byte("example.test")) {
+		t.Fatalf("node config lacks hostname or patch:\n%s", cfg)
+	}
+
+	// Each node serves its socket.
+	for _, n := range c.Nodes {
+		sock := filepath.Join(n.State, "system", "run", "machined", "machined.sock")
+		deadline := time.Now().Add(30 * time.Second)
+
+		for {
+			if _, err := os.Stat(sock); err == nil {
+				break
+			}
+
+			if time.Now().After(deadline) {
+				log, _ := os.ReadFile(filepath.Join(c.Dir, n.Name+".log"))
+				t.Fatalf("node %s did not start:\n%s", n.Name, log)
+			}
+
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// A second create with the same name is refused.
+	if _, _, err = provision.Create(context.Background(), req); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("second create: %v", err)
+	}
+
+	loaded, err := provision.Load(root, "t1")
+	if err != nil || !loaded.Nodes[0].Running() || !loaded.Nodes[1].Running() {
+		t.Fatalf("loaded state: %+v %v", loaded, err)
+	}
+
+	if err = provision.Destroy(root, "t1", &progress); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, n := range loaded.Nodes {
+		if n.Running() {
+			t.Fatalf("node %s still running after destroy", n.Name)
+		}
+	}
+
+	if _, err = os.Stat(c.Dir); !os.IsNotExist(err) {
+		t.Fatal("cluster folder left behind")
+	}
+}
+
+func TestCreateRefusesBadInput(t *testing.T) {
+	for _, req := range []provision.Request{
+		{Name: "", ControlPlanes: 1, CIDR: netip.MustParsePrefix("127.5.0.0/24"), Binary: "x"},
+		{Name: "a", ControlPlanes: 0, CIDR: netip.MustParsePrefix("127.5.0.0/24"), Binary: "x"},
+		{Name: "a", ControlPlanes: 1, CIDR: netip.MustParsePrefix("10.5.0.0/24"), Binary: "x"},
+	} {
+		req.StateRoot = t.TempDir()
+		if _, _, err := provision.Create(context.Background(), req); err == nil {
+			t.Errorf("request %+v accepted", req)
+		}
+	}
+}
