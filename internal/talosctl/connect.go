@@ -1,0 +1,197 @@
+package talosctl
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// session is an open connection to apid plus the nodes a command targets.
+type session struct {
+	c     *client.Client
+	nodes []string
+}
+
+// ctx returns ctx carrying the "nodes" metadata: apid fans the call out to every node.
+func (s *session) ctx(ctx context.Context) context.Context {
+	return client.WithNodes(ctx, s.nodes...)
+}
+
+// single returns ctx addressed to the only target node, for calls that cannot be merged.
+func (s *session) single(ctx context.Context, what string) (context.Context, error) {
+	if len(s.nodes) != 1 {
+		return nil, fmt.Errorf("%s works against one node at a time, got %d: pass a single node with -n", what, len(s.nodes))
+	}
+
+	return client.WithNode(ctx, s.nodes[0]), nil
+}
+
+// connect opens a client from the selected talosconfig context. Endpoints come from -e or the
+// context; with several endpoints the machinery client resolves them with its round-robin
+// resolver, so calls are balanced and a down endpoint is skipped. Nodes come from -n, the
+// context, or default to the first endpoint.
+func (g *Global) connect(ctx context.Context) (*session, error) {
+	cfg, path, err := loadConfig(g.Talosconfig, false)
+	if err != nil {
+		return nil, err
+	}
+
+	_, cctx, err := currentContext(cfg, g.Context, path)
+	if err != nil {
+		return nil, err
+	}
+
+	endpoints := g.Endpoints
+	if len(endpoints) == 0 {
+		endpoints = cctx.Endpoints
+	}
+
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("no endpoints in the current context of %s: set them with `talosctl config endpoint <address>...` or pass -e", path)
+	}
+
+	nodes := g.Nodes
+	if len(nodes) == 0 {
+		nodes = cctx.Nodes
+	}
+
+	if len(nodes) == 0 {
+		nodes = []string{endpointHost(endpoints[0])}
+	}
+
+	opts := []client.OptionFunc{
+		client.WithConfig(cfg),
+		client.WithEndpoints(endpoints...),
+		client.WithDefaultGRPCDialOptions(),
+	}
+
+	if g.Context != "" {
+		opts = append(opts, client.WithContextName(g.Context))
+	}
+
+	if g.Cluster != "" {
+		opts = append(opts, client.WithCluster(g.Cluster))
+	}
+
+	c, err := client.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %v: %w", endpoints, err)
+	}
+
+	return &session{c: c, nodes: nodes}, nil
+}
+
+// withMaintenanceClient connects to one node's maintenance API: TLS without client certificate
+// or server verification, since a node without a config has no PKI yet.
+func withMaintenanceClient(ctx context.Context, node string, fn func(context.Context, *client.Client) error) error {
+	c, err := client.New(ctx,
+		client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec // maintenance mode has no PKI yet
+		client.WithEndpoints(node),
+		client.WithDefaultGRPCDialOptions(),
+	)
+	if err != nil {
+		return fmt.Errorf("connecting to %s in maintenance mode: %w", node, err)
+	}
+
+	defer c.Close() //nolint:errcheck
+
+	return fn(ctx, c)
+}
+
+// run connects, runs fn and closes the connection.
+func (g *Global) run(cmd *cobra.Command, fn func(ctx context.Context, s *session) error) error {
+	s, err := g.connect(cmd.Context())
+	if err != nil {
+		return err
+	}
+
+	defer s.c.Close() //nolint:errcheck
+
+	return fn(cmd.Context(), s)
+}
+
+// endpointHost strips a URL scheme and the default apid port from an endpoint, giving the
+// node name apid understands.
+func endpointHost(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+		endpoint = u.Host
+	}
+
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return endpoint
+	}
+
+	if port == strconv.Itoa(constants.ApidPort) {
+		return host
+	}
+
+	return endpoint
+}
+
+// peerNode is a grpc.Peer call option and a function giving the address of the answering
+// endpoint, used as the NODE of replies that carry no metadata.
+func peerNode() (grpc.CallOption, func() string) {
+	var p peer.Peer
+
+	return grpc.Peer(&p), func() string {
+		if p.Addr == nil {
+			return ""
+		}
+
+		return client.AddrFromPeer(&p)
+	}
+}
+
+// nodeErrors reports the per-node errors of a multi-node reply on w, one line per node, and
+// returns errSilent when there were any, so the command exits non-zero after rendering what
+// the other nodes returned.
+func nodeErrors(w io.Writer, err error) error {
+	if err == nil {
+		return nil
+	}
+
+	var errs []error
+
+	if m, ok := err.(interface{ WrappedErrors() []error }); ok { //nolint:errorlint // multierror exposes its list this way
+		errs = m.WrappedErrors()
+	} else {
+		errs = []error{err}
+	}
+
+	for _, e := range errs {
+		fmt.Fprintf(w, "error: %v%s\n", e, hint(e))
+	}
+
+	return errSilent
+}
+
+// hint suggests what to do next for the common gRPC failures.
+func hint(err error) string {
+	switch status.Code(err) { //nolint:exhaustive
+	case codes.Unavailable:
+		return " (is the node up and the endpoint right? check `talosctl config info` and -e/-n)"
+	case codes.PermissionDenied:
+		return " (the role in your talosconfig does not allow this call: use a talosconfig with a stronger role, e.g. os:admin)"
+	case codes.Unauthenticated:
+		return " (the node rejected the client certificate: use the talosconfig generated for this cluster)"
+	case codes.Unimplemented:
+		return " (the node does not serve this API)"
+	case codes.DeadlineExceeded:
+		return " (the node did not answer in time: retry, or raise --timeout where the command has one)"
+	default:
+		return ""
+	}
+}
