@@ -1,0 +1,254 @@
+// Package meta is the node's META partition: a small key-value store for what the boot loader
+// and machined tell each other across reboots (active slot, boot-once, upgrade state).
+//
+// In container mode it is one file, META/meta, holding "key=value" lines. Every change writes
+// a new file next to it, syncs it and renames it over the old one, so a crash leaves either the
+// old or the new contents, never a mix. A process lock (flock on META/.lock) serializes
+// read-modify-write cycles between the boot stage and machined.
+package meta
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Well-known keys.
+const (
+	// ActiveSlot is the slot the node boots from by default: "A" or "B".
+	ActiveSlot = "boot.active"
+	// BootOnce is the slot to try on the next boot only; the boot stage clears it as it starts
+	// the slot and records the try in TrialSlot.
+	BootOnce = "boot.once"
+	// TrialSlot is the slot being tried; machined clears it (making it active) once the node
+	// has booted healthily. If it is still set on the next boot, the try failed.
+	TrialSlot = "boot.trial"
+	// LastBoot records how the last boot went, for humans and tests: e.g. "A", "B (trial)",
+	// "A (fallback: B did not report a successful boot)".
+	LastBoot = "boot.last"
+	// Fallback says why the last try was abandoned (empty after a successful upgrade).
+	Fallback = "boot.fallback"
+	// WipeEphemeral asks the boot stage to wipe EPHEMERAL before starting the trial slot
+	// (staged upgrade of a worker without --preserve).
+	WipeEphemeral = "upgrade.wipe-ephemeral"
+	// UpgradeFrom and UpgradeTo are the versions of the upgrade in progress or last done.
+	UpgradeFrom = "upgrade.from"
+	UpgradeTo   = "upgrade.to"
+)
+
+const fileName = "meta"
+
+// Store is the META key-value store in a folder.
+type Store struct {
+	dir string
+}
+
+// Open returns the store in dir, creating the folder if needed.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating META folder %s: %w", dir, err)
+	}
+
+	return &Store{dir: dir}, nil
+}
+
+// Path is the store's file.
+func (s *Store) Path() string { return filepath.Join(s.dir, fileName) }
+
+// Values is a snapshot of the store.
+type Values map[string]string
+
+// Get returns one value ("" when unset).
+func (s *Store) Get(key string) (string, error) {
+	v, err := s.Read()
+	if err != nil {
+		return "", err
+	}
+
+	return v[key], nil
+}
+
+// Read returns all values.
+func (s *Store) Read() (Values, error) {
+	unlock, err := s.lock(unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	return s.readLocked()
+}
+
+// Update runs fn on the current values under the lock and saves what fn leaves (a key set to
+// "" is removed). If fn fails nothing is written.
+func (s *Store) Update(fn func(v Values) error) error {
+	unlock, err := s.lock(unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	v, err := s.readLocked()
+	if err != nil {
+		return err
+	}
+
+	if err = fn(v); err != nil {
+		return err
+	}
+
+	return s.writeLocked(v)
+}
+
+// Set sets keys and values given as pairs: Set("a", "1", "b", "") sets a and removes b.
+func (s *Store) Set(kv ...string) error {
+	if len(kv)%2 != 0 {
+		return errors.New("meta: Set needs key, value pairs")
+	}
+
+	return s.Update(func(v Values) error {
+		for i := 0; i < len(kv); i += 2 {
+			v[kv[i]] = kv[i+1]
+		}
+
+		return nil
+	})
+}
+
+func (s *Store) lock(how int) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening META lock: %w", err)
+	}
+
+	if err = unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close() //nolint:errcheck
+
+		return nil, fmt.Errorf("locking META: %w", err)
+	}
+
+	return func() { f.Close() }, nil //nolint:errcheck
+}
+
+func (s *Store) readLocked() (Values, error) {
+	data, err := os.ReadFile(s.Path())
+	if errors.Is(err, os.ErrNotExist) {
+		return Values{}, nil
+	}
+
+	if err != nil {
+		return nil, fmt.Errorf("reading META %s: %w", s.Path(), err)
+	}
+
+	return Parse(data)
+}
+
+// Parse reads "key=value" lines.
+func Parse(data []byte) (Values, error) {
+	v := Values{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+
+	for line := 1; sc.Scan(); line++ {
+		text := sc.Text()
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+
+		key, value, ok := strings.Cut(text, "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("META line %d %q is not key=value: the file is damaged; remove it to start over with default slot A", line, text)
+		}
+
+		v[key] = value
+	}
+
+	return v, sc.Err()
+}
+
+func (s *Store) writeLocked(v Values) error {
+	keys := make([]string, 0, len(v))
+
+	for k, val := range v {
+		if strings.ContainsAny(k, "=\n") || strings.Contains(val, "\n") {
+			return fmt.Errorf("META key %q or its value contains '=' or a newline: such values cannot be stored", k)
+		}
+
+		if val != "" {
+			keys = append(keys, k)
+		}
+	}
+
+	sort.Strings(keys)
+
+	var buf bytes.Buffer
+	for _, k := range keys {
+		fmt.Fprintf(&buf, "%s=%s\n", k, v[k])
+	}
+
+	return WriteFileAtomic(s.Path(), buf.Bytes(), 0o600)
+}
+
+// WriteFileAtomic writes data to a temporary file in the same folder, syncs it, renames it over
+// path and syncs the folder: after a crash path holds either the old or the new contents.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()      //nolint:errcheck
+		os.Remove(tmp) //nolint:errcheck
+
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+
+	if err = f.Chmod(perm); err != nil {
+		return fail(err)
+	}
+
+	if _, err = f.Write(data); err != nil {
+		return fail(err)
+	}
+
+	if err = f.Sync(); err != nil {
+		return fail(err)
+	}
+
+	if err = f.Close(); err != nil {
+		return fail(err)
+	}
+
+	if err = os.Rename(tmp, path); err != nil {
+		os.Remove(tmp) //nolint:errcheck
+
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+
+	return SyncDir(dir)
+}
+
+// SyncDir makes a rename or creation in dir durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing folder %s: %w", dir, err)
+	}
+	defer d.Close() //nolint:errcheck
+
+	if err = d.Sync(); err != nil {
+		return fmt.Errorf("syncing folder %s: %w", dir, err)
+	}
+
+	return nil
+}
