@@ -1,0 +1,162 @@
+package talosctl
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+)
+
+func TestGenConfigProducesValidConfigs(t *testing.T) {
+	isolate(t)
+
+	dir := t.TempDir()
+
+	code, _, stderr := run(t, "gen", "config", "demo", "https://10.0.0.1:6443", "--output-dir", dir,
+		"--config-patch", `{"machine":{"network":{"hostname":"patched"}}}`,
+		"--config-patch-worker", `[{"op":"add","path":"/machine/nodeLabels","value":{"role":"w"}}]`,
+		"--kubernetes-version", "1.33.1")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+
+	mustContain(t, stderr, "generating PKI and tokens", "Created "+filepath.Join(dir, "controlplane.yaml"))
+
+	for _, tc := range []struct {
+		file string
+		typ  machine.Type
+	}{{"controlplane.yaml", machine.TypeControlPlane}, {"worker.yaml", machine.TypeWorker}} {
+		path := filepath.Join(dir, tc.file)
+
+		cfg, err := configloader.NewFromFile(path)
+		if err != nil {
+			t.Fatalf("%s does not load: %v", tc.file, err)
+		}
+
+		if cfg.Machine().Type() != tc.typ {
+			t.Errorf("%s: type %s", tc.file, cfg.Machine().Type())
+		}
+
+		if cfg.Cluster().Name() != "demo" || cfg.Cluster().Endpoint().String() != "https://10.0.0.1:6443" {
+			t.Errorf("%s: cluster %s at %s", tc.file, cfg.Cluster().Name(), cfg.Cluster().Endpoint())
+		}
+
+		if cfg.Machine().Network().Hostname() != "patched" {
+			t.Errorf("%s: common patch not applied", tc.file)
+		}
+
+		if got := cfg.Machine().NodeLabels()["role"]; (got == "w") != (tc.typ == machine.TypeWorker) {
+			t.Errorf("%s: worker-only patch: role label %q", tc.file, got)
+		}
+
+		for _, mode := range []string{"metal", "container", "cloud"} {
+			if code, out, stderr := run(t, "validate", "--config", path, "--mode", mode, "--strict"); code != 0 {
+				t.Errorf("%s not valid for %s: %s %s", tc.file, mode, out, stderr)
+			}
+		}
+	}
+
+	cp, _ := os.ReadFile(filepath.Join(dir, "controlplane.yaml")) //nolint:errcheck
+	if !strings.Contains(string(cp), "1.33.1") {
+		t.Error("--kubernetes-version not used")
+	}
+
+	tc, err := clientconfig.Open(filepath.Join(dir, "talosconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := tc.Contexts["demo"]
+	if tc.Context != "demo" || ctx == nil || ctx.CA == "" || ctx.Crt == "" || ctx.Key == "" {
+		t.Fatalf("talosconfig: %+v", tc)
+	}
+
+	crt, err := parseCert(ctx.Crt)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(crt.Subject.Organization) != 1 || crt.Subject.Organization[0] != "os:admin" {
+		t.Errorf("client cert roles: %v", crt.Subject.Organization)
+	}
+
+	// config info reads the generated certificate.
+	code, out, stderr := run(t, "--talosconfig", filepath.Join(dir, "talosconfig"), "config", "info")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+
+	mustContain(t, out, "Current context:     demo", "Nodes:               not defined", "Roles:               os:admin", "from now ("+crt.NotAfter.Format("2006-01-02")+")")
+
+	// no overwrite without --force
+	if code, _, stderr = run(t, "gen", "config", "demo", "https://10.0.0.1:6443", "-o", dir); code == 0 || !strings.Contains(stderr, "use --force") {
+		t.Errorf("overwrite without --force: code %d, %s", code, stderr)
+	}
+
+	if code, _, stderr = run(t, "gen", "config", "demo", "https://10.0.0.1:6443", "-o", dir, "--force", "-t", "talosconfig"); code != 0 {
+		t.Errorf("--force: %s", stderr)
+	}
+}
+
+func TestGenSecretsThenConfigShareTheCA(t *testing.T) {
+	dir := t.TempDir()
+	secretsFile := filepath.Join(dir, "secrets.yaml")
+
+	if code, _, stderr := run(t, "gen", "secrets", "-o", secretsFile, "--talos-version", "v1.10"); code != 0 {
+		t.Fatal(stderr)
+	}
+
+	var cas []string
+
+	for _, sub := range []string{"a", "b"} {
+		out := filepath.Join(dir, sub)
+		if code, _, stderr := run(t, "gen", "config", "c", "https://1.2.3.4:6443", "--with-secrets", secretsFile, "-o", out, "--with-docs=false", "--with-examples=false"); code != 0 {
+			t.Fatal(stderr)
+		}
+
+		cfg, err := configloader.NewFromFile(filepath.Join(out, "controlplane.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		cas = append(cas, string(cfg.Machine().Security().IssuingCA().Crt))
+
+		data, _ := os.ReadFile(filepath.Join(out, "worker.yaml")) //nolint:errcheck
+		if strings.Contains(string(data), "# ") {
+			t.Error("--with-docs=false still wrote comments")
+		}
+	}
+
+	if cas[0] == "" || cas[0] != cas[1] {
+		t.Error("configs generated from the same secrets have different CAs")
+	}
+}
+
+func TestGenConfigRejectsBadEndpoint(t *testing.T) {
+	code, _, stderr := run(t, "gen", "config", "c", "10.0.0.1", "-o", t.TempDir())
+	if code == 0 || !strings.Contains(stderr, "https://<address>:6443") {
+		t.Errorf("code %d, %s", code, stderr)
+	}
+}
+
+func TestValidateReportsErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "version: v1alpha1\nmachine:\n  type: worker\n  token: \"\"\ncluster:\n  controlPlane:\n    endpoint: https://1.2.3.4:6443\n")
+
+	code, _, stderr := run(t, "validate", "-c", bad, "-m", "metal")
+	if code == 0 {
+		t.Fatal("an invalid config validated")
+	}
+
+	mustContain(t, stderr, "not valid for metal mode")
+
+	if code, _, stderr = run(t, "validate", "-c", bad, "-m", "bogus"); code == 0 || !strings.Contains(stderr, "use cloud, container or metal") {
+		t.Errorf("bad mode: %d %s", code, stderr)
+	}
+}
+
