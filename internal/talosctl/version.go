@@ -113,7 +113,11 @@ func nodeOf(hostname, defaultNode string) string {
 // renderReply handles a unary multi-node reply: the per-node errors (messages carrying
 // metadata.error) go to stderr and make the command fail, the other messages are rendered.
 func renderReply[V any, T client.Message[V], MR client.MessageResponse[V, T]](cmd *cobra.Command, resp MR, err error, render func(MR) error) error {
-	resp, err = client.FilterMessages[V, T, MR](resp, err)
+	// The machinery client filters some replies itself (their per-node errors are then in err
+	// already); filtering again would drop err, so only raw replies are filtered here.
+	if err == nil {
+		resp, err = client.FilterMessages[V, T, MR](resp, err)
+	}
 
 	if len(resp.GetMessages()) == 0 && err != nil {
 		return nodeErrors(cmd.ErrOrStderr(), err)
