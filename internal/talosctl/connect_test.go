@@ -2,8 +2,8 @@ package talosctl
 
 import (
 	"context"
-	stdx509 "crypto/x509"
 	"crypto/tls"
+	stdx509 "crypto/x509"
 	"net"
 	"path/filepath"
 	"slices"

@@ -159,4 +159,3 @@ func TestValidateReportsErrors(t *testing.T) {
 		t.Errorf("bad mode: %d %s", code, stderr)
 	}
 }
-

@@ -42,6 +42,10 @@ func evalColumn(tmpl string, data any) (string, error) {
 
 			tok, expr = expr[1:end], expr[end+1:]
 
+			if err := checkIndex(tok); err != nil {
+				return "", fmt.Errorf("print column %q: %w", tmpl, err)
+			}
+
 			var err error
 			if values, err = index(values, tok); err != nil {
 				return "", fmt.Errorf("print column %q: %w", tmpl, err)
@@ -135,4 +139,24 @@ func formatValue(v any) string {
 	default:
 		return fmt.Sprint(t)
 	}
+}
+
+func checkIndex(tok string) error {
+	if tok == "*" {
+		return nil
+	}
+
+	if strings.HasPrefix(tok, "?(@.") {
+		if !strings.HasSuffix(tok, ")") || !strings.Contains(tok, "==") {
+			return fmt.Errorf("filter %q: only [?(@.key==\"value\")] is supported", tok)
+		}
+
+		return nil
+	}
+
+	if _, err := strconv.Atoi(tok); err != nil {
+		return fmt.Errorf("unsupported index %q", tok)
+	}
+
+	return nil
 }

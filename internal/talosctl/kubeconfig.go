@@ -188,53 +188,44 @@ func mergeKubeconfigFile(path string, data []byte, contextName string, force boo
 }
 
 // mergeKubeconfig adds the clusters, contexts and users of add to base and makes add's
-// current context the current one. A clashing name gets the first free index suffix (the same
-// index for the cluster, context and user of add), unless force, which replaces them.
-// It returns the renames made.
+// current context the current one. A clashing name gets the first free index suffix
+// (name-1, name-2, ...) and the contexts follow their renamed cluster and user, unless force,
+// which replaces the existing entries. It returns the renames made.
 func mergeKubeconfig(base, add *kubeconfig, force bool) []string {
-	suffix := ""
-
-	if !force {
-		for i := 0; ; i++ {
-			if i > 0 {
-				suffix = "-" + strconv.Itoa(i)
-			}
-
-			if !clashes(base.Clusters, add.Clusters, suffix) && !clashes(base.Contexts, add.Contexts, suffix) && !clashes(base.Users, add.Users, suffix) {
-				break
-			}
-		}
-	}
-
 	var renames []string
 
-	rename := func(kind, name string) string {
-		if suffix == "" || name == "" {
+	free := func(kind string, have []namedEntry, name string) string {
+		if force || !hasName(have, name) {
 			return name
 		}
 
-		renames = append(renames, fmt.Sprintf("%s %q -> %q", kind, name, name+suffix))
+		for i := 1; ; i++ {
+			if candidate := name + "-" + strconv.Itoa(i); !hasName(have, candidate) {
+				renames = append(renames, fmt.Sprintf("%s %q -> %q", kind, name, candidate))
 
-		return name + suffix
+				return candidate
+			}
+		}
 	}
 
+	clusters, users := map[string]string{}, map[string]string{}
+
 	for _, c := range add.Clusters {
-		c.Name = rename("cluster", c.Name)
+		clusters[c.Name] = free("cluster", base.Clusters, c.Name)
+		c.Name = clusters[c.Name]
 		base.Clusters = upsert(base.Clusters, c)
 	}
 
 	for _, u := range add.Users {
-		u.Name = rename("user", u.Name)
+		users[u.Name] = free("user", base.Users, u.Name)
+		u.Name = users[u.Name]
 		base.Users = upsert(base.Users, u)
 	}
 
 	for _, c := range add.Contexts {
-		if suffix != "" {
-			c.Context = renameRefs(c.Context, suffix)
-		}
-
+		c.Context = renameRefs(c.Context, clusters, users)
 		isCurrent := c.Name == add.CurrentContext
-		c.Name = rename("context", c.Name)
+		c.Name = free("context", base.Contexts, c.Name)
 
 		if isCurrent {
 			base.CurrentContext = c.Name
@@ -246,12 +237,10 @@ func mergeKubeconfig(base, add *kubeconfig, force bool) []string {
 	return renames
 }
 
-func clashes(have, add []namedEntry, suffix string) bool {
-	for _, a := range add {
-		for _, h := range have {
-			if h.Name == a.Name+suffix {
-				return true
-			}
+func hasName(list []namedEntry, name string) bool {
+	for _, e := range list {
+		if e.Name == name {
+			return true
 		}
 	}
 
@@ -270,13 +259,22 @@ func upsert(list []namedEntry, e namedEntry) []namedEntry {
 	return append(list, e)
 }
 
-// renameRefs points a context at the renamed cluster and user.
-func renameRefs(ctx map[string]any, suffix string) map[string]any {
+// renameRefs points a context at its renamed cluster and user.
+func renameRefs(ctx map[string]any, clusters, users map[string]string) map[string]any {
 	out := make(map[string]any, len(ctx))
 
 	for k, v := range ctx {
-		if s, ok := v.(string); ok && (k == "cluster" || k == "user") {
-			v = s + suffix
+		if s, ok := v.(string); ok {
+			switch k {
+			case "cluster":
+				if n, ok := clusters[s]; ok {
+					v = n
+				}
+			case "user":
+				if n, ok := users[s]; ok {
+					v = n
+				}
+			}
 		}
 
 		out[k] = v
