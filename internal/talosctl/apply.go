@@ -207,7 +207,7 @@ func patchCmd(g *Global) *cobra.Command {
 				failed := false
 
 				for _, node := range s.nodes {
-					if err := patchNode(cmd, client.WithNode(ctx, node), s.c, node, patches, &af); err != nil {
+					if err := patchNode(cmd, s.nodeCtx(ctx, node), s.c, node, patches, &af); err != nil {
 						fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %v%s\n", node, err, hint(err))
 
 						failed = true

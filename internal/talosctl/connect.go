@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -22,15 +23,34 @@ import (
 type session struct {
 	c     *client.Client
 	nodes []string
+	// local: talking straight to a machined socket, which takes no node metadata.
+	local bool
 }
 
 // ctx returns ctx carrying the "nodes" metadata: apid fans the call out to every node.
 func (s *session) ctx(ctx context.Context) context.Context {
+	if s.local {
+		return ctx
+	}
+
 	return client.WithNodes(ctx, s.nodes...)
+}
+
+// nodeCtx returns ctx addressed to one node (apid proxies it one-to-one).
+func (s *session) nodeCtx(ctx context.Context, node string) context.Context {
+	if s.local {
+		return ctx
+	}
+
+	return client.WithNode(ctx, node)
 }
 
 // single returns ctx addressed to the only target node, for calls that cannot be merged.
 func (s *session) single(ctx context.Context, what string) (context.Context, error) {
+	if s.local {
+		return ctx, nil
+	}
+
 	if len(s.nodes) != 1 {
 		return nil, fmt.Errorf("%s works against one node at a time, got %d: pass a single node with -n", what, len(s.nodes))
 	}
@@ -43,6 +63,10 @@ func (s *session) single(ctx context.Context, what string) (context.Context, err
 // resolver, so calls are balanced and a down endpoint is skipped. Nodes come from -n, the
 // context, or default to the first endpoint.
 func (g *Global) connect(ctx context.Context) (*session, error) {
+	if g.MachinedSocket != "" {
+		return connectSocket(ctx, g.MachinedSocket)
+	}
+
 	cfg, path, err := loadConfig(g.Talosconfig, false)
 	if err != nil {
 		return nil, err
@@ -91,6 +115,20 @@ func (g *Global) connect(ctx context.Context) (*session, error) {
 	}
 
 	return &session{c: c, nodes: nodes}, nil
+}
+
+// connectSocket talks to machined's machine API socket directly, without TLS: the hidden
+// --machined-socket flag, for tests and for debugging on the node itself.
+func connectSocket(ctx context.Context, path string) (*session, error) {
+	c, err := client.New(ctx,
+		client.WithUnixSocket(path),
+		client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to machined socket %s: %w", path, err)
+	}
+
+	return &session{c: c, nodes: []string{"local"}, local: true}, nil
 }
 
 // withMaintenanceClient connects to one node's maintenance API: TLS without client certificate

@@ -63,7 +63,7 @@ func getResources(ctx context.Context, stderr io.Writer, s *session, out resourc
 	failed := false
 
 	for _, node := range s.nodes {
-		nctx := client.WithNode(ctx, node)
+		nctx := s.nodeCtx(ctx, node)
 
 		md, rd, err := resolveKind(nctx, s.c, ns, typ, id)
 		if err == nil {
@@ -159,7 +159,7 @@ func watchResources(ctx context.Context, stderr io.Writer, s *session, out resou
 	}
 
 	for _, node := range s.nodes {
-		nctx := client.WithNode(ctx, node)
+		nctx := s.nodeCtx(ctx, node)
 
 		md, rd, err := resolveKind(nctx, s.c, ns, typ, id)
 		if err == nil {

@@ -164,7 +164,7 @@ func bootIDs(ctx context.Context, s *session) map[string]string {
 	ids := map[string]string{}
 
 	for _, node := range s.nodes {
-		if id, err := readBootID(ctx, s.c, node); err == nil {
+		if id, err := readBootID(s.nodeCtx(ctx, node), s.c); err == nil {
 			ids[node] = id
 		}
 	}
@@ -172,8 +172,8 @@ func bootIDs(ctx context.Context, s *session) map[string]string {
 	return ids
 }
 
-func readBootID(ctx context.Context, c *client.Client, node string) (string, error) {
-	ctx, cancel := context.WithTimeout(client.WithNode(ctx, node), 5*time.Second)
+func readBootID(ctx context.Context, c *client.Client) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 
 	r, err := c.Read(ctx, bootIDPath)
@@ -195,7 +195,7 @@ func waitNodes(ctx context.Context, progress io.Writer, s *session, boots map[st
 	defer cancel()
 
 	for _, node := range s.nodes {
-		if err := waitNode(ctx, progress, s.c, node, boots[node], up); err != nil {
+		if err := waitNode(s.nodeCtx(ctx, node), progress, s.c, node, boots[node], up); err != nil {
 			return fmt.Errorf("%s did not finish within %s: check the node's console or `talosctl -n %s events`, or raise --timeout", node, timeout, node)
 		}
 	}
@@ -209,7 +209,7 @@ func waitNode(ctx context.Context, progress io.Writer, c *client.Client, node, b
 	wentDown := false
 
 	for {
-		id, err := probe(ctx, c, node)
+		id, err := probe(ctx, c)
 
 		switch {
 		case err != nil && !wentDown:
@@ -237,15 +237,15 @@ func waitNode(ctx context.Context, progress io.Writer, c *client.Client, node, b
 }
 
 // probe checks that the node answers (Version) and returns its boot ID when it can be read.
-func probe(ctx context.Context, c *client.Client, node string) (string, error) {
-	vctx, cancel := context.WithTimeout(client.WithNode(ctx, node), 5*time.Second)
+func probe(ctx context.Context, c *client.Client) (string, error) {
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 
 	if _, err := c.Version(vctx); err != nil {
 		return "", err
 	}
 
-	id, _ := readBootID(ctx, c, node) //nolint:errcheck // the boot ID is optional
+	id, _ := readBootID(ctx, c) //nolint:errcheck // the boot ID is optional
 
 	return id, nil
 }

@@ -21,6 +21,8 @@ type Global struct {
 	Nodes       []string
 	Context     string
 	Cluster     string
+	// MachinedSocket, when set, bypasses talosconfig and apid (hidden flag).
+	MachinedSocket string
 }
 
 // errSilent marks a failure that has already been reported on stderr (for example per-node
@@ -46,6 +48,9 @@ func NewRootCommand() *cobra.Command {
 	pf.StringSliceVarP(&g.Nodes, "nodes", "n", nil, "target the specified nodes")
 	pf.StringVar(&g.Context, "context", "", "Context to be used in command")
 	pf.StringVar(&g.Cluster, "cluster", "", "Cluster to connect to if a proxy endpoint is used.")
+
+	pf.StringVar(&g.MachinedSocket, "machined-socket", "", "talk to machined's unix socket directly, without apid or TLS (tests, on-node debugging)")
+	pf.MarkHidden("machined-socket") //nolint:errcheck
 
 	root.AddCommand(
 		configCmd(g),
