@@ -187,7 +187,7 @@ func read(r io.Reader, keys []ed25519.PublicKey, onFile func(File, io.Reader) er
 // each payload file, streamed through onFile while its digest is computed.
 func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []byte), onFile func(File, io.Reader) error) (*Manifest, error) {
 	if len(keys) == 0 {
-		return nil, errors.New("no trusted image keys on this node: put the public key (imager keygen writes it) in STATE/image-signing.pub or build the node with trusted keys")
+		return nil, errors.New("no trusted image keys on this node: start the node with `machined boot --image-keys FILE.pub` (imager keygen writes it), or build the node with trusted keys")
 	}
 
 	br := bufio.NewReader(r)
@@ -329,7 +329,7 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 // checkManifest verifies the signature over raw, then parses and validates the manifest.
 func checkManifest(raw, sigRaw []byte, keys []ed25519.PublicKey) (*Manifest, error) {
 	if len(keys) == 0 {
-		return nil, errors.New("no trusted image keys on this node: put the public key (imager keygen writes it) in STATE/image-signing.pub or build the node with trusted keys")
+		return nil, errors.New("no trusted image keys on this node: start the node with `machined boot --image-keys FILE.pub` (imager keygen writes it), or build the node with trusted keys")
 	}
 
 	var sig Signature

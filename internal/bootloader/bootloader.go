@@ -1,0 +1,491 @@
+package bootloader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/meta"
+)
+
+// DefaultBootTimeout is how long a trial slot has to report a successful boot.
+const DefaultBootTimeout = 5 * time.Minute
+
+// Options are the boot stage's own settings; every other argument goes to machined.
+type Options struct {
+	StateDir     string
+	BootTimeout  time.Duration
+	Image        string // install slot A from this signed image on first boot
+	ImageKeys    string // PEM public keys to trust for images; copied to BOOT/image-signing.pub
+	MachinedArgs []string
+	Log          io.Writer
+}
+
+// TrustedKeysPath is where a node keeps the public keys it trusts for images (PEM), relative to
+// the state folder. It is in BOOT, with the installed system, so a reset (which wipes STATE and
+// EPHEMERAL) keeps it. `machined boot --image-keys FILE` puts it there.
+const TrustedKeysPath = "BOOT/image-signing.pub"
+
+// parseArgs takes the boot stage's flags out of args; --state is also passed on to machined.
+func parseArgs(args []string) (Options, error) {
+	o := Options{BootTimeout: DefaultBootTimeout, Log: os.Stderr}
+
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+
+		if !strings.HasPrefix(a, "-") || (name != "state" && name != "boot-timeout" && name != "image" && name != "image-keys") {
+			o.MachinedArgs = append(o.MachinedArgs, a)
+
+			continue
+		}
+
+		if !hasValue {
+			if i+1 >= len(args) {
+				return o, fmt.Errorf("--%s needs a value", name)
+			}
+
+			i++
+			value = args[i]
+		}
+
+		switch name {
+		case "state":
+			o.StateDir = value
+			o.MachinedArgs = append(o.MachinedArgs, "--state", value)
+		case "boot-timeout":
+			d, err := time.ParseDuration(value)
+			if err != nil || d <= 0 {
+				return o, fmt.Errorf("--boot-timeout %q is not a duration like 5m", value)
+			}
+
+			o.BootTimeout = d
+		case "image":
+			o.Image = value
+		case "image-keys":
+			o.ImageKeys = value
+		}
+	}
+
+	if o.StateDir == "" {
+		return o, errors.New("--state is required: the node's state folder (its disk)")
+	}
+
+	abs, err := filepath.Abs(o.StateDir)
+	if err != nil {
+		return o, err
+	}
+
+	o.StateDir = abs
+
+	return o, nil
+}
+
+// Main is `machined boot`.
+func Main(args []string) error {
+	o, err := parseArgs(args)
+	if err != nil {
+		return fmt.Errorf("%w\nusage: machined boot --state DIR [--boot-timeout 5m] [--image FILE] [--image-keys FILE] <machined flags>", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	return Run(ctx, o)
+}
+
+type stage struct {
+	o    Options
+	boot string
+	meta *meta.Store
+}
+
+func (s *stage) logf(format string, args ...any) {
+	fmt.Fprintf(s.o.Log, "boot: "+format+"\n", args...)
+}
+
+// Run boots the node until it shuts down or ctx ends (the node is then stopped cleanly).
+func Run(ctx context.Context, o Options) error {
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+
+	if o.BootTimeout <= 0 {
+		o.BootTimeout = DefaultBootTimeout
+	}
+
+	s := &stage{o: o, boot: filepath.Join(o.StateDir, "BOOT")}
+
+	if err := os.MkdirAll(s.boot, 0o700); err != nil {
+		return fmt.Errorf("creating BOOT: %w", err)
+	}
+
+	lock, err := os.OpenFile(filepath.Join(s.boot, ".bootloader.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening boot lock: %w", err)
+	}
+	defer lock.Close() //nolint:errcheck
+
+	if err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("another boot stage runs with state folder %s: stop it first", o.StateDir)
+	}
+
+	if s.meta, err = meta.Open(filepath.Join(o.StateDir, "META")); err != nil {
+		return err
+	}
+
+	removeTrash(o.StateDir)
+
+	if o.ImageKeys != "" {
+		if err = installKeys(o.ImageKeys, filepath.Join(o.StateDir, TrustedKeysPath)); err != nil {
+			return err
+		}
+	}
+
+	if err = s.install(); err != nil {
+		return err
+	}
+
+	// The child is killed if this process dies; Pdeathsig follows the thread that started it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	for {
+		var d Decision
+
+		err = s.meta.Update(func(v meta.Values) error {
+			var err error
+
+			d, err = Choose(v, func(slot string) bool { return SlotInstalled(s.boot, slot) })
+			if err != nil {
+				return err
+			}
+
+			if d.Trial && v[meta.WipeEphemeral] != "" {
+				v[meta.WipeEphemeral] = ""
+
+				if err = WipeFolder(o.StateDir, "EPHEMERAL"); err != nil {
+					return fmt.Errorf("wiping EPHEMERAL for the staged upgrade: %w", err)
+				}
+
+				s.logf("EPHEMERAL wiped for the staged upgrade")
+			}
+
+			v[meta.LastBoot] = d.Slot
+			if d.Trial {
+				v[meta.LastBoot] += " (trial)"
+			}
+
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("boot: %w", err)
+		}
+
+		s.logf("booting slot %s: %s", d.Slot, d.Reason)
+
+		again, err := s.runSlot(ctx, d)
+		if err != nil || !again {
+			return err
+		}
+	}
+}
+
+// install puts a first slot in place when BOOT is empty.
+func (s *stage) install() error {
+	if SlotInstalled(s.boot, SlotA) || SlotInstalled(s.boot, SlotB) {
+		return nil
+	}
+
+	dest := SlotDir(s.boot, SlotA)
+	os.RemoveAll(dest) //nolint:errcheck
+
+	if s.o.Image != "" {
+		keys, err := imager.NodeKeys(filepath.Join(s.o.StateDir, TrustedKeysPath))
+		if err != nil {
+			return err
+		}
+
+		m, err := imager.Extract(s.o.Image, keys, dest)
+		if err != nil {
+			return fmt.Errorf("installing from --image %s, nothing was changed: %w", s.o.Image, err)
+		}
+
+		s.logf("installed image %s into slot A", m.Version)
+
+		return s.meta.Set(meta.ActiveSlot, SlotA)
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("installing: finding own binary: %w", err)
+	}
+
+	files := map[string]string{imager.MachinedName: self}
+	if etcd := filepath.Join(filepath.Dir(self), imager.EtcdName); fileExists(etcd) {
+		files[imager.EtcdName] = etcd
+	}
+
+	if err = installFiles(dest, files); err != nil {
+		return fmt.Errorf("installing slot A: %w", err)
+	}
+
+	s.logf("installed %s into slot A", self)
+
+	return s.meta.Set(meta.ActiveSlot, SlotA)
+}
+
+// installKeys copies trusted public keys into BOOT after checking they are public keys.
+func installKeys(src, dst string) error {
+	keys, err := imager.LoadPublicKeys(src)
+	if err != nil {
+		return fmt.Errorf("--image-keys: %w", err)
+	}
+
+	if len(keys) == 0 {
+		return fmt.Errorf("--image-keys %s holds no public key: give the .pub file written by `imager keygen`", src)
+	}
+
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+
+	return meta.WriteFileAtomic(dst, data, 0o644)
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// installFiles copies files into a new folder dest, atomically (temporary folder, rename).
+func installFiles(dest string, files map[string]string) error {
+	tmp, err := os.MkdirTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".tmp-")
+	if err != nil {
+		return err
+	}
+
+	defer os.RemoveAll(tmp) //nolint:errcheck
+
+	for name, src := range files {
+		if err = copyFile(src, filepath.Join(tmp, name)); err != nil {
+			return err
+		}
+	}
+
+	if err = os.Rename(tmp, dest); err != nil {
+		return err
+	}
+
+	return meta.SyncDir(filepath.Dir(dest))
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close() //nolint:errcheck
+
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+
+	if _, err = io.Copy(out, in); err != nil {
+		out.Close() //nolint:errcheck
+
+		return err
+	}
+
+	if err = out.Sync(); err != nil {
+		out.Close() //nolint:errcheck
+
+		return err
+	}
+
+	return out.Close()
+}
+
+// runSlot runs machined from a slot until it exits. It reports whether to boot again.
+func (s *stage) runSlot(ctx context.Context, d Decision) (bool, error) {
+	cmd := exec.Command(SlotBinary(s.boot, d.Slot), s.o.MachinedArgs...)
+	cmd.Args[0] = "machined"
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), EnvBootStage+"=1", EnvSlot+"="+d.Slot)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+
+	if err := cmd.Start(); err != nil {
+		if d.Trial {
+			s.logf("slot %s does not start: %v", d.Slot, err)
+
+			return true, nil // the next boot falls back
+		}
+
+		return false, fmt.Errorf("starting machined from slot %s: %w", d.Slot, err)
+	}
+
+	exited := make(chan error, 1)
+
+	go func() { exited <- cmd.Wait() }()
+
+	var watchdog <-chan time.Time
+
+	if d.Trial {
+		t := time.NewTimer(s.o.BootTimeout)
+		defer t.Stop()
+
+		watchdog = t.C
+	}
+
+	stopping := false
+
+	for {
+		select {
+		case <-ctx.Done():
+			if !stopping {
+				stopping = true
+
+				cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+			}
+
+			err := <-exited
+			s.logf("node stopped")
+
+			if err != nil && !isSignalExit(err) {
+				return false, fmt.Errorf("machined: %w", err)
+			}
+
+			return false, nil
+		case <-watchdog:
+			watchdog = nil
+
+			trial, err := s.meta.Get(meta.TrialSlot)
+			if err == nil && trial == d.Slot {
+				s.logf("slot %s did not report a successful boot within %v: stopping it", d.Slot, s.o.BootTimeout)
+				stopWithin(cmd, exited, 30*time.Second)
+
+				return true, nil
+			}
+		case err := <-exited:
+			code := exitCode(err)
+
+			switch {
+			case code == ExitReboot:
+				s.logf("reboot")
+
+				return true, nil
+			case d.Trial:
+				if trial, _ := s.meta.Get(meta.TrialSlot); trial == d.Slot {
+					s.logf("slot %s exited (%v) before reporting a successful boot", d.Slot, err)
+
+					return true, nil
+				}
+
+				if code == 0 {
+					return false, nil
+				}
+
+				return false, fmt.Errorf("machined from slot %s: %w", d.Slot, err)
+			case code == 0:
+				s.logf("shutdown")
+
+				return false, nil
+			default:
+				return false, fmt.Errorf("machined from slot %s: %w", d.Slot, err)
+			}
+		}
+	}
+}
+
+// stopWithin sends SIGTERM, then SIGKILL if the process is still there after grace.
+func stopWithin(cmd *exec.Cmd, exited <-chan error, grace time.Duration) {
+	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+
+	t := time.NewTimer(grace)
+	defer t.Stop()
+
+	select {
+	case <-exited:
+	case <-t.C:
+		cmd.Process.Kill() //nolint:errcheck
+		<-exited
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+
+	return -1
+}
+
+func isSignalExit(err error) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return true
+		}
+	}
+
+	return false
+}
+
+// WipeFolder empties <root>/<name> without a window where it is half-wiped: the folder is
+// renamed to a trash name, a new empty one takes its place, then the trash is removed (a
+// crash leaves trash that the next boot removes).
+func WipeFolder(root, name string) error {
+	dir := filepath.Join(root, name)
+
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return os.MkdirAll(dir, 0o700)
+	}
+
+	trash, err := os.MkdirTemp(root, ".trash-"+name+"-")
+	if err != nil {
+		return err
+	}
+
+	if err = os.Rename(dir, filepath.Join(trash, name)); err != nil {
+		os.Remove(trash) //nolint:errcheck
+
+		return fmt.Errorf("wiping %s: %w", name, err)
+	}
+
+	if err = os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("wiping %s: %w", name, err)
+	}
+
+	if err = meta.SyncDir(root); err != nil {
+		return err
+	}
+
+	return os.RemoveAll(trash)
+}
+
+func removeTrash(root string) {
+	matches, _ := filepath.Glob(filepath.Join(root, ".trash-*")) //nolint:errcheck
+	for _, m := range matches {
+		os.RemoveAll(m) //nolint:errcheck
+	}
+}

@@ -1,0 +1,313 @@
+package bootloader
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/meta"
+)
+
+// The test binary doubles as a fake machined in the slots: a slot's "machined" is a script that
+// runs this binary with BOOTTEST_ROLE set. Each boot appends the slot to state/boots.
+func TestMain(m *testing.M) {
+	if role := os.Getenv("BOOTTEST_ROLE"); role != "" {
+		os.Exit(fakeMachined(role))
+	}
+
+	os.Exit(m.Run())
+}
+
+func fakeMachined(role string) int {
+	var state string
+
+	for i, a := range os.Args {
+		if a == "--state" && i+1 < len(os.Args) {
+			state = os.Args[i+1]
+		}
+	}
+
+	slot := CurrentSlot()
+	if state == "" || slot == "" || os.Getenv(EnvBootStage) == "" {
+		fmt.Fprintln(os.Stderr, "fake machined: missing --state or boot stage environment")
+
+		return 2
+	}
+
+	f, _ := os.OpenFile(filepath.Join(state, "boots"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	fmt.Fprintln(f, slot)
+	f.Close()
+
+	switch role {
+	case "good":
+		store, _ := meta.Open(filepath.Join(state, "META"))
+		if _, err := MarkBootSuccessful(store, slot); err != nil {
+			return 2
+		}
+
+		// Each line in state/reboots asks for one reboot; without any the node shuts down.
+		data, _ := os.ReadFile(filepath.Join(state, "reboots"))
+		if len(data) > 0 {
+			os.WriteFile(filepath.Join(state, "reboots"), data[1:], 0o600) //nolint:errcheck
+
+			return ExitReboot
+		}
+
+		return 0
+	case "crash":
+		return 3
+	case "reboot-before-ok":
+		return ExitReboot
+	case "hang":
+		select {} // until the boot stage's watchdog stops it
+	}
+
+	return 2
+}
+
+type testNode struct {
+	state string
+	log   *syncBuf
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.String()
+}
+
+func newTestNode(t *testing.T) *testNode {
+	t.Helper()
+
+	return &testNode{state: t.TempDir(), log: &syncBuf{}}
+}
+
+func slotScript(t *testing.T, path, role string) {
+	t.Helper()
+
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	script := fmt.Sprintf("#!/bin/sh\nBOOTTEST_ROLE=%s exec %q \"$@\"\n", role, self)
+
+	if err = os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	if err = os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *testNode) slot(t *testing.T, slot, role string) {
+	t.Helper()
+	slotScript(t, SlotBinary(filepath.Join(n.state, "BOOT"), slot), role)
+}
+
+func (n *testNode) meta(t *testing.T) *meta.Store {
+	t.Helper()
+
+	s, err := meta.Open(filepath.Join(n.state, "META"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return s
+}
+
+func (n *testNode) run(t *testing.T, extra ...string) error {
+	t.Helper()
+
+	o, err := parseArgs(append([]string{"--state", n.state, "--address", "127.5.9.9"}, extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	o.Log = n.log
+
+	return Run(context.Background(), o)
+}
+
+func (n *testNode) boots(t *testing.T) string {
+	t.Helper()
+
+	data, _ := os.ReadFile(filepath.Join(n.state, "boots"))
+
+	return strings.Join(strings.Fields(string(data)), ",")
+}
+
+func TestBootStage(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		a, b      string // roles of the slots ("" = empty)
+		meta      []string
+		reboots   int
+		extra     []string
+		wantBoots string
+		wantMeta  map[string]string
+		fallback  bool
+	}{
+		{name: "active slot", a: "good", b: "good", wantBoots: "A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}},
+		{name: "active slot B after reboot", a: "good", b: "good", meta: []string{meta.ActiveSlot, SlotB}, reboots: 1, wantBoots: "B,B"},
+		{name: "upgrade: boot-once then permanent", a: "good", b: "good", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB}, reboots: 1,
+			wantBoots: "B,B", wantMeta: map[string]string{meta.ActiveSlot: SlotB, meta.TrialSlot: "", meta.BootOnce: ""}},
+		{name: "new slot crashes: fallback", a: "good", b: "crash", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
+			wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA, meta.TrialSlot: ""}, fallback: true},
+		{name: "new slot reboots before reporting: fallback", a: "good", b: "reboot-before-ok", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
+			wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}, fallback: true},
+		{name: "new slot hangs: watchdog fallback", a: "good", b: "hang", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
+			extra: []string{"--boot-timeout", "300ms"}, wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}, fallback: true},
+		{name: "interrupted trial found on next start", a: "good", b: "good", meta: []string{meta.ActiveSlot, SlotA, meta.TrialSlot, SlotB},
+			wantBoots: "A", wantMeta: map[string]string{meta.ActiveSlot: SlotA, meta.TrialSlot: ""}, fallback: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t)
+
+			if tc.a != "" {
+				n.slot(t, SlotA, tc.a)
+			}
+
+			if tc.b != "" {
+				n.slot(t, SlotB, tc.b)
+			}
+
+			if len(tc.meta) > 0 {
+				if err := n.meta(t).Set(tc.meta...); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			if tc.reboots > 0 {
+				os.WriteFile(filepath.Join(n.state, "reboots"), []byte(strings.Repeat("x", tc.reboots)), 0o600) //nolint:errcheck
+			}
+
+			if err := n.run(t, tc.extra...); err != nil {
+				t.Fatalf("boot stage: %v\n%s", err, n.log)
+			}
+
+			if got := n.boots(t); got != tc.wantBoots {
+				t.Fatalf("boots %q, want %q\n%s", got, tc.wantBoots, n.log)
+			}
+
+			v, _ := n.meta(t).Read()
+			for k, want := range tc.wantMeta {
+				if v[k] != want {
+					t.Fatalf("META %s=%q, want %q (all: %v)", k, v[k], want, v)
+				}
+			}
+
+			if got := v[meta.Fallback] != ""; got != tc.fallback {
+				t.Fatalf("fallback recorded %v (%q), want %v", got, v[meta.Fallback], tc.fallback)
+			}
+		})
+	}
+}
+
+func TestBootStagePassesArgs(t *testing.T) {
+	o, err := parseArgs([]string{"--state", "/x", "--platform", "container", "--boot-timeout=2m", "--address", "127.0.0.9", "--image", "/i.img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if o.BootTimeout != 2*time.Minute || o.Image != "/i.img" || o.StateDir != "/x" {
+		t.Fatalf("options %+v", o)
+	}
+
+	if got := strings.Join(o.MachinedArgs, " "); got != "--state /x --platform container --address 127.0.0.9" {
+		t.Fatalf("machined args %q", got)
+	}
+
+	if _, err = parseArgs([]string{"--address", "127.0.0.9"}); err == nil || !strings.Contains(err.Error(), "--state is required") {
+		t.Fatalf("no --state: %v", err)
+	}
+}
+
+func TestInstallFromImage(t *testing.T) {
+	n := newTestNode(t)
+	dir := t.TempDir()
+
+	pub, err := imager.GenerateKey(filepath.Join(dir, "k.key"), filepath.Join(dir, "k.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	priv, _ := imager.LoadPrivateKey(filepath.Join(dir, "k.key"))
+	slotScript(t, filepath.Join(dir, "machined"), "good")
+	os.WriteFile(filepath.Join(dir, "etcd"), []byte("etcd"), 0o755) //nolint:errcheck
+
+	img := filepath.Join(dir, "node.img")
+	if _, err = imager.BuildFile(img, imager.BuildOptions{Version: "v1.2.3", Key: priv, Compress: true,
+		Files: map[string]string{"machined": filepath.Join(dir, "machined"), "etcd": filepath.Join(dir, "etcd")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without trusted keys the install is refused and BOOT stays empty.
+	err = n.run(t, "--image", img)
+	if err == nil || !strings.Contains(err.Error(), "no trusted image keys") {
+		t.Fatalf("install without trusted keys: %v", err)
+	}
+
+	if SlotInstalled(filepath.Join(n.state, "BOOT"), SlotA) {
+		t.Fatal("refused image was installed")
+	}
+
+	// A private key given as trusted key is refused.
+	if err = n.run(t, "--image", img, "--image-keys", filepath.Join(dir, "k.key")); err == nil || !strings.Contains(err.Error(), "not a public key") {
+		t.Fatalf("private key as --image-keys: %v", err)
+	}
+
+	if err = n.run(t, "--image", img, "--image-keys", filepath.Join(dir, "k.pub")); err != nil {
+		t.Fatalf("%v\n%s", err, n.log)
+	}
+
+	if n.boots(t) != "A" {
+		t.Fatalf("boots %q", n.boots(t))
+	}
+
+	if _, err = imager.VerifyDir(SlotDir(filepath.Join(n.state, "BOOT"), SlotA), []ed25519.PublicKey{pub}); err != nil {
+		t.Fatalf("installed slot: %v", err)
+	}
+}
+
+func TestWipeFolder(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "EPHEMERAL", "lib"), 0o700)                       //nolint:errcheck
+	os.WriteFile(filepath.Join(root, "EPHEMERAL", "lib", "data"), []byte("x"), 0o600) //nolint:errcheck
+
+	if err := WipeFolder(root, "EPHEMERAL"); err != nil {
+		t.Fatal(err)
+	}
+
+	entries, err := os.ReadDir(filepath.Join(root, "EPHEMERAL"))
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("EPHEMERAL after wipe: %v %v", entries, err)
+	}
+
+	all, _ := os.ReadDir(root)
+	if len(all) != 1 {
+		t.Fatalf("wipe left %d entries in the state folder", len(all))
+	}
+}
