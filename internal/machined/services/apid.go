@@ -1,0 +1,117 @@
+package services
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+
+	"github.com/talos-go/talos/internal/apid/certs"
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/runner"
+)
+
+func init() { register(APID) }
+
+// APID is the node's API gateway: its own process on the node address, port 50000, serving
+// mutual TLS with the certificates in its folder (written by the secrets controllers) and
+// reaching machined only through the socket. Rotated certificates are picked up by apid
+// itself, without a restart.
+func APID(r *runtime.Runtime) *system.Service {
+	dir := r.Paths.Secrets("apid")
+	listen := net.JoinHostPort(r.Address, strconv.Itoa(constants.ApidPort))
+
+	return &system.Service{
+		ID:                   "apid",
+		ConditionDescription: "apid certificates",
+		Condition: func(ctx context.Context) error {
+			return waitAPIDFiles(ctx, dir)
+		},
+		Runner: func() (system.Runner, error) {
+			out, err := r.Logs.Writer("apid")
+			if err != nil {
+				return nil, err
+			}
+
+			return &runner.Process{
+				Args: []string{
+					r.Binary, "apid",
+					"--listen", listen,
+					"--certs", dir,
+					"--socket", r.Paths.MachinedSocket(),
+					"--local-address", r.Address,
+				},
+				Output:          out,
+				GracefulTimeout: 10 * time.Second,
+			}, nil
+		},
+		HealthFunc: func(ctx context.Context) error {
+			return apidHealth(ctx, dir, listen)
+		},
+		HealthSettings: system.HealthSettings{InitialDelay: 100 * time.Millisecond, Period: 5 * time.Second, Timeout: 2 * time.Second},
+		Restart:        system.RestartAlways,
+	}
+}
+
+// apidHealth completes a TLS handshake with apid, verifying its certificate against the CA
+// bundle (in TLS 1.3 the client's handshake completes before the server checks the client
+// certificate, so no client certificate is needed here).
+func apidHealth(ctx context.Context, dir, addr string) error {
+	caPEM, err := os.ReadFile(filepath.Join(dir, certs.CA))
+	if err != nil {
+		return fmt.Errorf("reading apid CA: %w", err)
+	}
+
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("apid CA bundle holds no certificate")
+	}
+
+	host, _, _ := net.SplitHostPort(addr) //nolint:errcheck
+
+	d := tls.Dialer{Config: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: host, NextProtos: []string{"h2"}}}
+
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("apid handshake: %w", err)
+	}
+
+	return conn.Close()
+}
+
+// waitAPIDFiles blocks until apid's folder holds every file it needs.
+func waitAPIDFiles(ctx context.Context, dir string) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+
+	for {
+		ready := true
+
+		for _, name := range certs.All {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				ready = false
+
+				break
+			}
+		}
+
+		if ready {
+			return nil
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
