@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 func memoryCmd(g *Global) *cobra.Command {
@@ -190,6 +189,3 @@ func mountsCmd(g *Global) *cobra.Command {
 		},
 	}
 }
-
-// protoJSON is used by -o json outputs of proto messages.
-var protoJSON = protojson.MarshalOptions{Multiline: true, Indent: "  "}
