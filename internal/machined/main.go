@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/machined/runtime"
 )
 
@@ -57,6 +58,11 @@ func Main(args []string) error {
 	}
 
 	if action == actionReboot {
+		if bootloader.UnderBootStage() {
+			// Under the boot stage a reboot goes through it: it picks the slot to boot.
+			os.Exit(bootloader.ExitReboot)
+		}
+
 		// Container mode reboot: the node process restarts in place, keeping its PID.
 		self, err := os.Executable()
 		if err != nil {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
@@ -168,7 +168,10 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 
 	n.r.Supervisor = system.NewSupervisor(log.Named("supervisor"), n.onServiceState)
 
-	api := &server.Machine{R: n.r, Lifecycle: n}
+	upg := n.newUpgrades()
+	defer upg.Close()
+
+	api := &server.Machine{R: n.r, Lifecycle: n, Upgrades: upg}
 
 	bootSeq := boot.Sequence{Name: "boot", Phases: []boot.Phase{
 		{Name: "initialize", Tasks: []boot.Task{
@@ -191,6 +194,7 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 	if n.r.Config() == nil {
 		n.setMachineStage(runCtx, runtimeres.MachineStageMaintenance, false)
 		log.Info("no config: waiting in maintenance mode for apply-config")
+		upg.BootSucceeded()
 
 		select {
 		case <-ctx.Done():
@@ -215,6 +219,7 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 
 	n.setMachineStage(runCtx, runtimeres.MachineStageRunning, true)
 	log.Info("node is running", zap.String("address", n.opts.Address))
+	upg.BootSucceeded()
 
 	select {
 	case <-ctx.Done():

@@ -3,6 +3,7 @@ package multicall
 
 import (
 	"github.com/talos-go/talos/internal/apid"
+	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/machined"
 )
 
@@ -10,4 +11,5 @@ import (
 var Commands = map[string]func(args []string) error{
 	"machined": machined.Main,
 	"apid":     apid.Main,
+	"boot":     bootloader.Main,
 }

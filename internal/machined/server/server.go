@@ -41,6 +41,8 @@ type Machine struct {
 
 	R         *runtime.Runtime
 	Lifecycle Lifecycle
+	// Upgrades serves Upgrade, Rollback and Reset; nil answers Unimplemented.
+	Upgrades Upgrades
 }
 
 // metadata is put on every reply message so apid can tell nodes apart.
