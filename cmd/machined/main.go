@@ -14,13 +14,16 @@ func main() {
 	name := filepath.Base(os.Args[0])
 	args := os.Args[1:]
 
+	// A subcommand wins over argv[0], so "machined trustd ..." runs trustd even though the
+	// binary itself is named machined.
+	if len(args) > 0 {
+		if _, ok := multicall.Commands[args[0]]; ok {
+			name, args = args[0], args[1:]
+		}
+	}
+
 	if _, ok := multicall.Commands[name]; !ok {
 		name = "machined"
-		if len(args) > 0 {
-			if _, ok := multicall.Commands[args[0]]; ok {
-				name, args = args[0], args[1:]
-			}
-		}
 	}
 
 	if err := multicall.Commands[name](args); err != nil {

@@ -5,6 +5,7 @@ import (
 	"github.com/talos-go/talos/internal/apid"
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/machined"
+	"github.com/talos-go/talos/internal/trustd"
 )
 
 // Commands maps a program name (argv[0] or first argument) to its entry point.
@@ -12,4 +13,5 @@ var Commands = map[string]func(args []string) error{
 	"machined": machined.Main,
 	"apid":     apid.Main,
 	"boot":     bootloader.Main,
+	"trustd":   trustd.Main,
 }
