@@ -63,7 +63,7 @@ func newCA(t testing.TB) *testCA {
 		t.Fatal(err)
 	}
 
-	cert, _ := x509.ParseCertificate(der) //nolint:errcheck
+	cert, _ := x509.ParseCertificate(der)      //nolint:errcheck
 	keyDER, _ := x509.MarshalECPrivateKey(key) //nolint:errcheck
 
 	return &testCA{

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	goruntime "runtime"
 	"slices"
 	"time"
 
@@ -93,6 +94,8 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(credentials.NewTLS(opts.Certs.ServerTLS())),
 		grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.UnknownServiceHandler(s.handle),
+		// Reuse handler goroutines (and their grown stacks) instead of one new goroutine per call.
+		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))), //nolint:gosec
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 
