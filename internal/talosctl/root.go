@@ -75,6 +75,7 @@ func NewRootCommand() *cobra.Command {
 		kubeconfigCmd(g),
 		healthCmd(g),
 		completionCmd(),
+		clusterCmd(g),
 	)
 
 	return root

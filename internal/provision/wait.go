@@ -1,0 +1,174 @@
+package provision
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// Client connects to the cluster through its control planes' apid.
+func (c *Cluster) Client(ctx context.Context, cfg *clientconfig.Config) (*client.Client, error) {
+	var eps []string
+
+	for _, n := range c.Nodes {
+		if n.Type == TypeControlPlane {
+			eps = append(eps, n.Address)
+		}
+	}
+
+	return client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(eps...), client.WithDefaultGRPCDialOptions())
+}
+
+// step retries fn every interval until it succeeds or ctx ends, printing what it waits for.
+func step(ctx context.Context, progress io.Writer, what string, fn func(ctx context.Context) error) error {
+	start := time.Now()
+	fmt.Fprintf(progress, "waiting for %s\n", what)
+
+	var last error
+
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		last = fn(callCtx)
+		cancel()
+
+		if last == nil {
+			fmt.Fprintf(progress, "  %s: OK (%s)\n", what, time.Since(start).Round(10*time.Millisecond))
+
+			return nil
+		}
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for %s: %w (node logs are in the cluster folder)", what, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Wait follows the cluster to health: apid answers on every node, etcd is bootstrapped on the
+// first control plane, every control plane is a voting member, every service is healthy.
+func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io.Writer) error {
+	cl, err := c.Client(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer cl.Close() //nolint:errcheck
+
+	var cps []Node
+
+	for _, n := range c.Nodes {
+		if n.Type == TypeControlPlane {
+			cps = append(cps, n)
+		}
+	}
+
+	for _, n := range c.Nodes {
+		if err = step(ctx, progress, "apid on "+n.Name, func(ctx context.Context) error {
+			_, err := cl.Version(client.WithNode(ctx, n.Address))
+
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+
+	etcd := true
+
+	if err = step(ctx, progress, "etcd bootstrap on "+cps[0].Name, func(ctx context.Context) error {
+		err := cl.Bootstrap(client.WithNode(ctx, cps[0].Address), &machine.BootstrapRequest{})
+
+		switch status.Code(err) {
+		case codes.OK, codes.AlreadyExists:
+			return nil
+		case codes.Unimplemented:
+			etcd = false
+
+			return nil
+		case codes.FailedPrecondition:
+			if strings.Contains(err.Error(), "already") {
+				return nil
+			}
+		}
+
+		return err
+	}); err != nil {
+		return err
+	}
+
+	if !etcd {
+		fmt.Fprintln(progress, "  etcd is not served by this build: skipping bootstrap")
+	} else if err = step(ctx, progress, fmt.Sprintf("%d voting etcd members", len(cps)), func(ctx context.Context) error {
+		resp, err := cl.EtcdMemberList(client.WithNode(ctx, cps[0].Address), &machine.EtcdMemberListRequest{})
+		if err != nil {
+			return err
+		}
+
+		voters := 0
+
+		for _, msg := range resp.Messages {
+			for _, m := range msg.Members {
+				if !m.IsLearner {
+					voters++
+				}
+			}
+		}
+
+		if voters != len(cps) {
+			return fmt.Errorf("%d of %d members are voters", voters, len(cps))
+		}
+
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	for _, n := range c.Nodes {
+		if err = step(ctx, progress, "services on "+n.Name, func(ctx context.Context) error {
+			resp, err := cl.MachineClient.ServiceList(client.WithNode(ctx, n.Address), &emptypb.Empty{})
+			if err != nil {
+				return err
+			}
+
+			return unhealthy(resp)
+		}); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// unhealthy names the services that are neither up nor deliberately off.
+func unhealthy(resp *machine.ServiceListResponse) error {
+	var bad []string
+
+	for _, msg := range resp.Messages {
+		for _, svc := range msg.Services {
+			switch svc.State {
+			case "Skipped", "Finished":
+				continue
+			case "Running":
+				if svc.Health == nil || svc.Health.Unknown || svc.Health.Healthy {
+					continue
+				}
+			}
+
+			bad = append(bad, fmt.Sprintf("%s (%s)", svc.Id, svc.State))
+		}
+	}
+
+	if len(bad) > 0 {
+		return fmt.Errorf("services not healthy: %s", strings.Join(bad, ", "))
+	}
+
+	return nil
+}

@@ -1,0 +1,228 @@
+package talosctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/talos-go/talos/internal/provision"
+)
+
+func clusterCmd(g *Global) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "A collection of commands for managing local clusters",
+	}
+
+	var (
+		name  string
+		state string
+	)
+
+	cmd.PersistentFlags().StringVar(&name, "name", "talos-default", "the name of the cluster")
+	cmd.PersistentFlags().StringVar(&state, "state", "", "directory path to store cluster state (default ~/.talos/clusters)")
+
+	root := func() (string, error) {
+		if state != "" {
+			return state, nil
+		}
+
+		return provision.DefaultStateRoot()
+	}
+
+	cmd.AddCommand(clusterCreateCmd(g, &name, root), clusterDestroyCmd(&name, root), clusterShowCmd(&name, root))
+
+	return cmd
+}
+
+// nodeBinary finds the multi-call node binary: the flag, then next to talosctl, then PATH.
+func nodeBinary(flag string) (string, error) {
+	if flag != "" {
+		return filepath.Abs(flag)
+	}
+
+	if self, err := os.Executable(); err == nil {
+		candidate := filepath.Join(filepath.Dir(self), "machined")
+		if _, err := os.Stat(candidate); err == nil {
+			return candidate, nil
+		}
+	}
+
+	if p, err := exec.LookPath("machined"); err == nil {
+		return filepath.Abs(p)
+	}
+
+	return "", errors.New("node binary `machined` not found next to talosctl or on PATH: build it with `go build -o _out/ ./cmd/...` or pass --machined-path")
+}
+
+func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cobra.Command {
+	var (
+		req            provision.Request
+		cidr           string
+		provisioner    string
+		binary         string
+		wait           bool
+		waitTimeout    time.Duration
+		skipKubeconfig bool
+	)
+
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Creates a local cluster: one machined process per node on loopback addresses",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if provisioner != "process" {
+				return fmt.Errorf("--provisioner %q is not available: only `process` (no root needed) is built so far", provisioner)
+			}
+
+			prefix, err := netip.ParsePrefix(cidr)
+			if err != nil {
+				return fmt.Errorf("--cidr %q: %w (use a prefix like 127.5.0.0/24)", cidr, err)
+			}
+
+			if req.StateRoot, err = root(); err != nil {
+				return err
+			}
+
+			if req.Binary, err = nodeBinary(binary); err != nil {
+				return err
+			}
+
+			req.Name, req.CIDR, req.Progress = *name, prefix, cmd.OutOrStdout()
+			start := time.Now()
+
+			c, cfgs, err := provision.Create(cmd.Context(), req)
+			if err != nil {
+				if c != nil {
+					return fmt.Errorf("%w\nclean up with `talosctl cluster destroy --name %s`", err, *name)
+				}
+
+				return err
+			}
+
+			if err = mergeClusterContext(g, cfgs, c, cmd); err != nil {
+				return err
+			}
+
+			if !wait {
+				fmt.Fprintf(cmd.OutOrStdout(), "nodes started; check them with `talosctl cluster show --name %s`\n", *name)
+
+				return nil
+			}
+
+			ctx, cancel := context.WithTimeout(cmd.Context(), waitTimeout)
+			defer cancel()
+
+			if err = provision.Wait(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout()); err != nil {
+				return fmt.Errorf("%w\nthe nodes keep running: inspect with `talosctl cluster show --name %s`, remove with `talosctl cluster destroy --name %s`", err, *name, *name)
+			}
+
+			fmt.Fprintf(cmd.OutOrStdout(), "cluster %q is healthy (%s)\n", *name, time.Since(start).Round(10*time.Millisecond))
+
+			_ = skipKubeconfig // Kubernetes is not part of this build yet: there is no kubeconfig to merge.
+
+			return nil
+		},
+	}
+
+	f := cmd.Flags()
+	f.IntVar(&req.ControlPlanes, "controlplanes", 1, "the number of control plane nodes to create")
+	f.IntVar(&req.Workers, "workers", 1, "the number of worker nodes to create")
+	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ...")
+	f.StringArrayVar(&req.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
+	f.StringArrayVar(&req.CPPatches, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'init' and 'controlplane' types)")
+	f.StringArrayVar(&req.WorkerPatches, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
+	f.StringVar(&req.InputDir, "input-dir", "", "location of pre-generated config files")
+	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")
+	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
+	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
+	f.StringVar(&provisioner, "provisioner", "process", "Talos cluster provisioner to use")
+	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
+
+	return cmd
+}
+
+// mergeClusterContext saves the cluster's talosconfig beside its state and merges its context
+// into the user's client config.
+func mergeClusterContext(g *Global, cfgs *provision.Configs, c *provision.Cluster, cmd *cobra.Command) error {
+	if err := cfgs.Talosconfig.Save(filepath.Join(c.Dir, "talosconfig")); err != nil {
+		return fmt.Errorf("saving cluster talosconfig: %w", err)
+	}
+
+	cfg, path, err := loadConfig(g.Talosconfig, true)
+	if err != nil {
+		return err
+	}
+
+	for _, r := range mergeConfig(cfg, cfgs.Talosconfig, false) {
+		fmt.Fprintf(cmd.OutOrStdout(), "renamed talosconfig context %s\n", r.String())
+	}
+
+	if err = saveConfig(cfg, path); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(cmd.OutOrStdout(), "merged context %q into %s\n", cfg.Context, path)
+
+	return nil
+}
+
+func clusterDestroyCmd(name *string, root func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "destroy",
+		Short: "Destroys a local cluster: stops its nodes and removes their state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := root()
+			if err != nil {
+				return err
+			}
+
+			return provision.Destroy(r, *name, cmd.OutOrStdout())
+		},
+	}
+}
+
+func clusterShowCmd(name *string, root func() (string, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show",
+		Short: "Shows info about a local cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := root()
+			if err != nil {
+				return err
+			}
+
+			c, err := provision.Load(r, *name)
+			if err != nil {
+				return err
+			}
+
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "PROVISIONER       process\nNAME              %s\nNETWORK CIDR      %s\nSTATE             %s\n\nNODES:\n\n", c.Name, c.CIDR, c.Dir)
+
+			tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tTYPE\tIP\tPID\tSTATE")
+
+			for _, n := range c.Nodes {
+				st := "stopped"
+				if n.Running() {
+					st = "running"
+				}
+
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", n.Name, n.Type, n.Address, n.PID, st)
+			}
+
+			return tw.Flush()
+		},
+	}
+}
