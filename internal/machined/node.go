@@ -26,6 +26,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/boot"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
+	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/machined/runtime"
@@ -276,6 +277,12 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		&networkctrl.HostnameSpecController{Address: n.opts.Address},
 		&networkctrl.HostnameStatusController{},
 		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
+		&secretsctrl.RootController{},
+		&secretsctrl.APICertSANsController{},
+		&secretsctrl.APIController{},
+		&secretsctrl.APIFilesController{Dir: n.r.Paths.Secrets("apid")},
+		&secretsctrl.TrustdController{},
+		&secretsctrl.TrustdFilesController{Dir: n.r.Paths.Secrets("trustd")},
 	} {
 		if err = rt.RegisterController(ctrl); err != nil {
 			return fmt.Errorf("registering controller %s: %w", ctrl.Name(), err)

@@ -47,6 +47,7 @@ var Definitions = []meta.ResourceWithRD{
 	&v1alpha1.Service{},
 	&runtimeres.MachineStatus{},
 	&secrets.API{},
+	&secrets.Trustd{},
 	&secrets.OSRoot{},
 	&secrets.CertSAN{},
 	&etcd.Member{},

@@ -1,0 +1,253 @@
+package secrets
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	stdx509 "crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/siderolabs/crypto/x509"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
+
+	"github.com/talos-go/talos/internal/trustd"
+)
+
+// renewFraction: a certificate is renewed once this much of its lifetime has passed.
+const renewNum, renewDen = 2, 3
+
+// checkInterval is how often certificates are checked against the wall clock, which catches
+// both their renewal time and large clock jumps (timers run on the monotonic clock).
+func checkInterval(lifetime time.Duration) time.Duration {
+	return min(max(lifetime/20, 50*time.Millisecond), time.Minute)
+}
+
+// want is what one certificate must be.
+type want struct {
+	commonName string
+	orgs       []string
+	ips        []netip.Addr
+	dns        []string
+	usage      stdx509.ExtKeyUsage
+}
+
+func (w want) template(now time.Time, lifetime time.Duration) *stdx509.Certificate {
+	ips := make([]net.IP, 0, len(w.ips))
+	for _, ip := range w.ips {
+		ips = append(ips, ip.AsSlice())
+	}
+
+	return &stdx509.Certificate{
+		Subject:               pkix.Name{CommonName: w.commonName, Organization: w.orgs},
+		IPAddresses:           ips,
+		DNSNames:              w.dns,
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(lifetime),
+		KeyUsage:              stdx509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []stdx509.ExtKeyUsage{w.usage},
+		BasicConstraintsValid: true,
+	}
+}
+
+func newKey() (*ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	der, err := stdx509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	return key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// signLocal issues the certificate with the CA's key (control planes).
+func signLocal(ca *x509.PEMEncodedCertificateAndKey, w want, lifetime time.Duration, now time.Time) (*x509.PEMEncodedCertificateAndKey, error) {
+	caCrt, err := parseCert(ca.Crt)
+	if err != nil {
+		return nil, fmt.Errorf("parsing CA certificate: %w", err)
+	}
+
+	caKey, err := trustd.ParsePrivateKey(ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("parsing CA key: %w", err)
+	}
+
+	key, keyPEM, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+
+	tmpl := w.template(now, lifetime)
+	if tmpl.NotAfter.After(caCrt.NotAfter) {
+		tmpl.NotAfter = caCrt.NotAfter
+	}
+
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127)); err != nil {
+		return nil, err
+	}
+
+	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCrt, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("signing %s certificate: %w", w.commonName, err)
+	}
+
+	return &x509.PEMEncodedCertificateAndKey{
+		Crt: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Key: keyPEM,
+	}, nil
+}
+
+var oidExtKeyUsage = asn1.ObjectIdentifier{2, 5, 29, 37}
+
+var ekuOIDs = map[stdx509.ExtKeyUsage]asn1.ObjectIdentifier{
+	stdx509.ExtKeyUsageServerAuth: {1, 3, 6, 1, 5, 5, 7, 3, 1},
+	stdx509.ExtKeyUsageClientAuth: {1, 3, 6, 1, 5, 5, 7, 3, 2},
+}
+
+// newCSR makes a key and a CSR asking for the certificate (workers, signed by trustd).
+func newCSR(w want) (csrPEM, keyPEM []byte, err error) {
+	key, keyPEM, err := newKey()
+	if err != nil {
+		return nil, nil, err
+	}
+
+	eku, err := asn1.Marshal([]asn1.ObjectIdentifier{ekuOIDs[w.usage]})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	tmpl := w.template(time.Now(), 0)
+
+	der, err := stdx509.CreateCertificateRequest(rand.Reader, &stdx509.CertificateRequest{
+		Subject:         tmpl.Subject,
+		IPAddresses:     tmpl.IPAddresses,
+		DNSNames:        tmpl.DNSNames,
+		ExtraExtensions: []pkix.Extension{{Id: oidExtKeyUsage, Value: eku}},
+	}, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating CSR: %w", err)
+	}
+
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), keyPEM, nil
+}
+
+func parseCert(data []byte) (*stdx509.Certificate, error) {
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("no PEM certificate")
+	}
+
+	return stdx509.ParseCertificate(block.Bytes)
+}
+
+// current reports why a certificate no longer fits (empty: it fits): a different issuer or
+// names, or the wall clock past its renewal time or before its start (a clock jump).
+func current(pair *x509.PEMEncodedCertificateAndKey, caPEM []byte, w want, now time.Time) string {
+	if pair == nil || len(pair.Crt) == 0 || len(pair.Key) == 0 {
+		return "missing"
+	}
+
+	crt, err := parseCert(pair.Crt)
+	if err != nil {
+		return "unparsable"
+	}
+
+	ca, err := parseCert(caPEM)
+	if err != nil || crt.CheckSignatureFrom(ca) != nil {
+		return "issuer changed"
+	}
+
+	gotIPs := make([]netip.Addr, 0, len(crt.IPAddresses))
+	for _, ip := range crt.IPAddresses {
+		a, _ := netip.AddrFromSlice(ip)
+		gotIPs = append(gotIPs, a.Unmap())
+	}
+
+	wantIPs := make([]netip.Addr, 0, len(w.ips))
+	for _, ip := range w.ips {
+		wantIPs = append(wantIPs, ip.Unmap())
+	}
+
+	slices.SortFunc(gotIPs, netip.Addr.Compare)
+	slices.SortFunc(wantIPs, netip.Addr.Compare)
+
+	if !slices.Equal(gotIPs, wantIPs) || !slices.Equal(sorted(crt.DNSNames), sorted(w.dns)) {
+		return "names changed"
+	}
+
+	if crt.Subject.CommonName != w.commonName || !slices.Equal(crt.Subject.Organization, w.orgs) {
+		return "subject changed"
+	}
+
+	if now.Before(crt.NotBefore) {
+		return "clock is before the certificate's start"
+	}
+
+	total := crt.NotAfter.Sub(crt.NotBefore)
+	if !now.Before(crt.NotBefore.Add(total * renewNum / renewDen)) {
+		return "due for renewal"
+	}
+
+	return ""
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+
+	return slices.Compact(s)
+}
+
+// caBundle is the CAs trusted by the node's API: the issuing CA, then the accepted ones.
+func caBundle(root *secrets.OSRootSpec) []*x509.PEMEncodedCertificate {
+	out := []*x509.PEMEncodedCertificate{{Crt: root.IssuingCA.Crt}}
+
+	for _, acc := range root.AcceptedCAs {
+		if !bytes.Equal(acc.Crt, root.IssuingCA.Crt) {
+			out = append(out, acc)
+		}
+	}
+
+	return out
+}
+
+func sameBundle(a, b []*x509.PEMEncodedCertificate) bool {
+	return slices.EqualFunc(a, b, func(x, y *x509.PEMEncodedCertificate) bool { return bytes.Equal(x.Crt, y.Crt) })
+}
+
+// TrustdEndpoints are where a worker finds trustd: the control-plane endpoint's host.
+func TrustdEndpoints(cfg talosconfig.Config) []string {
+	if cfg == nil || cfg.Cluster() == nil {
+		return nil
+	}
+
+	return endpointHosts(cfg.Cluster().Endpoint())
+}
+
+func endpointHosts(u *url.URL) []string {
+	if u == nil || u.Hostname() == "" {
+		return nil
+	}
+
+	return []string{u.Hostname()}
+}
+
+// hasKey reports whether the node holds the CA key (a control plane).
+func hasKey(root *secrets.OSRootSpec) bool {
+	return root.IssuingCA != nil && len(root.IssuingCA.Crt) > 0 && len(root.IssuingCA.Key) > 0
+}

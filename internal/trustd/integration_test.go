@@ -1,0 +1,535 @@
+package trustd_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	gensecrets "github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	mtype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/talos-go/talos/internal/apid/certs"
+	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
+	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/trustd"
+)
+
+// cluster is a generated cluster: one secrets bundle, control-plane and worker configs.
+type cluster struct {
+	bundle   *gensecrets.Bundle
+	cp, wk   []byte
+	caPool   *x509.CertPool
+	caCert   *x509.Certificate
+	caSigner any
+}
+
+func newCluster(t *testing.T, cpAddr string, workerToken string) *cluster {
+	t.Helper()
+
+	bundle, err := gensecrets.NewBundle(gensecrets.NewFixedClock(time.Now()), config.TalosVersionCurrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	in, err := generate.NewInput("test", fmt.Sprintf("https://%s:6443", cpAddr), constants.DefaultKubernetesVersion, generate.WithSecretsBundle(bundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	encode := func(typ mtype.Type) []byte {
+		cfg, err := in.Config(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		out, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return out
+	}
+
+	c := &cluster{bundle: bundle, cp: encode(mtype.TypeControlPlane), wk: encode(mtype.TypeWorker)}
+
+	if workerToken != "" {
+		c.wk = bytes.ReplaceAll(c.wk, []byte(bundle.TrustdInfo.Token), []byte(workerToken))
+	}
+
+	if bytes.Contains(c.wk, bundle.Certs.OS.Key) {
+		t.Fatal("worker config carries the CA key")
+	}
+
+	c.caPool = x509.NewCertPool()
+	c.caPool.AppendCertsFromPEM(bundle.Certs.OS.Crt)
+
+	block, _ := pem.Decode(bundle.Certs.OS.Crt)
+	if c.caCert, err = x509.ParseCertificate(block.Bytes); err != nil {
+		t.Fatal(err)
+	}
+
+	if c.caSigner, err = trustd.ParsePrivateKey(bundle.Certs.OS.Key); err != nil {
+		t.Fatal(err)
+	}
+
+	return c
+}
+
+// adminCert is a talosctl-style client certificate with role os:admin.
+func (c *cluster) adminCert(t *testing.T) tls.Certificate {
+	t.Helper()
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "admin", Organization: []string{"os:admin"}},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, c.caCert, &key.PublicKey, c.caSigner)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// waitFor polls cond until it holds; the deadline only guards against a hang.
+func waitFor(t *testing.T, what string, node *testutil.Node, cond func() bool) {
+	t.Helper()
+
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			out := ""
+			if node != nil {
+				out = node.Output.String()
+			}
+
+			t.Fatalf("%s did not happen\n%s", what, out)
+		}
+
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("%s: no PEM", path)
+	}
+
+	crt, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return crt
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+
+	return err == nil
+}
+
+func apidDir(n *testutil.Node) string   { return filepath.Join(n.State, "system", "secrets", "apid") }
+func trustdDir(n *testutil.Node) string { return filepath.Join(n.State, "system", "secrets", "trustd") }
+
+// startAPID runs apid for a node from the node's certificate folder (a real apid process, on a
+// test port so it does not meet an apid that machined may start itself).
+func startAPID(t *testing.T, n *testutil.Node, port int) string {
+	t.Helper()
+
+	listen := net.JoinHostPort(n.Address, fmt.Sprint(port))
+	cmd := exec.Command(testutil.Binary(t), "apid", "--listen", listen, "--certs", apidDir(n), "--socket", n.Socket(),
+		"--reload-interval", "100ms")
+
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &lockedWriter{w: &out}, &lockedWriter{w: &out}
+
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	exited := make(chan struct{})
+
+	go func() {
+		cmd.Wait() //nolint:errcheck
+		close(exited)
+	}()
+
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt) //nolint:errcheck
+		<-exited
+	})
+
+	return listen
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return l.w.Write(p)
+}
+
+// dialAPID opens an mTLS connection to apid and records the server certificates it sees.
+func dialAPID(t *testing.T, c *cluster, addr string, seen func(*x509.Certificate)) *grpc.ClientConn {
+	t.Helper()
+
+	host, _, _ := net.SplitHostPort(addr)
+	tlsCfg := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		RootCAs:      c.caPool,
+		ServerName:   host,
+		Certificates: []tls.Certificate{c.adminCert(t)},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if seen != nil && len(cs.PeerCertificates) > 0 {
+				seen(cs.PeerCertificates[0])
+			}
+
+			return nil
+		},
+	}
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+
+	return conn
+}
+
+func checkKeyModes(t *testing.T, dir string, names ...string) {
+	t.Helper()
+
+	for _, name := range names {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s/%s has mode %v, want 0600", dir, name, fi.Mode().Perm())
+		}
+	}
+}
+
+// TestWorkerJoins: a worker whose config has no CA key gets its API certificates from trustd on
+// the control plane and serves apid with them.
+func TestWorkerJoins(t *testing.T) {
+	const cpAddr, wkAddr = "127.44.0.2", "127.44.0.3"
+
+	c := newCluster(t, cpAddr, "")
+	cp := testutil.StartNode(t, cpAddr, c.cp)
+	wk := testutil.StartNode(t, wkAddr, c.wk)
+
+	waitFor(t, "control plane trustd files", cp, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
+	waitFor(t, "worker apid certificates", wk, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })
+
+	srv := readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt))
+	if _, err := srv.Verify(x509.VerifyOptions{Roots: c.caPool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Fatalf("worker server certificate does not verify against the OS CA: %v", err)
+	}
+
+	if err := srv.VerifyHostname(wkAddr); err != nil {
+		t.Errorf("worker server certificate lacks its address: %v", err)
+	}
+
+	if srv.IsCA {
+		t.Error("worker got a CA certificate")
+	}
+
+	cli := readCert(t, filepath.Join(apidDir(wk), certs.ClientCrt))
+	if got := cli.Subject.Organization; len(got) != 1 || got[0] != "os:impersonator" {
+		t.Errorf("worker client certificate organization %v, want [os:impersonator]", got)
+	}
+
+	checkKeyModes(t, apidDir(wk), certs.ServerKey, certs.ClientKey, certs.ServerCrt, certs.ClientCrt)
+	checkKeyModes(t, trustdDir(cp), trustd.CAKey, trustd.TokenFile, trustd.ServerKey)
+
+	if exists(trustdDir(wk)) {
+		t.Error("the worker has a trustd folder: it must not hold the CA")
+	}
+
+	// The signature was trustd's: the control plane's trustd log records it, without the token.
+	trustdLog := filepath.Join(cp.State, "EPHEMERAL", "log", "trustd.log")
+	waitFor(t, "trustd log of the signing", cp, func() bool {
+		data, _ := os.ReadFile(trustdLog)
+
+		return bytes.Contains(data, []byte("signed certificate"))
+	})
+
+	if data, _ := os.ReadFile(trustdLog); bytes.Contains(data, []byte(c.bundle.TrustdInfo.Token)) {
+		t.Error("trustd logged the token")
+	}
+
+	// The worker serves apid with the trustd-signed certificate.
+	addr := startAPID(t, wk, 50100)
+
+	var (
+		mu     sync.Mutex
+		served *x509.Certificate
+	)
+
+	conn := dialAPID(t, c, addr, func(crt *x509.Certificate) { mu.Lock(); served = crt; mu.Unlock() })
+
+	var resp *machine.VersionResponse
+
+	waitFor(t, "worker apid answering", wk, func() bool {
+		var err error
+		resp, err = machine.NewMachineServiceClient(conn).Version(context.Background(), &emptypb.Empty{})
+
+		return err == nil
+	})
+
+	if len(resp.GetMessages()) != 1 {
+		t.Fatalf("version reply has %d messages", len(resp.GetMessages()))
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+
+	if served == nil || served.Issuer.String() != c.caCert.Subject.String() {
+		t.Fatalf("apid served %v, want a certificate issued by the OS CA", served)
+	}
+
+	if _, err := served.Verify(x509.VerifyOptions{Roots: c.caPool}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWrongTokenRefused: trustd refuses a wrong or missing token with PermissionDenied and signs
+// nothing; a worker with a wrong token gets no certificates.
+func TestWrongTokenRefused(t *testing.T) {
+	const cpAddr, wkAddr = "127.44.1.2", "127.44.1.3"
+
+	c := newCluster(t, cpAddr, "wrong0.0123456789abcdef")
+	cp := testutil.StartNode(t, cpAddr, c.cp)
+	wk := testutil.StartNode(t, wkAddr, c.wk)
+
+	waitFor(t, "trustd serving", cp, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
+
+	conn, err := grpc.NewClient(net.JoinHostPort(cpAddr, "50001"), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: c.caPool, ServerName: cpAddr,
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close() //nolint:errcheck
+
+	client := securityapi.NewSecurityServiceClient(conn)
+	csr := testCSR(t, "node", nil)
+
+	var code codes.Code
+
+	waitFor(t, "trustd answering", cp, func() bool {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "token", "not-the-token")
+		_, err := client.Certificate(ctx, &securityapi.CertificateRequest{Csr: csr})
+		code = status.Code(err)
+
+		return code != codes.Unavailable
+	})
+
+	if code != codes.PermissionDenied {
+		t.Fatalf("wrong token: got %v, want PermissionDenied", code)
+	}
+
+	if _, err = client.Certificate(context.Background(), &securityapi.CertificateRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("missing token: got %v, want PermissionDenied", err)
+	}
+
+	// The right token with a CSR asking for a CA is refused too.
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "token", c.bundle.TrustdInfo.Token)
+	if _, err = client.Certificate(ctx, &securityapi.CertificateRequest{Csr: testCSR(t, "ca", caConstraint(t))}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("CA CSR: got %v, want InvalidArgument", err)
+	}
+
+	// The worker with the wrong token was refused: trustd logged refusals, signed nothing, and
+	// the worker has no certificates.
+	trustdLog := filepath.Join(cp.State, "EPHEMERAL", "log", "trustd.log")
+	waitFor(t, "refusal of the worker logged", cp, func() bool {
+		data, _ := os.ReadFile(trustdLog)
+
+		return bytes.Contains(data, []byte(`"peer": "`+wkAddr+`"`)) || bytes.Contains(data, []byte(`"peer":"`+wkAddr+`"`))
+	})
+
+	data, _ := os.ReadFile(trustdLog)
+	if bytes.Contains(data, []byte("signed certificate")) {
+		t.Errorf("trustd signed something:\n%s", data)
+	}
+
+	for _, secret := range []string{c.bundle.TrustdInfo.Token, "wrong0.0123456789abcdef", "not-the-token"} {
+		if bytes.Contains(data, []byte(secret)) {
+			t.Errorf("trustd logged a token")
+		}
+	}
+
+	if exists(filepath.Join(apidDir(wk), certs.ServerCrt)) {
+		t.Error("worker with a wrong token has certificates")
+	}
+}
+
+// TestRotation: with a short lifetime, the certificates of both nodes rotate, apid serves the
+// new ones, and a stream opened before the rotation keeps delivering after it.
+func TestRotation(t *testing.T) {
+	const cpAddr, wkAddr = "127.44.2.2", "127.44.2.3"
+
+	t.Setenv(secretsctrl.LifetimeEnv, "6s") // inherited by the node processes
+
+	c := newCluster(t, cpAddr, "")
+	cp := testutil.StartNode(t, cpAddr, c.cp)
+	wk := testutil.StartNode(t, wkAddr, c.wk)
+
+	waitFor(t, "control plane apid certificates", cp, func() bool { return exists(filepath.Join(apidDir(cp), certs.CA)) })
+	waitFor(t, "worker apid certificates", wk, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })
+
+	first := readCert(t, filepath.Join(apidDir(cp), certs.ServerCrt))
+	if life := first.NotAfter.Sub(first.NotBefore); life > time.Hour {
+		t.Fatalf("lifetime %v: the test lifetime was not applied", life)
+	}
+
+	addr := startAPID(t, cp, 50100)
+
+	var (
+		mu      sync.Mutex
+		serials = map[string]bool{}
+	)
+
+	conn := dialAPID(t, c, addr, func(crt *x509.Certificate) { mu.Lock(); serials[crt.SerialNumber.String()] = true; mu.Unlock() })
+	api := machine.NewMachineServiceClient(conn)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The long-lived stream: the control plane's trustd log, followed. Each worker renewal is a
+	// signing, hence a new line.
+	var stream grpc.ServerStreamingClient[common.Data]
+
+	waitFor(t, "log stream opened", cp, func() bool {
+		var err error
+		if stream, err = api.Logs(ctx, &machine.LogsRequest{Namespace: "system", Id: "trustd", Follow: true, TailLines: 1}); err != nil {
+			return false
+		}
+
+		_, err = stream.Recv()
+
+		return err == nil
+	})
+
+	mu.Lock()
+	firstSerials := len(serials)
+	mu.Unlock()
+
+	if firstSerials != 1 {
+		t.Fatalf("saw %d server certificates on the first connection", firstSerials)
+	}
+
+	// Wait until apid serves a rotated certificate on a new connection.
+	waitFor(t, "apid serving a rotated certificate", cp, func() bool {
+		c2 := dialAPID(t, c, addr, func(crt *x509.Certificate) { mu.Lock(); serials[crt.SerialNumber.String()] = true; mu.Unlock() })
+		_, err := machine.NewMachineServiceClient(c2).Version(ctx, &emptypb.Empty{})
+		c2.Close() //nolint:errcheck
+
+		mu.Lock()
+		defer mu.Unlock()
+
+		return err == nil && len(serials) > 1
+	})
+
+	// The worker renewed through trustd as well.
+	wkFirst := readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt)).SerialNumber
+	waitFor(t, "worker certificate rotated", wk, func() bool {
+		return readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt)).SerialNumber.Cmp(wkFirst) != 0
+	})
+
+	// The old stream is still delivering: a new signing line arrives after the rotation.
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("stream broke after the rotation: %v", err)
+		}
+
+		if strings.Contains(string(msg.GetBytes()), "signed certificate") {
+			break
+		}
+	}
+
+	checkKeyModes(t, apidDir(cp), certs.ServerKey, certs.ClientKey)
+	checkKeyModes(t, apidDir(wk), certs.ServerKey, certs.ClientKey)
+}
+
+func caConstraint(t *testing.T) []pkix.Extension {
+	t.Helper()
+
+	// BasicConstraints{cA: TRUE}, critical.
+	return []pkix.Extension{{Id: []int{2, 5, 29, 19}, Critical: true, Value: []byte{0x30, 0x03, 0x01, 0x01, 0xff}}}
+}
+
+func testCSR(t *testing.T, cn string, ext []pkix.Extension) []byte {
+	t.Helper()
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: cn}, ExtraExtensions: ext,
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}

@@ -1,0 +1,138 @@
+package trustd
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"net"
+	"time"
+
+	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// TokenMetadataKey is the request metadata key carrying the cluster token (as Talos's clients
+// send it).
+const TokenMetadataKey = "token"
+
+// Server implements SecurityService: it signs node certificates for callers holding the token.
+type Server struct {
+	securityapi.UnimplementedSecurityServiceServer
+
+	Certs    *Store
+	Lifetime time.Duration // of signed certificates; DefaultLifetime when zero
+	Limiter  *Limiter
+	Log      *zap.Logger
+	Now      func() time.Time // for tests
+}
+
+// NewGRPCServer serves s over TLS from its store.
+func NewGRPCServer(s *Server) *grpc.Server {
+	srv := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(s.Certs.ServerTLS())),
+		grpc.MaxRecvMsgSize(1<<20),
+	)
+	securityapi.RegisterSecurityServiceServer(srv, s)
+
+	return srv
+}
+
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return "unknown"
+	}
+
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+
+	return p.Addr.String()
+}
+
+// checkToken compares the request's token with ours in constant time.
+func checkToken(ctx context.Context, want []byte) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+
+	got := md.Get(TokenMetadataKey)
+	if len(got) != 1 || got[0] == "" {
+		return errors.New("no token")
+	}
+
+	// Hash both sides first so the comparison does not depend on the lengths either.
+	g, w := sha256.Sum256([]byte(got[0])), sha256.Sum256(want)
+	if subtle.ConstantTimeCompare(g[:], w[:]) != 1 {
+		return errors.New("wrong token")
+	}
+
+	return nil
+}
+
+// Certificate implements SecurityService.Certificate.
+func (s *Server) Certificate(ctx context.Context, req *securityapi.CertificateRequest) (*securityapi.CertificateResponse, error) {
+	host := peerHost(ctx)
+	log := s.Log.With(zap.String("peer", host))
+
+	if s.Limiter != nil && !s.Limiter.Allowed(host) {
+		log.Warn("certificate request refused: too many failed attempts")
+
+		return nil, status.Error(codes.ResourceExhausted, "too many failed attempts, try again later")
+	}
+
+	b := s.Certs.Current()
+
+	if err := checkToken(ctx, b.Token); err != nil {
+		if s.Limiter != nil {
+			s.Limiter.Failed(host)
+		}
+
+		// The token itself is never logged.
+		log.Warn("certificate request refused", zap.String("reason", err.Error()))
+
+		return nil, status.Error(codes.PermissionDenied, "invalid token")
+	}
+
+	csr, ekus, err := CheckCSR(req.GetCsr())
+	if err != nil {
+		if s.Limiter != nil {
+			s.Limiter.Failed(host)
+		}
+
+		log.Warn("certificate request refused", zap.Error(err))
+
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	now := time.Now()
+	if s.Now != nil {
+		now = s.Now()
+	}
+
+	lifetime := s.Lifetime
+	if lifetime <= 0 {
+		lifetime = DefaultLifetime
+	}
+
+	crt, err := Sign(b.CA, b.CAKey, csr, ekus, lifetime, now)
+	if err != nil {
+		log.Error("signing failed", zap.Error(err))
+
+		return nil, status.Error(codes.Internal, "signing failed")
+	}
+
+	pub := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	log.Info("signed certificate",
+		zap.String("cn", csr.Subject.CommonName), zap.Strings("o", csr.Subject.Organization),
+		zap.Int("ips", len(csr.IPAddresses)), zap.Int("dns", len(csr.DNSNames)),
+		zap.String("key_sha256", hex.EncodeToString(pub[:8])), zap.Duration("lifetime", lifetime))
+
+	return &securityapi.CertificateResponse{Ca: b.CABundle, Crt: crt}, nil
+}
