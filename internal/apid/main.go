@@ -89,13 +89,14 @@ func Main(args []string) error {
 		return err
 	}
 
-	l, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", listen, err)
-	}
-
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+
+	// The maintenance API may still be handing the port over.
+	l, err := listenRetry(ctx, listen)
+	if err != nil {
+		return err
+	}
 
 	var wg sync.WaitGroup
 

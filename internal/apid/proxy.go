@@ -41,14 +41,14 @@ func (s *Server) handle(_ any, stream grpc.ServerStream) error {
 
 	switch {
 	case list == nil:
-		return s.oneToOne(stream, s.local, method, info, out)
+		return oneToOne(stream, s.local, method, info, out)
 	case !many || (len(list) == 1 && !info.fanOut) || (len(list) == 1 && info.clientStreams):
 		conn, err := s.conn(list[0])
 		if err != nil {
 			return status.Error(codes.Unavailable, err.Error())
 		}
 
-		return s.oneToOne(stream, conn, method, info, out)
+		return oneToOne(stream, conn, method, info, out)
 	case info.clientStreams:
 		return status.Errorf(codes.InvalidArgument, "method %s takes a client stream and is proxied to one node only, got %d nodes", method, len(list))
 	case !info.fanOut:
@@ -61,7 +61,7 @@ func (s *Server) handle(_ any, stream grpc.ServerStream) error {
 }
 
 // oneToOne forwards a call unchanged, streams included.
-func (s *Server) oneToOne(stream grpc.ServerStream, conn *grpc.ClientConn, method string, info methodInfo, md metadata.MD) error {
+func oneToOne(stream grpc.ServerStream, conn *grpc.ClientConn, method string, info methodInfo, md metadata.MD) error {
 	ctx := metadata.NewOutgoingContext(stream.Context(), md)
 
 	if !info.clientStreams && !info.serverStreams {

@@ -1,0 +1,275 @@
+package apid
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"strings"
+	"time"
+
+	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// MaintenanceOptions configure the maintenance API.
+type MaintenanceOptions struct {
+	// Listen is the node address and port 50000.
+	Listen string
+	// MachinedSocket is the local machined's API socket.
+	MachinedSocket string
+	// Log receives the server's log.
+	Log *zap.Logger
+}
+
+// maintenanceMethods are the only calls served before the node has a config, with the role
+// each is forwarded to machined with.
+var maintenanceMethods = map[string]role.Role{
+	"/machine.MachineService/ApplyConfiguration": role.Admin,
+	"/machine.MachineService/Version":            role.Reader,
+	"/cosi.resource.State/Get":                   role.Reader,
+	"/cosi.resource.State/List":                  role.Reader,
+	"/cosi.resource.State/Watch":                 role.Reader,
+}
+
+// maintenanceResource reports whether a resource may be read in maintenance mode: hardware,
+// disks (block) and network resources only.
+func maintenanceResource(namespace, typ string) bool {
+	switch {
+	case namespace == "hardware", namespace == "network":
+		return true
+	case strings.HasSuffix(typ, ".block.talos.dev"):
+		return true
+	default:
+		return false
+	}
+}
+
+// ServeMaintenance serves the maintenance API until ctx ends: TLS with a self-signed server
+// certificate and no client certificate, offering ApplyConfiguration, Version and reads of
+// hardware, disk and network resources, forwarded to machined. When ctx ends, calls in flight
+// (the ApplyConfiguration that ended maintenance mode) get a few seconds to finish and the
+// port is released before it returns. machined runs it while it waits for a config.
+func ServeMaintenance(ctx context.Context, opts MaintenanceOptions) error {
+	log := opts.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+
+	host, _, err := net.SplitHostPort(opts.Listen)
+	if err != nil {
+		return fmt.Errorf("maintenance listen address %q: %w", opts.Listen, err)
+	}
+
+	cert, err := selfSigned(host)
+	if err != nil {
+		return fmt.Errorf("maintenance certificate: %w", err)
+	}
+
+	local, err := dialLocal(opts.MachinedSocket)
+	if err != nil {
+		return err
+	}
+	defer local.Close() //nolint:errcheck
+
+	srv := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(&tls.Config{
+			MinVersion:   tls.VersionTLS13,
+			Certificates: []tls.Certificate{cert},
+			ClientAuth:   tls.NoClientCert,
+		})),
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+			return maintenanceHandle(stream, local, host)
+		}),
+	)
+
+	l, err := listenRetry(ctx, opts.Listen)
+	if err != nil {
+		return err
+	}
+
+	served := make(chan error, 1)
+
+	go func() { served <- srv.Serve(l) }()
+
+	log.Info("maintenance API serving", zap.String("address", opts.Listen))
+
+	select {
+	case err = <-served:
+		return err
+	case <-ctx.Done():
+	}
+
+	stopped := make(chan struct{})
+
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		srv.Stop()
+		<-stopped
+	}
+
+	<-served
+
+	return nil
+}
+
+func maintenanceHandle(stream grpc.ServerStream, local *grpc.ClientConn, host string) error {
+	method, _ := grpc.MethodFromServerStream(stream)
+
+	r, ok := maintenanceMethods[method]
+	if !ok {
+		return status.Errorf(codes.Unimplemented, "method %s is not available in maintenance mode: apply a config first", method)
+	}
+
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	if list, _ := targets(md); len(list) > 0 {
+		for _, t := range list {
+			if t != host {
+				return status.Errorf(codes.InvalidArgument, "maintenance mode serves only this node, not %s", t)
+			}
+		}
+	}
+
+	info := lookupMethod(method)
+
+	var first frame
+
+	if err := stream.RecvMsg(&first); err != nil {
+		return err
+	}
+
+	if strings.HasPrefix(method, "/cosi.resource.State/") {
+		var ns, typ string
+
+		switch method {
+		case "/cosi.resource.State/Get":
+			var req cosiapi.GetRequest
+			if err := proto.Unmarshal(first.payload, &req); err != nil {
+				return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
+			}
+
+			ns, typ = req.GetNamespace(), req.GetType()
+		case "/cosi.resource.State/List":
+			var req cosiapi.ListRequest
+			if err := proto.Unmarshal(first.payload, &req); err != nil {
+				return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
+			}
+
+			ns, typ = req.GetNamespace(), req.GetType()
+		default:
+			var req cosiapi.WatchRequest
+			if err := proto.Unmarshal(first.payload, &req); err != nil {
+				return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
+			}
+
+			ns, typ = req.GetNamespace(), req.GetType()
+		}
+
+		if !maintenanceResource(ns, typ) {
+			return status.Errorf(codes.PermissionDenied, "resource %s in namespace %s is not readable in maintenance mode: only hardware, disk and network resources are", typ, ns)
+		}
+	}
+
+	return oneToOne(&replayStream{ServerStream: stream, first: &first}, local, method, info, forwardMD(md, role.MakeSet(r)))
+}
+
+// replayStream hands out an already received first message before reading the stream.
+type replayStream struct {
+	grpc.ServerStream
+
+	first *frame
+}
+
+func (r *replayStream) RecvMsg(m any) error {
+	if r.first != nil {
+		f, ok := m.(*frame)
+		if !ok {
+			return errors.New("replay stream: unexpected message type")
+		}
+
+		*f, r.first = *r.first, nil
+
+		return nil
+	}
+
+	return r.ServerStream.RecvMsg(m)
+}
+
+// selfSigned makes an in-memory server certificate for the maintenance API.
+func selfSigned(host string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "maintenance"},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else if host != "" {
+		tmpl.DNSNames = []string{host}
+	}
+
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// listenRetry listens on addr, retrying for a while when the port is still held (the
+// maintenance API and apid hand the port over to each other).
+func listenRetry(ctx context.Context, addr string) (net.Listener, error) {
+	deadline := time.Now().Add(15 * time.Second)
+
+	for {
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			return l, nil
+		}
+
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("listening on %s: %w", addr, err)
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
