@@ -279,7 +279,7 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
 		&secretsctrl.RootController{},
 		&secretsctrl.APICertSANsController{},
-		&secretsctrl.APIController{},
+		&secretsctrl.APIController{Address: n.opts.Address},
 		&secretsctrl.APIFilesController{Dir: n.r.Paths.Secrets("apid")},
 		&secretsctrl.TrustdController{},
 		&secretsctrl.TrustdFilesController{Dir: n.r.Paths.Secrets("trustd")},

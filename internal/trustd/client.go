@@ -29,6 +29,9 @@ type Client struct {
 	MinBackoff  time.Duration  // 250ms when zero
 	MaxBackoff  time.Duration  // 15s when zero
 	Log         *zap.Logger
+	// LocalAddress, when set, is the source address of the calls: the node's own address, so
+	// trustd sees (and rate-limits) each node as itself.
+	LocalAddress string
 
 	last string // endpoint that answered last
 }
@@ -153,7 +156,17 @@ func (c *Client) signAt(ctx context.Context, endpoint string, csrPEM []byte) (*S
 		return nil, err
 	}
 
+	dialer := &net.Dialer{}
+	if c.LocalAddress != "" {
+		if ip := net.ParseIP(c.LocalAddress); ip != nil {
+			dialer.LocalAddr = &net.TCPAddr{IP: ip}
+		}
+	}
+
 	conn, err := grpc.NewClient(endpoint,
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "tcp", addr)
+		}),
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 			MinVersion: tls.VersionTLS13,
 			RootCAs:    c.Roots,

@@ -360,15 +360,8 @@ func TestWrongTokenRefused(t *testing.T) {
 
 	waitFor(t, "trustd serving", cp, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
 
-	conn, err := grpc.NewClient(net.JoinHostPort(cpAddr, "50001"), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS13, RootCAs: c.caPool, ServerName: cpAddr,
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close() //nolint:errcheck
-
-	client := securityapi.NewSecurityServiceClient(conn)
+	// The test calls from its own address, as another machine would.
+	client := trustdClient(t, c, cpAddr, "127.44.1.9")
 	csr := testCSR(t, "node", nil)
 
 	var code codes.Code
@@ -385,13 +378,13 @@ func TestWrongTokenRefused(t *testing.T) {
 		t.Fatalf("wrong token: got %v, want PermissionDenied", code)
 	}
 
-	if _, err = client.Certificate(context.Background(), &securityapi.CertificateRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
+	if _, err := client.Certificate(context.Background(), &securityapi.CertificateRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("missing token: got %v, want PermissionDenied", err)
 	}
 
 	// The right token with a CSR asking for a CA is refused too.
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "token", c.bundle.TrustdInfo.Token)
-	if _, err = client.Certificate(ctx, &securityapi.CertificateRequest{Csr: testCSR(t, "ca", caConstraint(t))}); status.Code(err) != codes.InvalidArgument {
+	if _, err := client.Certificate(ctx, &securityapi.CertificateRequest{Csr: testCSR(t, "ca", caConstraint(t))}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("CA CSR: got %v, want InvalidArgument", err)
 	}
 
@@ -418,6 +411,50 @@ func TestWrongTokenRefused(t *testing.T) {
 	if exists(filepath.Join(apidDir(wk), certs.ServerCrt)) {
 		t.Error("worker with a wrong token has certificates")
 	}
+
+	// Failed attempts are limited per peer: after the burst, even the right token is turned
+	// away from that peer, while another peer is still served.
+	bad := trustdClient(t, c, cpAddr, "127.44.1.10")
+	wrong := metadata.AppendToOutgoingContext(context.Background(), "token", "guess")
+
+	var err error
+
+	for i := range 5 {
+		if _, err = bad.Certificate(wrong, &securityapi.CertificateRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("guess %d: got %v, want PermissionDenied", i, err)
+		}
+	}
+
+	if _, err = bad.Certificate(ctx, &securityapi.CertificateRequest{Csr: csr}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("after the burst: got %v, want ResourceExhausted", err)
+	}
+
+	good := trustdClient(t, c, cpAddr, "127.44.1.11")
+
+	resp, err := good.Certificate(ctx, &securityapi.CertificateRequest{Csr: csr})
+	if err != nil {
+		t.Fatalf("another peer with the right token: %v", err)
+	}
+
+	crt, err := x509.ParseCertificate(pemBytes(t, resp.GetCrt()))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = crt.Verify(x509.VerifyOptions{Roots: c.caPool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil || crt.IsCA {
+		t.Fatalf("signed certificate: CA=%v, verify: %v", crt.IsCA, err)
+	}
+}
+
+func pemBytes(t *testing.T, data []byte) []byte {
+	t.Helper()
+
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatal("no PEM block")
+	}
+
+	return block.Bytes
 }
 
 // TestRotation: with a short lifetime, the certificates of both nodes rotate, apid serves the
@@ -507,6 +544,24 @@ func TestRotation(t *testing.T) {
 
 	checkKeyModes(t, apidDir(cp), certs.ServerKey, certs.ClientKey)
 	checkKeyModes(t, apidDir(wk), certs.ServerKey, certs.ClientKey)
+}
+
+// trustdClient calls trustd at addr from the source address from.
+func trustdClient(t *testing.T, c *cluster, addr, from string) securityapi.SecurityServiceClient {
+	t.Helper()
+
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+
+	conn, err := grpc.NewClient(net.JoinHostPort(addr, "50001"),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }),
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.caPool, ServerName: addr})))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+
+	return securityapi.NewSecurityServiceClient(conn)
 }
 
 func caConstraint(t *testing.T) []pkix.Extension {

@@ -27,6 +27,8 @@ import (
 type APIController struct {
 	// Lifetime of the certificates; Lifetime() when zero.
 	Lifetime time.Duration
+	// Address is the node's address, the source of its calls to trustd (container mode).
+	Address string
 
 	client *trustd.Client
 }
@@ -179,7 +181,7 @@ func (ctrl *APIController) remote(ctx context.Context, r controller.Runtime, log
 	}
 
 	if ctrl.client == nil {
-		ctrl.client = &trustd.Client{Log: log}
+		ctrl.client = &trustd.Client{Log: log, LocalAddress: ctrl.Address}
 	}
 
 	ctrl.client.Token = root.Token
