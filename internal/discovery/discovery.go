@@ -1,0 +1,151 @@
+// Package discovery lets the nodes of a cluster find each other without an outside service:
+// control planes keep a registry of affiliates (served by trustd beside certificate signing,
+// behind the same cluster token), and every node exchanges its own affiliate for the list.
+//
+// The wire form is a hand-declared gRPC method whose request and reply are common.Data
+// carrying JSON, so no generated code is needed.
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Affiliate is what a node says about itself.
+type Affiliate struct {
+	NodeID          string   `json:"nodeId"`
+	Hostname        string   `json:"hostname"`
+	MachineType     string   `json:"machineType"`
+	OperatingSystem string   `json:"operatingSystem"`
+	Addresses       []string `json:"addresses"`
+}
+
+// TTL is how long an affiliate stays listed without a new exchange.
+const TTL = 30 * time.Second
+
+// Registry holds the affiliates of one cluster.
+type Registry struct {
+	mu  sync.Mutex
+	m   map[string]entry
+	Now func() time.Time // for tests
+}
+
+type entry struct {
+	a    Affiliate
+	seen time.Time
+}
+
+func (r *Registry) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+
+	return time.Now()
+}
+
+// Exchange records a and returns every live affiliate, sorted by hostname.
+func (r *Registry) Exchange(a Affiliate) []Affiliate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	if r.m == nil {
+		r.m = map[string]entry{}
+	}
+
+	now := r.now()
+	r.m[a.NodeID] = entry{a: a, seen: now}
+
+	out := make([]Affiliate, 0, len(r.m))
+
+	for id, e := range r.m {
+		if now.Sub(e.seen) > TTL {
+			delete(r.m, id)
+			continue
+		}
+
+		out = append(out, e.a)
+	}
+
+	slices.SortFunc(out, func(x, y Affiliate) int {
+		if x.Hostname != y.Hostname {
+			if x.Hostname < y.Hostname {
+				return -1
+			}
+
+			return 1
+		}
+
+		if x.NodeID < y.NodeID {
+			return -1
+		}
+
+		return 1
+	})
+
+	return out
+}
+
+// FullMethod is the gRPC method of an exchange.
+const FullMethod = "/talosgo.discovery.Registry/Exchange"
+
+// Register adds the registry to a gRPC server; authorize checks each call (the cluster token).
+func Register(srv *grpc.Server, reg *Registry, authorize func(ctx context.Context) error) {
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "talosgo.discovery.Registry",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Exchange",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				if err := authorize(ctx); err != nil {
+					return nil, status.Error(codes.PermissionDenied, "discovery: not authorized: the cluster token is missing or wrong")
+				}
+
+				var in common.Data
+				if err := dec(&in); err != nil {
+					return nil, err
+				}
+
+				var a Affiliate
+				if err := json.Unmarshal(in.Bytes, &a); err != nil || a.NodeID == "" {
+					return nil, status.Error(codes.InvalidArgument, "discovery: affiliate must be JSON with a nodeId")
+				}
+
+				out, err := json.Marshal(reg.Exchange(a))
+				if err != nil {
+					return nil, status.Errorf(codes.Internal, "discovery: %v", err)
+				}
+
+				return &common.Data{Bytes: out}, nil
+			},
+		}},
+	}, struct{}{})
+}
+
+// Exchange sends a to the registry behind conn and returns the affiliates it knows.
+func Exchange(ctx context.Context, conn grpc.ClientConnInterface, a Affiliate) ([]Affiliate, error) {
+	in, err := json.Marshal(a)
+	if err != nil {
+		return nil, err
+	}
+
+	var out common.Data
+	if err = conn.Invoke(ctx, FullMethod, &common.Data{Bytes: in}, &out); err != nil {
+		return nil, err
+	}
+
+	var list []Affiliate
+	if err = json.Unmarshal(out.Bytes, &list); err != nil {
+		return nil, fmt.Errorf("discovery: bad reply: %w", err)
+	}
+
+	return list, nil
+}
