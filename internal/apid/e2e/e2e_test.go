@@ -1,0 +1,465 @@
+// Package e2e runs apid end to end: real machined processes (each starting its own apid
+// process) on loopback addresses, reached with the machinery client as talosctl does.
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	mrand "math/rand/v2"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tx509 "github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/provision"
+)
+
+// cluster is one local cluster shared by the tests of this package.
+type cluster struct {
+	c     *provision.Cluster
+	cfgs  *provision.Configs
+	caCrt *x509.Certificate
+	caKey any
+	addrs []string
+}
+
+var (
+	shared     *cluster
+	sharedErr  error
+	sharedOnce sync.Once
+)
+
+func getCluster(t testing.TB) *cluster {
+	t.Helper()
+
+	if testing.Short() {
+		t.Skip("starts real machined processes")
+	}
+
+	sharedOnce.Do(func() { shared, sharedErr = createCluster(t) })
+
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+
+	return shared
+}
+
+func createCluster(t testing.TB) (*cluster, error) {
+	root, err := os.MkdirTemp("", "apid-e2e-")
+	if err != nil {
+		return nil, err
+	}
+
+	cidr := netip.MustParsePrefix(fmt.Sprintf("127.89.%d.0/24", mrand.IntN(250)+1))
+
+	c, cfgs, err := provision.Create(context.Background(), provision.Request{
+		Name: "apid", ControlPlanes: 1, Workers: 2, CIDR: cidr, StateRoot: root, Binary: testutil.Binary(t),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating cluster: %w", err)
+	}
+
+	cleanup = func() {
+		provision.Destroy(root, "apid", io.Discard) //nolint:errcheck
+		os.RemoveAll(root)                          //nolint:errcheck
+	}
+
+	cfg, err := configloader.NewFromBytes(cfgs.ControlPlane)
+	if err != nil {
+		return nil, err
+	}
+
+	ca := cfg.Machine().Security().IssuingCA()
+
+	caCrt, err := ca.GetCert()
+	if err != nil {
+		return nil, err
+	}
+
+	caKey, err := (&tx509.PEMEncodedCertificateAndKey{Crt: ca.Crt, Key: ca.Key}).GetKey()
+	if err != nil {
+		return nil, err
+	}
+
+	cl := &cluster{c: c, cfgs: cfgs, caCrt: caCrt, caKey: caKey}
+	for _, n := range c.Nodes {
+		cl.addrs = append(cl.addrs, n.Address)
+	}
+
+	// Wait until every node's apid answers through the control plane.
+	cli, err := cl.client(t, cl.roleCert(t, "os:admin"))
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close() //nolint:errcheck
+
+	deadline := time.Now().Add(90 * time.Second)
+
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := cli.MachineClient.Version(client.WithNodes(ctx, cl.addrs...), &emptypb.Empty{})
+
+		cancel()
+
+		if err == nil && len(resp.Messages) == 3 && allOK(resp.Messages) {
+			return cl, nil
+		}
+
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for _, n := range c.Nodes {
+				data, _ := os.ReadFile(n.State + "/../" + n.Name + ".log") //nolint:errcheck
+				fmt.Fprintf(&logs, "--- %s\n%s\n", n.Name, tail(data, 3000))
+			}
+
+			return nil, fmt.Errorf("apid did not come up on every node: %v %v\n%s", resp, err, logs.String())
+		}
+
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+
+	return b
+}
+
+func allOK(msgs []*machine.Version) bool {
+	for _, m := range msgs {
+		if m.GetMetadata().GetError() != "" {
+			return false
+		}
+	}
+
+	return true
+}
+
+var cleanup = func() {}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+
+	cleanup()
+	os.Exit(code)
+}
+
+// cert issues a client certificate from the OS CA.
+func (cl *cluster) cert(t testing.TB, ca *x509.Certificate, caKey any, notBefore, notAfter time.Time, roles ...string) tls.Certificate {
+	t.Helper()
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(mrand.Int64()),
+		Subject:      pkix.Name{CommonName: "e2e", Organization: roles},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func (cl *cluster) roleCert(t testing.TB, roles ...string) tls.Certificate {
+	return cl.cert(t, cl.caCrt, cl.caKey, time.Now().Add(-time.Minute), time.Now().Add(time.Hour), roles...)
+}
+
+func (cl *cluster) pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(cl.caCrt)
+
+	return p
+}
+
+// client connects to the control plane's apid as talosctl does (-e the control plane).
+func (cl *cluster) client(t testing.TB, cert tls.Certificate) (*client.Client, error) {
+	return client.New(context.Background(),
+		client.WithEndpoints(cl.addrs[0]),
+		client.WithTLSConfig(&tls.Config{RootCAs: cl.pool(), Certificates: []tls.Certificate{cert}}),
+	)
+}
+
+func (cl *cluster) mustClient(t *testing.T, roles ...string) *client.Client {
+	t.Helper()
+
+	c, err := cl.client(t, cl.roleCert(t, roles...))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+
+	return ctx
+}
+
+func TestVersionFromEveryNode(t *testing.T) {
+	cl := getCluster(t)
+	c := cl.mustClient(t, "os:reader")
+
+	resp, err := c.Version(client.WithNodes(ctxT(t), cl.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var hosts []string
+	for _, m := range resp.Messages {
+		hosts = append(hosts, m.GetMetadata().GetHostname())
+
+		if m.GetVersion().GetTag() == "" {
+			t.Errorf("no version from %s", m.GetMetadata().GetHostname())
+		}
+	}
+
+	if !slices.Equal(hosts, cl.addrs) {
+		t.Errorf("hostnames %v, want %v", hosts, cl.addrs)
+	}
+
+	// One-to-one to a worker: the reply is that worker's own (machined fills its hostname).
+	one, err := c.Version(client.WithNode(ctxT(t), cl.addrs[2]))
+	if err != nil || len(one.Messages) != 1 {
+		t.Fatalf("one-to-one: %v %v", one, err)
+	}
+
+	h, err := c.MachineClient.Hostname(client.WithNode(ctxT(t), cl.addrs[2]), &emptypb.Empty{})
+	if err != nil || h.Messages[0].GetHostname() != cl.c.Nodes[2].Name {
+		t.Errorf("hostname of worker 2: %v %v", h, err)
+	}
+}
+
+func TestLogsMergedFromTwoNodes(t *testing.T) {
+	cl := getCluster(t)
+	c := cl.mustClient(t, "os:reader")
+
+	s, err := c.Logs(client.WithNodes(ctxT(t), cl.addrs[0], cl.addrs[1]), "system", common.ContainerDriver_CONTAINERD, "apid", false, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	per := map[string]int{}
+
+	for {
+		d, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if e := d.GetMetadata().GetError(); e != "" {
+			t.Fatalf("node %s: %s", d.GetMetadata().GetHostname(), e)
+		}
+
+		per[d.GetMetadata().GetHostname()] += strings.Count(string(d.GetBytes()), "\n")
+	}
+
+	for _, a := range cl.addrs[:2] {
+		if per[a] == 0 {
+			t.Errorf("no apid log lines from %s: %v", a, per)
+		}
+	}
+}
+
+func TestRoleMatrixOnRealNodes(t *testing.T) {
+	cl := getCluster(t)
+
+	reader := cl.mustClient(t, "os:reader").MachineClient
+	operator := cl.mustClient(t, "os:operator").MachineClient
+	ctx := client.WithNode(ctxT(t), cl.addrs[1])
+
+	if _, err := reader.Version(ctx, &emptypb.Empty{}); err != nil {
+		t.Errorf("reader Version: %v", err)
+	}
+
+	_, err := reader.ServiceRestart(ctx, &machine.ServiceRestartRequest{Id: "nope"})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "os:operator") {
+		t.Errorf("reader ServiceRestart: want PermissionDenied naming os:operator, got %v", err)
+	}
+
+	// The operator passes authorization; machined answers for the unknown service.
+	if _, err = operator.ServiceRestart(ctx, &machine.ServiceRestartRequest{Id: "nope"}); status.Code(err) == codes.PermissionDenied {
+		t.Errorf("operator ServiceRestart denied: %v", err)
+	}
+
+	_, err = operator.Reset(ctx, &machine.ResetRequest{})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "os:admin") {
+		t.Errorf("operator Reset: want PermissionDenied naming os:admin, got %v", err)
+	}
+
+	// A forged role assertion from a reader is refused.
+	forged := metadata.AppendToOutgoingContext(ctx, "talos-role", "os:admin")
+	if _, err = reader.Version(forged, &emptypb.Empty{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("forged role: %v", err)
+	}
+}
+
+func TestRejectedCertificatesOnRealNode(t *testing.T) {
+	cl := getCluster(t)
+
+	otherKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	otherTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign,
+	}
+
+	otherDER, err := x509.CreateCertificate(rand.Reader, otherTmpl, otherTmpl, &otherKey.PublicKey, otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	other, _ := x509.ParseCertificate(otherDER) //nolint:errcheck
+
+	for name, cert := range map[string]tls.Certificate{
+		"expired":  cl.cert(t, cl.caCrt, cl.caKey, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), "os:admin"),
+		"other CA": cl.cert(t, other, otherKey, time.Now().Add(-time.Minute), time.Now().Add(time.Hour), "os:admin"),
+	} {
+		conn, err := grpc.NewClient(cl.addrs[0]+":50000", grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			RootCAs: cl.pool(), Certificates: []tls.Certificate{cert},
+		})))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		_, err = machine.NewMachineServiceClient(conn).Version(ctxT(t), &emptypb.Empty{})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: want refused handshake, got %v", name, err)
+		}
+
+		conn.Close() //nolint:errcheck
+	}
+}
+
+// TestStoppedNodePartialReply must run last: it stops a worker.
+func TestStoppedNodePartialReply(t *testing.T) {
+	cl := getCluster(t)
+	c := cl.mustClient(t, "os:reader")
+
+	if err := cl.c.Nodes[2].Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := c.MachineClient.Version(client.WithNodes(ctxT(t), cl.addrs...), &emptypb.Empty{})
+	if err != nil {
+		t.Fatalf("the call must succeed with one node stopped: %v", err)
+	}
+
+	if len(resp.Messages) != 3 {
+		t.Fatalf("want 3 messages: %v", resp)
+	}
+
+	for i, m := range resp.Messages {
+		failed := m.GetMetadata().GetError() != ""
+		if m.GetMetadata().GetHostname() != cl.addrs[i] || failed != (i == 2) {
+			t.Errorf("message %d: %v", i, m.GetMetadata())
+		}
+	}
+
+	// The machinery client (talosctl) turns the per-node error into an error naming the node,
+	// and still returns the good replies.
+	good, err := c.Version(client.WithNodes(ctxT(t), cl.addrs...))
+	if err == nil || !strings.Contains(err.Error(), cl.addrs[2]) || good == nil || len(good.Messages) != 2 {
+		t.Errorf("filtered reply: %v %v", good, err)
+	}
+}
+
+// BenchmarkVersionRealMachined compares Version on the control plane's machined socket with
+// Version through its apid, interleaved in one run (goal: median ratio at most 1.5).
+func BenchmarkVersionRealMachined(b *testing.B) {
+	cl := getCluster(b)
+
+	direct, err := grpc.NewClient("unix://"+cl.c.Nodes[0].State+"/system/run/machined/machined.sock", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close() //nolint:errcheck
+
+	ac, err := cl.client(b, cl.roleCert(b, "os:reader"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ac.Close() //nolint:errcheck
+
+	dc := machine.NewMachineServiceClient(direct)
+	viaAPID := ac.MachineClient
+	ctx := context.Background()
+
+	call := func(c machine.MachineServiceClient) time.Duration {
+		start := time.Now()
+
+		if _, err := c.Version(ctx, &emptypb.Empty{}); err != nil {
+			b.Fatal(err)
+		}
+
+		return time.Since(start)
+	}
+
+	for range 100 {
+		call(dc)
+		call(viaAPID)
+	}
+
+	var ds, as []time.Duration
+
+	for b.Loop() {
+		ds = append(ds, call(dc))
+		as = append(as, call(viaAPID))
+	}
+
+	slices.Sort(ds)
+	slices.Sort(as)
+
+	md, ma := ds[len(ds)/2], as[len(as)/2]
+
+	b.ReportMetric(float64(md.Microseconds()), "direct-median-µs")
+	b.ReportMetric(float64(ma.Microseconds()), "apid-median-µs")
+	b.ReportMetric(float64(ma)/float64(md), "ratio")
+}
