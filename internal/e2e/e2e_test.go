@@ -1,0 +1,281 @@
+// Package e2e runs the seed's scenarios against a real local cluster: talosctl and node
+// binaries built from this tree, nodes as machined processes on loopback addresses.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	binDir      string
+	home        string
+	talosconfig string
+	clusterName = "e2e"
+	cidrPrefix  = "127.5.40."
+)
+
+// Node addresses of the cluster: three control planes and one worker.
+var (
+	cp1, cp2, cp3, w1 = cidrPrefix + "2", cidrPrefix + "3", cidrPrefix + "4", cidrPrefix + "5"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+
+	if binDir, err = os.MkdirTemp("", "e2e-bin-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir) //nolint:errcheck
+
+	if home, err = os.MkdirTemp("", "e2e-home-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(home) //nolint:errcheck
+
+	out, err := exec.Command("go", "build", "-o", binDir+"/",
+		"github.com/talos-go/talos/cmd/machined", "github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
+		return 1
+	}
+
+	talosconfig = filepath.Join(home, ".talos", "config")
+
+	start := time.Now()
+	stdout, stderr, code := talosctl(nil, "cluster", "create", "--name", clusterName, "--controlplanes", "3", "--workers", "1",
+		"--cidr", cidrPrefix+"0/24", "--wait-timeout", "3m")
+	fmt.Fprintf(os.Stderr, "cluster create: exit %d in %s\n%s%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
+
+	defer func() {
+		_, errOut, code := talosctl(nil, "cluster", "destroy", "--name", clusterName)
+		if code != 0 {
+			fmt.Fprintf(os.Stderr, "cluster destroy: %s\n", errOut)
+		}
+	}()
+
+	if code != 0 {
+		dumpLogs()
+		return 1
+	}
+
+	rc := m.Run()
+	if rc != 0 {
+		dumpLogs()
+	}
+
+	return rc
+}
+
+func dumpLogs() {
+	logs, _ := filepath.Glob(filepath.Join(home, ".talos", "clusters", clusterName, "*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		if len(data) > 4000 {
+			data = data[len(data)-4000:]
+		}
+		fmt.Fprintf(os.Stderr, "==> %s <==\n%s\n", l, data)
+	}
+}
+
+// talosctl runs the built talosctl with the test's HOME and talosconfig.
+func talosctl(t *testing.T, args ...string) (string, string, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
+	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+
+	err := cmd.Run()
+	code := 0
+
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		if t != nil {
+			t.Fatalf("talosctl %v: %v", args, err)
+		}
+
+		code = -1
+	}
+
+	return stdout.String(), stderr.String(), code
+}
+
+// must runs talosctl and fails the test on a non-zero exit.
+func must(t *testing.T, args ...string) string {
+	t.Helper()
+
+	stdout, stderr, code := talosctl(t, args...)
+	if code != 0 {
+		t.Fatalf("talosctl %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+	}
+
+	return stdout
+}
+
+// rows returns the table rows (without header) whose first column is one of the nodes.
+func rowsFor(out string, nodes ...string) map[string]string {
+	rows := map[string]string{}
+
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+
+		for _, n := range nodes {
+			if f[0] == n {
+				rows[n] = line
+			}
+		}
+	}
+
+	return rows
+}
+
+func TestMemoryOneNode(t *testing.T) {
+	out := must(t, "-e", cp1, "memory")
+	if !strings.Contains(out, "TOTAL") || len(rowsFor(out, cp1)) != 1 {
+		t.Fatalf("memory on the endpoint node:\n%s", out)
+	}
+}
+
+func TestMemoryProxiedToOtherNode(t *testing.T) {
+	out := must(t, "-e", cp1, "-n", cp2, "memory")
+	if rows := rowsFor(out, cp2); len(rows) != 1 {
+		t.Fatalf("memory through cp1 to cp2:\n%s", out)
+	}
+}
+
+func TestMemoryManyNodesOneTable(t *testing.T) {
+	out := must(t, "-e", cp1, "-n", strings.Join([]string{cp1, cp2, cp3}, ","), "memory")
+
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(lines[0], "NODE") || len(lines) != 4 || len(rowsFor(out, cp1, cp2, cp3)) != 3 {
+		t.Fatalf("want one table with a NODE column and 3 rows:\n%s", out)
+	}
+}
+
+func TestServices(t *testing.T) {
+	out := must(t, "-n", cp1, "services")
+	for _, svc := range []string{"apid", "etcd", "trustd"} {
+		if !regexp.MustCompile(`(?m)^\S+\s+` + svc + `\s+Running\s+OK`).MatchString(out) {
+			t.Errorf("service %s not running and healthy on cp1:\n%s", svc, out)
+		}
+	}
+
+	out = must(t, "-n", w1, "services")
+	if !regexp.MustCompile(`(?m)\setcd\s+Skipped`).MatchString(out) && strings.Contains(out, "etcd") {
+		t.Errorf("etcd should not run on a worker:\n%s", out)
+	}
+}
+
+func TestLogs(t *testing.T) {
+	out := must(t, "-n", cp1, "logs", "machined", "--tail", "20")
+	if strings.Count(out, "\n") < 5 {
+		t.Fatalf("machined logs too short:\n%s", out)
+	}
+
+	out = must(t, "-n", cp2+","+cp3, "logs", "apid", "--tail", "3")
+	if !strings.Contains(out, cp2) || !strings.Contains(out, cp3) {
+		t.Fatalf("logs from two nodes should be merged and labelled:\n%s", out)
+	}
+}
+
+func TestGetAddressesAndMembers(t *testing.T) {
+	out := must(t, "-n", cp2, "get", "nodeaddresses")
+	if !strings.Contains(out, cp2+"/32") {
+		t.Fatalf("node addresses of cp2:\n%s", out)
+	}
+
+	out = must(t, "-n", cp1, "get", "members")
+	for _, host := range []string{"e2e-controlplane-1", "e2e-controlplane-2", "e2e-controlplane-3", "e2e-worker-1"} {
+		if !strings.Contains(out, host) {
+			t.Errorf("members lack %s:\n%s", host, out)
+		}
+	}
+}
+
+func TestEtcdMembers(t *testing.T) {
+	out := must(t, "-n", cp1, "etcd", "members")
+	for _, host := range []string{"e2e-controlplane-1", "e2e-controlplane-2", "e2e-controlplane-3"} {
+		if !strings.Contains(out, host) {
+			t.Errorf("etcd members lack %s:\n%s", host, out)
+		}
+	}
+}
+
+func TestInvalidConfigRefused(t *testing.T) {
+	before := must(t, "-n", w1, "get", "machineconfig", "-o", "yaml")
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: v1alpha1\nmachine:\n  type: bogus\ncluster: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	_, stderr, code := talosctl(t, "-n", w1, "apply-config", "-f", bad)
+	if code == 0 || !strings.Contains(stderr, "bogus") {
+		t.Fatalf("invalid config: exit %d, stderr %s", code, stderr)
+	}
+
+	after := must(t, "-n", w1, "get", "machineconfig", "-o", "yaml")
+	if stripVolatile(before) != stripVolatile(after) {
+		t.Fatal("the node's config changed after a refused apply")
+	}
+}
+
+var volatile = regexp.MustCompile(`(?m)^\s*(updated|created):.*$`)
+
+func stripVolatile(s string) string { return volatile.ReplaceAllString(s, "") }
+
+func TestRebootReturns(t *testing.T) {
+	must(t, "-n", w1, "reboot", "--wait=true", "--timeout", "2m")
+
+	out := must(t, "-n", w1, "version")
+	if !strings.Contains(out, "Tag:") {
+		t.Fatalf("worker did not come back:\n%s", out)
+	}
+}
+
+// TestStoppedNodeReported runs last (alphabetical order is not guaranteed: it is the last
+// function in the file, and go test runs tests in source order).
+func TestZStoppedNodeReported(t *testing.T) {
+	must(t, "-n", w1, "shutdown", "--wait=false")
+
+	deadline := time.Now().Add(time.Minute)
+
+	for {
+		stdout, stderr, code := talosctl(t, "-e", cp1, "-n", strings.Join([]string{cp1, cp2, w1}, ","), "memory")
+		if code != 0 && strings.Contains(stderr, w1) {
+			if len(rowsFor(stdout, cp1, cp2)) != 2 {
+				t.Fatalf("the live nodes must still answer:\n%s", stdout)
+			}
+
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("stopped node not reported: exit %d\n%s%s", code, stdout, stderr)
+		}
+
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,315 @@
+// Package cluster holds the controllers of the cluster namespace: the node's identity and the
+// members of its cluster, found through the control planes' discovery registries.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/gen/optional"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/talos-go/talos/internal/discovery"
+	"github.com/talos-go/talos/internal/version"
+)
+
+// ExchangeInterval is how often a node refreshes its membership with the registries.
+const ExchangeInterval = 5 * time.Second
+
+// MemberController publishes the local Identity and the cluster's Members.
+type MemberController struct {
+	StateDir string // STATE: the node id file lives there, so it survives reboots, not wipes
+}
+
+// Name implements controller.Controller.
+func (ctrl *MemberController) Name() string { return "cluster.MemberController" }
+
+// Inputs implements controller.Controller.
+func (ctrl *MemberController) Inputs() []controller.Input {
+	return []controller.Input{
+		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
+		{Namespace: network.NamespaceName, Type: network.HostnameStatusType, ID: optional.Some(network.HostnameID), Kind: controller.InputWeak},
+		{Namespace: network.NamespaceName, Type: network.NodeAddressType, ID: optional.Some(network.NodeAddressCurrentID), Kind: controller.InputWeak},
+	}
+}
+
+// Outputs implements controller.Controller.
+func (ctrl *MemberController) Outputs() []controller.Output {
+	return []controller.Output{
+		{Type: cluster.IdentityType, Kind: controller.OutputExclusive},
+		{Type: cluster.MemberType, Kind: controller.OutputExclusive},
+	}
+}
+
+// nodeID loads the node's id, making one on first boot.
+func (ctrl *MemberController) nodeID() (string, error) {
+	path := filepath.Join(ctrl.StateDir, "node-id")
+
+	if data, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(data))) > 0 {
+		return strings.TrimSpace(string(data)), nil
+	}
+
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+	var b strings.Builder
+
+	for range 43 {
+		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+		if err != nil {
+			return "", err
+		}
+
+		b.WriteByte(alphabet[n.Int64()])
+	}
+
+	if err := os.WriteFile(path, []byte(b.String()+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("saving node id: %w", err)
+	}
+
+	return b.String(), nil
+}
+
+// Run implements controller.Controller.
+func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
+	id, err := ctrl.nodeID()
+	if err != nil {
+		return err
+	}
+
+	if err = safe.WriterModify(ctx, r, cluster.NewIdentity(cluster.NamespaceName, cluster.LocalIdentity), func(res *cluster.Identity) error {
+		res.TypedSpec().NodeID = id
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("writing identity: %w", err)
+	}
+
+	conns := map[string]*grpc.ClientConn{}
+
+	defer func() {
+		for _, c := range conns {
+			c.Close() //nolint:errcheck
+		}
+	}()
+
+	ticker := time.NewTicker(ExchangeInterval)
+	defer ticker.Stop()
+
+	var known []discovery.Affiliate
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.EventCh():
+		case <-ticker.C:
+		}
+
+		self, endpoints, dial, err := ctrl.local(ctx, r, id)
+		if err != nil {
+			return err
+		}
+
+		if self == nil {
+			continue // no config yet, or no hostname/addresses yet
+		}
+
+		for _, a := range known {
+			if a.MachineType == machine.TypeControlPlane.String() || a.MachineType == machine.TypeInit.String() {
+				for _, addr := range a.Addresses {
+					endpoints = appendUnique(endpoints, addr)
+				}
+			}
+		}
+
+		merged := map[string]discovery.Affiliate{self.NodeID: *self}
+		reached := 0
+
+		for _, ep := range endpoints {
+			conn, ok := conns[ep]
+			if !ok {
+				if conn, err = dial(ep); err != nil {
+					continue
+				}
+
+				conns[ep] = conn
+			}
+
+			callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			list, err := discovery.Exchange(callCtx, conn, *self)
+			cancel()
+
+			if err != nil {
+				log.Debug("discovery exchange failed", zap.String("endpoint", ep), zap.Error(err))
+				continue
+			}
+
+			reached++
+
+			for _, a := range list {
+				merged[a.NodeID] = a
+			}
+		}
+
+		if reached == 0 && len(known) > 0 {
+			continue // keep the last view rather than shrinking to ourselves
+		}
+
+		known = known[:0]
+		for _, a := range merged {
+			known = append(known, a)
+		}
+
+		if err = ctrl.writeMembers(ctx, r, known); err != nil {
+			return err
+		}
+	}
+}
+
+func appendUnique(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+
+	return append(list, s)
+}
+
+// local builds this node's affiliate, the registries to ask, and how to reach them.
+func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime, id string) (*discovery.Affiliate, []string, func(string) (*grpc.ClientConn, error), error) {
+	cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
+	if state.IsNotFoundError(err) {
+		return nil, nil, nil, nil
+	}
+
+	if err != nil {
+		return nil, nil, nil, err
+	}
+
+	hostname, err := safe.ReaderGetByID[*network.HostnameStatus](ctx, r, network.HostnameID)
+	if state.IsNotFoundError(err) {
+		return nil, nil, nil, nil
+	}
+
+	if err != nil {
+		return nil, nil, nil, err
+	}
+
+	addrs, err := safe.ReaderGetByID[*network.NodeAddress](ctx, r, network.NodeAddressCurrentID)
+	if state.IsNotFoundError(err) {
+		return nil, nil, nil, nil
+	}
+
+	if err != nil {
+		return nil, nil, nil, err
+	}
+
+	c := cfg.Config()
+	if c.Machine() == nil || c.Cluster() == nil || c.Cluster().Endpoint() == nil {
+		return nil, nil, nil, nil
+	}
+
+	self := &discovery.Affiliate{
+		NodeID:          id,
+		Hostname:        hostname.TypedSpec().FQDN(),
+		MachineType:     c.Machine().Type().String(),
+		OperatingSystem: fmt.Sprintf("%s (%s)", version.Name, version.Tag),
+	}
+
+	for _, p := range addrs.TypedSpec().Addresses {
+		self.Addresses = append(self.Addresses, p.Addr().String())
+	}
+
+	endpoints := []string{c.Cluster().Endpoint().Hostname()}
+
+	pool := x509.NewCertPool()
+	if ca := c.Machine().Security().IssuingCA(); ca != nil {
+		pool.AppendCertsFromPEM(ca.Crt)
+	}
+
+	for _, ca := range c.Machine().Security().AcceptedCAs() {
+		pool.AppendCertsFromPEM(ca.Crt)
+	}
+
+	token := c.Machine().Security().Token()
+
+	dial := func(host string) (*grpc.ClientConn, error) {
+		tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, ServerName: host}
+
+		return grpc.NewClient(net.JoinHostPort(host, strconv.Itoa(constants.TrustdPort)),
+			grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+			grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				return invoker(metadata.AppendToOutgoingContext(ctx, "token", token), method, req, reply, cc, opts...)
+			}),
+		)
+	}
+
+	return self, endpoints, dial, nil
+}
+
+func (ctrl *MemberController) writeMembers(ctx context.Context, r controller.Runtime, list []discovery.Affiliate) error {
+	r.StartTrackingOutputs()
+
+	for _, a := range list {
+		if a.Hostname == "" {
+			continue
+		}
+
+		typ, err := machine.ParseType(a.MachineType)
+		if err != nil {
+			typ = machine.TypeUnknown
+		}
+
+		var addrs []netip.Addr
+
+		for _, s := range a.Addresses {
+			if addr, err := netip.ParseAddr(s); err == nil {
+				addrs = append(addrs, addr)
+			}
+		}
+
+		if err = safe.WriterModify(ctx, r, cluster.NewMember(cluster.NamespaceName, a.Hostname), func(res *cluster.Member) error {
+			spec := res.TypedSpec()
+			spec.NodeID, spec.Hostname, spec.MachineType, spec.OperatingSystem, spec.Addresses = a.NodeID, a.Hostname, typ, a.OperatingSystem, addrs
+
+			spec.ControlPlane = nil
+			if typ.IsControlPlane() {
+				spec.ControlPlane = &cluster.ControlPlane{APIServerPort: constants.DefaultControlPlanePort}
+			}
+
+			return nil
+		}); err != nil {
+			return fmt.Errorf("writing member %s: %w", a.Hostname, err)
+		}
+	}
+
+	if err := r.CleanupOutputs(ctx, resource.NewMetadata(cluster.NamespaceName, cluster.MemberType, "", resource.VersionUndefined)); err != nil {
+		return fmt.Errorf("removing departed members: %w", err)
+	}
+
+	return nil
+}
