@@ -11,11 +11,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,6 +23,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
@@ -36,6 +35,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talos-go/talos/internal/apid/certs"
@@ -178,48 +178,8 @@ func exists(path string) bool {
 func apidDir(n *testutil.Node) string   { return filepath.Join(n.State, "system", "secrets", "apid") }
 func trustdDir(n *testutil.Node) string { return filepath.Join(n.State, "system", "secrets", "trustd") }
 
-// startAPID runs apid for a node from the node's certificate folder (a real apid process, on a
-// test port so it does not meet an apid that machined may start itself).
-func startAPID(t *testing.T, n *testutil.Node, port int) string {
-	t.Helper()
-
-	listen := net.JoinHostPort(n.Address, fmt.Sprint(port))
-	cmd := exec.Command(testutil.Binary(t), "apid", "--listen", listen, "--certs", apidDir(n), "--socket", n.Socket(),
-		"--reload-interval", "100ms")
-
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &lockedWriter{w: &out}, &lockedWriter{w: &out}
-
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-
-	exited := make(chan struct{})
-
-	go func() {
-		cmd.Wait() //nolint:errcheck
-		close(exited)
-	}()
-
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt) //nolint:errcheck
-		<-exited
-	})
-
-	return listen
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-
-	return l.w.Write(p)
-}
+// apidAddr is the node's apid, started by machined once its certificates exist.
+func apidAddr(n *testutil.Node) string { return net.JoinHostPort(n.Address, "50000") }
 
 // dialAPID opens an mTLS connection to apid and records the server certificates it sees.
 func dialAPID(t *testing.T, c *cluster, addr string, seen func(*x509.Certificate)) *grpc.ClientConn {
@@ -314,8 +274,8 @@ func TestWorkerJoins(t *testing.T) {
 		t.Error("trustd logged the token")
 	}
 
-	// The worker serves apid with the trustd-signed certificate.
-	addr := startAPID(t, wk, 50100)
+	// The worker's apid (started by its machined) serves the trustd-signed certificate.
+	addr := apidAddr(wk)
 
 	var (
 		mu     sync.Mutex
@@ -346,6 +306,73 @@ func TestWorkerJoins(t *testing.T) {
 
 	if _, err := served.Verify(x509.VerifyOptions{Roots: c.caPool}); err != nil {
 		t.Fatal(err)
+	}
+
+	if served.SerialNumber.Cmp(srv.SerialNumber) != 0 {
+		t.Errorf("apid serves serial %v, the trustd-signed file has %v", served.SerialNumber, srv.SerialNumber)
+	}
+
+	// A worker cannot generate client configurations (no CA key); a control plane can.
+	if _, err := machine.NewMachineServiceClient(conn).GenerateClientConfiguration(context.Background(),
+		&machine.GenerateClientConfigurationRequest{Roles: []string{"os:reader"}}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("GenerateClientConfiguration on a worker: got %v, want FailedPrecondition", err)
+	}
+
+	cpConn := dialAPID(t, c, apidAddr(cp), nil)
+
+	var gen *machine.GenerateClientConfigurationResponse
+
+	waitFor(t, "control plane apid answering", cp, func() bool {
+		var err error
+		gen, err = machine.NewMachineServiceClient(cpConn).GenerateClientConfiguration(context.Background(),
+			&machine.GenerateClientConfigurationRequest{Roles: []string{"os:reader"}, CrtTtl: durationpb.New(time.Hour)})
+
+		return status.Code(err) != codes.Unavailable
+	})
+
+	if len(gen.GetMessages()) != 1 {
+		t.Fatalf("GenerateClientConfiguration: %d messages", len(gen.GetMessages()))
+	}
+
+	cfg, err := clientconfig.FromBytes(gen.GetMessages()[0].GetTalosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pair, err := tls.X509KeyPair(gen.GetMessages()[0].GetCrt(), gen.GetMessages()[0].GetKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if cfg.Contexts[cfg.Context] == nil || cfg.Contexts[cfg.Context].Crt == "" {
+		t.Fatalf("talosconfig has no current context with a certificate")
+	}
+
+	reader, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if o := reader.Subject.Organization; len(o) != 1 || o[0] != "os:reader" || reader.NotAfter.Sub(reader.NotBefore) > 2*time.Hour {
+		t.Errorf("generated certificate: organization %v, lifetime %v", o, reader.NotAfter.Sub(reader.NotBefore))
+	}
+
+	// The reader certificate works for reading and is refused for admin calls.
+	readerConn, err := grpc.NewClient(apidAddr(cp), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: c.caPool, ServerName: cp.Address, Certificates: []tls.Certificate{pair},
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readerConn.Close() //nolint:errcheck
+
+	if _, err = machine.NewMachineServiceClient(readerConn).Version(context.Background(), &emptypb.Empty{}); err != nil {
+		t.Errorf("reader Version: %v", err)
+	}
+
+	if _, err = machine.NewMachineServiceClient(readerConn).GenerateClientConfiguration(context.Background(),
+		&machine.GenerateClientConfigurationRequest{Roles: []string{"os:admin"}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("reader GenerateClientConfiguration: got %v, want PermissionDenied", err)
 	}
 }
 
@@ -476,7 +503,7 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("lifetime %v: the test lifetime was not applied", life)
 	}
 
-	addr := startAPID(t, cp, 50100)
+	addr := apidAddr(cp)
 
 	var (
 		mu      sync.Mutex

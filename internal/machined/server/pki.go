@@ -1,0 +1,156 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"time"
+
+	cx509 "github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/trustd"
+)
+
+// DefaultClientCertTTL is the lifetime of a generated client certificate when the request names
+// none (talosctl's default for `config new`).
+const DefaultClientCertTTL = 87600 * time.Hour
+
+// GenerateClientConfiguration issues a client certificate for the requested roles from the OS CA
+// and returns it with a talosconfig. Only nodes holding the CA key (control planes) can; apid
+// lets only os:admin call it.
+func (s *Machine) GenerateClientConfiguration(ctx context.Context, req *machine.GenerateClientConfigurationRequest) (*machine.GenerateClientConfigurationResponse, error) {
+	cfg := s.R.Config()
+	if cfg == nil || cfg.Machine() == nil || cfg.Machine().Security() == nil {
+		return nil, status.Error(codes.FailedPrecondition, "the node has no config")
+	}
+
+	sec := cfg.Machine().Security()
+
+	ca := sec.IssuingCA()
+	if ca == nil || len(ca.Crt) == 0 || len(ca.Key) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, "this node does not hold the OS CA key: ask a control plane node")
+	}
+
+	roles, unknown := role.Parse(req.GetRoles())
+	if len(unknown) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown roles %q (known: %v)", unknown, role.All.Strings())
+	}
+
+	if len(roles.Strings()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "no roles requested")
+	}
+
+	ttl := DefaultClientCertTTL
+	if req.GetCrtTtl() != nil {
+		if err := req.GetCrtTtl().CheckValid(); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "crt_ttl: %v", err)
+		}
+
+		ttl = req.GetCrtTtl().AsDuration()
+	}
+
+	if ttl <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "crt_ttl must be positive")
+	}
+
+	crt, key, err := issueClient(ca.Crt, ca.Key, roles.Strings(), ttl, time.Now())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "issuing client certificate: %v", err)
+	}
+
+	bundle := append(bytes.TrimSpace(append([]byte(nil), ca.Crt...)), '\n')
+	for _, acc := range sec.AcceptedCAs() {
+		if acc != nil && len(acc.Crt) > 0 && !bytes.Equal(acc.Crt, ca.Crt) {
+			bundle = append(append(bundle, bytes.TrimSpace(acc.Crt)...), '\n')
+		}
+	}
+
+	contextName := "talos"
+	if cfg.Cluster() != nil && cfg.Cluster().Name() != "" {
+		contextName = cfg.Cluster().Name()
+	}
+
+	var endpoints []string
+	if s.R.Address != "" {
+		endpoints = []string{s.R.Address}
+	}
+
+	talosconfig, err := clientconfig.NewConfig(contextName, endpoints, bundle, &cx509.PEMEncodedCertificateAndKey{Crt: crt, Key: key}).Bytes()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encoding talosconfig: %v", err)
+	}
+
+	return &machine.GenerateClientConfigurationResponse{Messages: []*machine.GenerateClientConfiguration{{
+		Metadata:    s.metadata(ctx),
+		Ca:          bundle,
+		Crt:         crt,
+		Key:         key,
+		Talosconfig: talosconfig,
+	}}}, nil
+}
+
+// issueClient signs a client certificate whose organizations are the roles.
+func issueClient(caPEM, caKeyPEM []byte, roles []string, ttl time.Duration, now time.Time) (crtPEM, keyPEM []byte, err error) {
+	block, _ := pem.Decode(caPEM)
+	if block == nil {
+		return nil, nil, fmt.Errorf("machine.ca: no PEM certificate")
+	}
+
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("machine.ca: %w", err)
+	}
+
+	caKey, err := trustd.ParsePrivateKey(caKeyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("machine.ca key: %w", err)
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, err
+	}
+
+	notAfter := now.Add(ttl)
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
+	}
+
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "talosctl", Organization: roles},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+	}, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
