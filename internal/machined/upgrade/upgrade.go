@@ -48,6 +48,9 @@ type Manager struct {
 	Slot string
 	// StepTimeout bounds waiting for etcd health and the upgrade lock.
 	StepTimeout time.Duration
+	// MustBeUp are the services that must be up (when this node runs them) before a boot counts
+	// as successful.
+	MustBeUp []string
 
 	busy sync.Mutex
 
@@ -60,7 +63,7 @@ type Manager struct {
 func New(r *runtime.Runtime, node Node) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 
-	return &Manager{R: r, Node: node, Slot: bootloader.CurrentSlot(), StepTimeout: 10 * time.Minute, ctx: ctx, cancel: cancel}
+	return &Manager{R: r, Node: node, Slot: bootloader.CurrentSlot(), StepTimeout: 10 * time.Minute, MustBeUp: []string{"etcd"}, ctx: ctx, cancel: cancel}
 }
 
 // Close stops work in progress and waits for it.
@@ -104,8 +107,11 @@ func (m *Manager) needSlots() error {
 	return nil
 }
 
-// BootSucceeded waits until every loaded service is up, then makes the running slot permanent
-// if it is being tried. It runs in the background and ends with Close.
+// BootSucceeded makes the running slot permanent if it is being tried. It is called when the
+// boot sequence is complete (config loaded, services started, machine API serving); it first
+// waits, in the background, for the services in MustBeUp that this node runs (etcd on a
+// control plane) to be up. A slot that never gets there is abandoned by the boot stage's
+// watchdog. It ends with Close.
 func (m *Manager) BootSucceeded() {
 	if m.Slot == "" {
 		return
@@ -113,8 +119,12 @@ func (m *Manager) BootSucceeded() {
 
 	m.spawn(func(ctx context.Context) {
 		if sup := m.R.Supervisor; sup != nil {
-			for _, svc := range sup.List() {
-				if err := sup.WaitFor(ctx, svc.ID, system.IsUp); err != nil {
+			for _, id := range m.MustBeUp {
+				if _, ok := sup.Get(id); !ok {
+					continue
+				}
+
+				if err := sup.WaitFor(ctx, id, func(i system.Info) bool { return system.IsUp(i) || i.State == system.StateSkipped }); err != nil {
 					return
 				}
 			}

@@ -1,0 +1,446 @@
+package upgrade_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/meta"
+)
+
+// buildVersion builds the multi-call binary with the given version tag.
+func buildVersion(t *testing.T, dir, tag string) string {
+	t.Helper()
+
+	out := filepath.Join(dir, "machined-"+tag)
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/talos-go/talos/internal/version.Tag="+tag, "-o", out, "github.com/talos-go/talos/cmd/machined")
+
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", tag, err, b)
+	}
+
+	return out
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.String()
+}
+
+// bootNode starts a node through the boot stage.
+type bootNode struct {
+	state  string
+	cmd    *exec.Cmd
+	out    *syncBuf
+	exited chan error
+}
+
+func startBootNode(t *testing.T, bin, state string, args ...string) *bootNode {
+	t.Helper()
+
+	n := &bootNode{state: state, out: &syncBuf{}, exited: make(chan error, 1)}
+	n.cmd = exec.Command(bin, append([]string{"boot", "--state", state}, args...)...)
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	go func() { n.exited <- n.cmd.Wait() }()
+
+	t.Cleanup(func() {
+		select {
+		case err := <-n.exited:
+			n.exited <- err
+
+			return
+		default:
+		}
+
+		n.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+
+		select {
+		case <-n.exited:
+		case <-time.After(30 * time.Second):
+			n.cmd.Process.Kill() //nolint:errcheck
+			t.Errorf("node did not stop on SIGTERM\n%s", n.out)
+		}
+	})
+
+	return n
+}
+
+func (n *bootNode) socket() string {
+	return filepath.Join(n.state, "system", "run", "machined", "machined.sock")
+}
+
+func (n *bootNode) client(t *testing.T) *client.Client {
+	t.Helper()
+
+	c, err := client.New(context.Background(), client.WithUnixSocket(n.socket()),
+		client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return c
+}
+
+// version asks the node for its version once.
+func (n *bootNode) version(t *testing.T) (string, error) {
+	c := n.client(t)
+	defer c.Close() //nolint:errcheck
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+
+	resp, err := c.MachineClient.Version(ctx, &emptypb.Empty{})
+	if err != nil {
+		return "", err
+	}
+
+	return resp.Messages[0].Version.Tag, nil
+}
+
+// waitFor polls cond until it holds; the deadline only guards against a hang.
+func (n *bootNode) waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+
+	deadline := time.Now().Add(3 * time.Minute)
+
+	last := ""
+
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+
+		last = state
+
+		select {
+		case err := <-n.exited:
+			n.exited <- err
+			t.Fatalf("%s: node exited (%v); last state %s\n%s", what, err, last, n.out)
+		default:
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: gave up; last state %s\n%s", what, last, n.out)
+		}
+
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (n *bootNode) waitVersion(t *testing.T, want string) {
+	t.Helper()
+
+	n.waitFor(t, "version "+want, func() (bool, string) {
+		v, err := n.version(t)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		return v == want, v
+	})
+}
+
+func (n *bootNode) meta(t *testing.T) meta.Values {
+	t.Helper()
+
+	s, err := meta.Open(filepath.Join(n.state, "META"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	v, err := s.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return v
+}
+
+// waitSettled waits until no trial is pending and the running version is want.
+func (n *bootNode) waitSettled(t *testing.T, want string) {
+	t.Helper()
+	n.waitVersion(t, want)
+
+	n.waitFor(t, "boot settled on "+want, func() (bool, string) {
+		v := n.meta(t)
+
+		return v[meta.TrialSlot] == "" && v[meta.BootOnce] == "", fmt.Sprint(v)
+	})
+}
+
+func (n *bootNode) upgrade(t *testing.T, image string, preserve bool) error {
+	t.Helper()
+
+	c := n.client(t)
+	defer c.Close() //nolint:errcheck
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	resp, err := c.UpgradeWithOptions(ctx, client.WithUpgradeImage(image), client.WithUpgradePreserve(preserve))
+	if err != nil {
+		return err
+	}
+
+	if resp.Messages[0].ActorId == "" || !strings.Contains(resp.Messages[0].Ack, "upgrading to") {
+		t.Fatalf("upgrade reply: %v", resp)
+	}
+
+	return nil
+}
+
+func writeFile(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func slotOf(t *testing.T, n *bootNode) string {
+	return n.meta(t)[meta.ActiveSlot]
+}
+
+// TestUpgradeEndToEnd runs a node through the boot stage from version X, upgrades it to X+1,
+// refuses bad images, rolls back by hand, falls back from a broken version on its own, upgrades
+// without --preserve and resets it.
+func TestUpgradeEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two node binaries")
+	}
+
+	const vX, vX1, vBroken = "v9.0.0", "v9.0.1", "v9.0.2"
+
+	dir := t.TempDir()
+	binX := buildVersion(t, dir, vX)
+	binX1 := buildVersion(t, dir, vX1)
+
+	keyDir := filepath.Join(dir, "keys")
+	if _, err := imager.GenerateKey(filepath.Join(keyDir, "image.key"), filepath.Join(keyDir, "image.pub")); err != nil {
+		t.Fatal(err)
+	}
+
+	priv, err := imager.LoadPrivateKey(filepath.Join(keyDir, "image.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// etcd is not run by a worker; a stand-in keeps the image small.
+	etcd := filepath.Join(dir, "etcd")
+	writeFile(t, etcd, "#!/bin/sh\nexit 0\n", 0o755)
+
+	broken := filepath.Join(dir, "broken")
+	writeFile(t, broken, "#!/bin/sh\necho broken machined >&2\nexit 3\n", 0o755)
+
+	image := func(name, version, machined string, key []byte) string {
+		path := filepath.Join(dir, name)
+		if _, err := imager.BuildFile(path, imager.BuildOptions{Version: version, Key: key, Compress: true,
+			Files: map[string]string{imager.MachinedName: machined, imager.EtcdName: etcd}}); err != nil {
+			t.Fatal(err)
+		}
+
+		return path
+	}
+
+	good := image("good.img", vX1, binX1, priv)
+	brokenImg := image("broken.img", vBroken, broken, priv)
+
+	_, otherPriv, _ := ed25519Key(t)
+	foreign := image("foreign.img", vX1, binX1, otherPriv)
+
+	tampered := filepath.Join(dir, "tampered.img")
+	data, _ := os.ReadFile(good)
+	data[len(data)/2] ^= 0xff
+	writeFile(t, tampered, string(data), 0o644)
+
+	state := t.TempDir()
+	cfg := filepath.Join(dir, "worker.yaml")
+	writeFile(t, cfg, string(testutil.Config(t, machinetype.TypeWorker, "127.5.8.2")), 0o600)
+
+	n := startBootNode(t, binX, state, "--image-keys", filepath.Join(keyDir, "image.pub"), "--boot-timeout", "2m",
+		"--platform", "container", "--address", "127.5.8.2", "--config", cfg)
+
+	n.waitSettled(t, vX)
+
+	if s := slotOf(t, n); s != bootloader.SlotA {
+		t.Fatalf("first boot from slot %q, want A", s)
+	}
+
+	marker := filepath.Join(state, "EPHEMERAL", "lib", "marker")
+	writeFile(t, marker, "keep me", 0o600)
+
+	// Refused images: clear errors, and the node is untouched (no slot B, same version).
+	for _, tc := range []struct {
+		name, image, want string
+		code              codes.Code
+	}{
+		{"foreign key", foreign, "does not verify with any trusted key", codes.InvalidArgument},
+		{"tampered", tampered, "image", codes.InvalidArgument},
+		{"missing", filepath.Join(dir, "nope.img"), "no such file", codes.NotFound},
+		{"relative path", "good.img", "absolute path", codes.InvalidArgument},
+	} {
+		err := n.upgrade(t, tc.image, true)
+		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: got %v, want %v with %q", tc.name, err, tc.code, tc.want)
+		}
+	}
+
+	if bootloader.SlotInstalled(filepath.Join(state, "BOOT"), bootloader.SlotB) {
+		t.Fatal("a refused image was written to slot B")
+	}
+
+	if v, err := n.version(t); err != nil || v != vX {
+		t.Fatalf("after refused images: version %q %v", v, err)
+	}
+
+	// X -> X+1 with --preserve.
+	if err = n.upgrade(t, good, true); err != nil {
+		t.Fatal(err)
+	}
+
+	n.waitSettled(t, vX1)
+
+	if v := n.meta(t); v[meta.ActiveSlot] != bootloader.SlotB || v[meta.UpgradeFrom] != vX || v[meta.UpgradeTo] != vX1 || v[meta.Fallback] != "" {
+		t.Fatalf("META after upgrade: %v\n%s", v, n.out)
+	}
+
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "keep me" {
+		t.Fatalf("--preserve lost EPHEMERAL data: %q %v", b, err)
+	}
+
+	// Manual rollback to X.
+	c := n.client(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err = c.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	cancel()
+	c.Close() //nolint:errcheck
+
+	n.waitSettled(t, vX)
+
+	if s := slotOf(t, n); s != bootloader.SlotA {
+		t.Fatalf("after rollback slot %q, want A", s)
+	}
+
+	// A broken version (it exits at once) falls back to X on its own.
+	if err = n.upgrade(t, brokenImg, true); err != nil {
+		t.Fatal(err)
+	}
+
+	n.waitFor(t, "fallback from the broken version", func() (bool, string) {
+		v := n.meta(t)
+
+		return v[meta.Fallback] != "" && v[meta.TrialSlot] == "", fmt.Sprint(v)
+	})
+	n.waitSettled(t, vX)
+
+	if v := n.meta(t); v[meta.ActiveSlot] != bootloader.SlotA || !strings.Contains(v[meta.Fallback], "did not report a successful boot") {
+		t.Fatalf("META after fallback: %v", v)
+	}
+
+	if !strings.Contains(n.out.String(), "broken machined") {
+		t.Fatalf("the broken version never ran\n%s", n.out)
+	}
+
+	// X -> X+1 without --preserve: EPHEMERAL is wiped.
+	if err = n.upgrade(t, good, false); err != nil {
+		t.Fatal(err)
+	}
+
+	n.waitSettled(t, vX1)
+
+	if _, err = os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("upgrade without --preserve kept EPHEMERAL data: %v", err)
+	}
+
+	// Reset: a bad request changes nothing; then wipe STATE and EPHEMERAL and power off.
+	c = n.client(t)
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+
+	defer cancel()
+
+	_, err = c.ResetGenericWithResponse(ctx, &machine.ResetRequest{SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "BOOT", Wipe: true}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "STATE and/or EPHEMERAL") {
+		t.Fatalf("reset of BOOT: %v", err)
+	}
+
+	if _, err = os.Stat(filepath.Join(state, "STATE", "config.yaml")); err != nil {
+		t.Fatalf("refused reset changed STATE: %v", err)
+	}
+
+	writeFile(t, marker, "wipe me", 0o600)
+
+	if _, err = c.ResetGenericWithResponse(ctx, &machine.ResetRequest{Graceful: true, Reboot: false}); err != nil {
+		t.Fatal(err)
+	}
+
+	c.Close() //nolint:errcheck
+
+	select {
+	case err = <-n.exited:
+		n.exited <- err
+		if err != nil {
+			t.Fatalf("boot stage after reset: %v\n%s", err, n.out)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("node did not power off after reset\n%s", n.out)
+	}
+
+	for _, p := range []string{filepath.Join(state, "STATE", "config.yaml"), marker} {
+		if _, err = os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("reset kept %s: %v", p, err)
+		}
+	}
+
+	if !bootloader.SlotInstalled(filepath.Join(state, "BOOT"), bootloader.SlotB) {
+		t.Fatal("reset wiped the installed system")
+	}
+}
