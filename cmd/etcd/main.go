@@ -1,9 +1,14 @@
+// Command etcd is the real etcd server, built from etcd's own Go module (go.etcd.io/etcd/server/v3)
+// at the version pinned in go.mod. machined runs it as the "etcd" service on control planes; it
+// looks for this binary next to its own executable, then on PATH.
 package main
 
 import (
-	_ "go.etcd.io/etcd/client/v3"
-	_ "go.etcd.io/etcd/server/v3/embed"
-	_ "go.etcd.io/etcd/server/v3/etcdmain"
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
 )
 
-func main() {}
+func main() {
+	etcdmain.Main(os.Args)
+}

@@ -1,0 +1,575 @@
+// Package etcd runs and manages this node's etcd member: certificates from the cluster's etcd
+// CA, the command line, the bootstrap / join-as-learner / promotion logic, member management
+// with a quorum check before a member leaves, and snapshot / recover.
+//
+// Start rule: a control plane's etcd starts only when one of these holds:
+//   - its data folder already holds a member (a restart): it starts from that data;
+//   - Bootstrap was called on it: it starts a new single-member cluster (optionally recovered
+//     from an uploaded snapshot);
+//   - an existing cluster answers at one of the peer addresses (Options.Peers): the node adds
+//     itself as a learner, starts with initial-cluster-state=existing, and is promoted to a
+//     voting member once it has caught up with the leader.
+//
+// Until then it waits, retrying the join.
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Errors returned by the manager; the API maps them to gRPC codes.
+var (
+	// ErrAlreadyBootstrapped: this node already holds etcd data or was already bootstrapped.
+	ErrAlreadyBootstrapped = errors.New("etcd is already bootstrapped on this node (the etcd data directory is not empty)")
+	// ErrClusterExists: a cluster already answers at one of the peers.
+	ErrClusterExists = errors.New("an etcd cluster already exists")
+	// ErrJoining: the node is joining an existing cluster.
+	ErrJoining = errors.New("this node is joining an existing etcd cluster")
+	// ErrQuorum: the operation would lose quorum.
+	ErrQuorum = errors.New("operation would lose etcd quorum")
+	// ErrNotMember: this node is not (or no longer) a member.
+	ErrNotMember = errors.New("this node is not an etcd member")
+	// ErrNotRunning: etcd is not running on this node.
+	ErrNotRunning = errors.New("etcd is not running on this node")
+	// ErrNoSnapshot: recovery asked for without an uploaded snapshot.
+	ErrNoSnapshot = errors.New("no etcd snapshot was uploaded for recovery (EtcdRecover)")
+	// ErrSnapshotHash: the uploaded snapshot's integrity hash does not match.
+	ErrSnapshotHash = errors.New("etcd snapshot integrity check failed")
+	// ErrInvalid: a request argument is wrong.
+	ErrInvalid = errors.New("invalid request")
+)
+
+// Options is this node's etcd setup, re-read at every start of the service.
+type Options struct {
+	Binary         string // the etcd command
+	Name           string // member name
+	Address        string // node address: peer and client URLs are on it
+	ClientPort     int    // 2379 unless set
+	PeerPort       int    // 2380 unless set
+	ListenLoopback bool
+	DataDir        string // EPHEMERAL/lib/etcd
+	SecretsDir     string // Secrets("etcd")
+	SnapshotPath   string // where an uploaded recovery snapshot is kept (outside DataDir)
+	CACert, CAKey  []byte // cluster.etcd.ca (PEM)
+	ClusterToken   string
+	ExtraArgs      map[string]string
+
+	// Peers returns the addresses (IPs or names, no port) where other control planes' etcd may
+	// answer on ClientPort. Own address may be included; it is skipped.
+	Peers func(ctx context.Context) ([]string, error)
+
+	Output io.Writer // etcd's output (service log)
+	Log    *zap.Logger
+
+	JoinRetry       time.Duration // between join attempts (default 2s)
+	PromoteInterval time.Duration // between promotion attempts (default 1s)
+}
+
+func (o *Options) defaults() {
+	if o.ClientPort == 0 {
+		o.ClientPort = DefaultClientPort
+	}
+
+	if o.PeerPort == 0 {
+		o.PeerPort = DefaultPeerPort
+	}
+
+	if o.JoinRetry == 0 {
+		o.JoinRetry = 2 * time.Second
+	}
+
+	if o.PromoteInterval == 0 {
+		o.PromoteInterval = time.Second
+	}
+
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+
+	if o.Output == nil {
+		o.Output = io.Discard
+	}
+
+	if o.SnapshotPath == "" {
+		o.SnapshotPath = filepath.Join(filepath.Dir(o.DataDir), "etcd.snapshot")
+	}
+}
+
+func (o *Options) clientURL() string { return ClientURL(o.Address, o.ClientPort) }
+func (o *Options) peerURL() string   { return PeerURL(o.Address, o.PeerPort) }
+
+// BootstrapOptions are the Bootstrap API's arguments.
+type BootstrapOptions struct {
+	Recover       bool // recover from the snapshot uploaded with ReceiveSnapshot
+	SkipHashCheck bool
+}
+
+// Manager is one node's etcd member. It is safe for concurrent use.
+type Manager struct {
+	options func() (Options, error)
+
+	mu         sync.Mutex
+	bootstrap  *BootstrapOptions // requested, not yet taken by a start
+	taken      bool              // a bootstrap was taken by a start (until data exists)
+	joining    bool              // a join attempt is in progress
+	left       bool              // left the cluster: do not start until Reset
+	running    bool              // the etcd process is up
+	phase      string
+	recovering bool
+	wake       chan struct{}
+}
+
+// NewManager makes a manager; options is called at every start and API call (the config may
+// have changed).
+func NewManager(options func() (Options, error)) *Manager {
+	return &Manager{options: options, wake: make(chan struct{}, 1), phase: "Initialized"}
+}
+
+func (m *Manager) opts() (Options, error) {
+	o, err := m.options()
+	if err != nil {
+		return o, err
+	}
+
+	o.defaults()
+
+	return o, nil
+}
+
+// Phase is a human description of what the manager is doing (for logs and service events).
+func (m *Manager) Phase() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.phase
+}
+
+func (m *Manager) setPhase(log *zap.Logger, p string) {
+	m.mu.Lock()
+	changed := m.phase != p
+	m.phase = p
+	m.mu.Unlock()
+
+	if changed {
+		log.Info("etcd: " + p)
+	}
+}
+
+// HasData reports whether the data folder holds a member.
+func HasData(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(dataDir, "member"))
+
+	return err == nil
+}
+
+// Bootstrap asks this node to start a new cluster. It is refused when the node holds etcd
+// data, was already bootstrapped, is joining, or when a cluster already answers at a peer.
+// It returns once the request is recorded; the etcd service then starts the cluster.
+func (m *Manager) Bootstrap(ctx context.Context, req BootstrapOptions) error {
+	o, err := m.opts()
+	if err != nil {
+		return err
+	}
+
+	if err := m.checkBootstrap(o); err != nil {
+		return err
+	}
+
+	if req.Recover {
+		if err := verifySnapshot(o.SnapshotPath, req.SkipHashCheck); err != nil {
+			return err
+		}
+	}
+
+	// A cluster that already answers at a peer must not get a twin.
+	if found, where := m.clusterAtPeers(ctx, o); found {
+		return fmt.Errorf("%w at %s: this node joins it instead", ErrClusterExists, where)
+	}
+
+	// Let a join attempt in flight finish before deciding.
+	for {
+		m.mu.Lock()
+		if !m.joining {
+			break
+		}
+		m.mu.Unlock()
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	defer m.mu.Unlock()
+
+	if err := m.checkBootstrapLocked(o); err != nil {
+		return err
+	}
+
+	m.bootstrap = &req
+
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+
+	return nil
+}
+
+func (m *Manager) checkBootstrap(o Options) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.checkBootstrapLocked(o)
+}
+
+func (m *Manager) checkBootstrapLocked(o Options) error {
+	switch {
+	case m.bootstrap != nil || m.taken:
+		return fmt.Errorf("%w: bootstrap was already requested", ErrAlreadyBootstrapped)
+	case HasData(o.DataDir):
+		return ErrAlreadyBootstrapped
+	case m.running:
+		return fmt.Errorf("%w: etcd is already running as a member", ErrAlreadyBootstrapped)
+	case m.left:
+		return fmt.Errorf("%w: it left the cluster; reset it first", ErrNotMember)
+	}
+
+	return nil
+}
+
+// plan is how one start of etcd goes.
+type plan struct {
+	initialCluster string
+	state          ClusterState
+	recover        *BootstrapOptions
+}
+
+// prepare blocks until etcd may start, and says how.
+func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
+	for {
+		m.mu.Lock()
+		left := m.left
+		m.mu.Unlock()
+
+		if !left {
+			break
+		}
+
+		m.setPhase(o.Log, "left the cluster: waiting for a reset")
+
+		select {
+		case <-ctx.Done():
+			return plan{}, ctx.Err()
+		case <-m.wake:
+		}
+	}
+
+	if HasData(o.DataDir) {
+		m.mu.Lock()
+		m.taken = false
+		m.mu.Unlock()
+
+		return plan{}, nil
+	}
+
+	for {
+		m.mu.Lock()
+		if req := m.bootstrap; req != nil {
+			m.bootstrap = nil
+			m.taken = true
+			m.mu.Unlock()
+
+			m.setPhase(o.Log, "bootstrapping a new cluster")
+
+			p := plan{
+				initialCluster: o.Name + "=" + o.peerURL(),
+				state:          ClusterStateNew,
+			}
+
+			if req.Recover {
+				p.recover = req
+			}
+
+			return p, nil
+		}
+
+		m.joining = true
+		m.mu.Unlock()
+
+		initial, err := m.join(ctx, o)
+
+		m.mu.Lock()
+		m.joining = false
+		m.mu.Unlock()
+
+		if err == nil {
+			m.setPhase(o.Log, "joined the cluster as a learner")
+
+			return plan{initialCluster: initial, state: ClusterStateExisting}, nil
+		}
+
+		m.setPhase(o.Log, fmt.Sprintf("waiting for bootstrap or an existing cluster (%v)", err))
+
+		select {
+		case <-ctx.Done():
+			return plan{}, ctx.Err()
+		case <-m.wake:
+		case <-time.After(o.JoinRetry):
+		}
+	}
+}
+
+var errNoPeers = errors.New("no other control plane known")
+
+// peerEndpoints are the client URLs of the other control planes.
+func peerEndpoints(ctx context.Context, o Options) ([]string, error) {
+	if o.Peers == nil {
+		return nil, errNoPeers
+	}
+
+	addrs, err := o.Peers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("finding peers: %w", err)
+	}
+
+	var eps []string
+
+	seen := map[string]bool{}
+
+	for _, a := range addrs {
+		h := hostOf(a)
+		if h == "" || sameHost(h, o.Address) || seen[h] {
+			continue
+		}
+
+		seen[h] = true
+		eps = append(eps, ClientURL(h, o.ClientPort))
+	}
+
+	if len(eps) == 0 {
+		return nil, errNoPeers
+	}
+
+	return eps, nil
+}
+
+func sameHost(a, b string) bool {
+	ia, ib := net.ParseIP(a), net.ParseIP(b)
+	if ia != nil && ib != nil {
+		return ia.Equal(ib)
+	}
+
+	return a == b
+}
+
+// clusterAtPeers reports whether any peer answers as an etcd member.
+func (m *Manager) clusterAtPeers(ctx context.Context, o Options) (bool, string) {
+	eps, err := peerEndpoints(ctx, o)
+	if err != nil {
+		return false, ""
+	}
+
+	for _, ep := range eps {
+		cli, err := m.client(o, ep)
+		if err != nil {
+			continue
+		}
+
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = cli.Status(sctx, ep)
+
+		cancel()
+		cli.Close() //nolint:errcheck
+
+		if err == nil {
+			return true, ep
+		}
+	}
+
+	return false, ""
+}
+
+// join adds this node as a learner to a cluster found at the peers and returns the
+// --initial-cluster value to start with.
+func (m *Manager) join(ctx context.Context, o Options) (string, error) {
+	eps, err := peerEndpoints(ctx, o)
+	if err != nil {
+		return "", err
+	}
+
+	m.setPhase(o.Log, "looking for an etcd cluster at "+strings.Join(eps, ","))
+
+	cli, err := m.client(o, eps...)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close() //nolint:errcheck
+
+	jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+
+	list, err := cli.MemberList(jctx)
+	if err != nil {
+		return "", fmt.Errorf("listing members at %s: %w", strings.Join(eps, ","), err)
+	}
+
+	self := o.peerURL()
+
+	var id uint64
+
+	members := list.Members
+
+	for _, mem := range list.Members {
+		if !contains(mem.PeerURLs, self) {
+			continue
+		}
+
+		if mem.Name == "" && mem.IsLearner {
+			// Added by an earlier attempt that never started: reuse it.
+			id = mem.ID
+
+			break
+		}
+
+		// A member with our address but we hold no data: it is a stale entry of a previous
+		// life of this node. Replace it.
+		o.Log.Info("etcd: removing stale member with this node's peer URL", zap.String("id", fmt.Sprintf("%x", mem.ID)))
+
+		if _, err := cli.MemberRemove(jctx, mem.ID); err != nil {
+			return "", fmt.Errorf("removing stale member %x: %w", mem.ID, err)
+		}
+	}
+
+	if id == 0 {
+		resp, err := cli.MemberAddAsLearner(jctx, []string{self})
+		if err != nil {
+			return "", fmt.Errorf("adding this node as a learner: %w", err)
+		}
+
+		id = resp.Member.ID
+		members = resp.Members
+	}
+
+	var parts []string
+
+	for _, mem := range members {
+		name := mem.Name
+		if mem.ID == id {
+			name = o.Name
+		}
+
+		for _, u := range mem.PeerURLs {
+			parts = append(parts, name+"="+u)
+		}
+	}
+
+	return strings.Join(parts, ","), nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+
+	return false
+}
+
+// client makes an etcd client for machined with the node's client certificate.
+func (m *Manager) client(o Options, endpoints ...string) (*clientv3.Client, error) {
+	tlsCfg, err := CertPaths{Dir: o.SecretsDir}.ClientTLS()
+	if err != nil {
+		return nil, err
+	}
+
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            endpoints,
+		TLS:                  tlsCfg,
+		DialTimeout:          3 * time.Second,
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating etcd client: %w", err)
+	}
+
+	return cli, nil
+}
+
+// LocalClient is a client to this node's member only.
+func (m *Manager) LocalClient() (*clientv3.Client, error) {
+	o, err := m.opts()
+	if err != nil {
+		return nil, err
+	}
+
+	return m.client(o, o.clientURL())
+}
+
+// ClusterClient is a client to every member of the cluster (found from this node's member list,
+// else from the peers).
+func (m *Manager) ClusterClient(ctx context.Context) (*clientv3.Client, error) {
+	o, err := m.opts()
+	if err != nil {
+		return nil, err
+	}
+
+	return m.clusterClient(ctx, o)
+}
+
+func (m *Manager) clusterClient(ctx context.Context, o Options) (*clientv3.Client, error) {
+	eps := []string{o.clientURL()}
+
+	if local, err := m.client(o, o.clientURL()); err == nil {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		list, err := local.MemberList(lctx, clientv3.WithSerializable())
+
+		cancel()
+		local.Close() //nolint:errcheck
+
+		if err == nil {
+			for _, mem := range list.Members {
+				for _, u := range mem.ClientURLs {
+					if !contains(eps, u) {
+						eps = append(eps, u)
+					}
+				}
+			}
+		}
+	}
+
+	if len(eps) == 1 {
+		if peers, err := peerEndpoints(ctx, o); err == nil {
+			eps = append(eps, peers...)
+		}
+	}
+
+	return m.client(o, eps...)
+}
+
+// DefaultTimeout bounds API calls that come without a deadline: the etcd client otherwise
+// waits for a member to answer forever.
+const DefaultTimeout = 15 * time.Second
+
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+
+	return context.WithTimeout(ctx, DefaultTimeout)
+}

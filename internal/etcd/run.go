@@ -1,0 +1,243 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/runner"
+)
+
+// Runner returns a supervisor runner for one run of the etcd service.
+func (m *Manager) Runner() system.Runner { return &etcdRunner{m: m} }
+
+type etcdRunner struct{ m *Manager }
+
+func (r *etcdRunner) String() string                { return "etcd(" + r.m.Phase() + ")" }
+func (r *etcdRunner) Run(ctx context.Context) error { return r.m.Run(ctx) }
+
+// Run writes the certificates, waits until etcd may start (data, bootstrap or a cluster to
+// join), runs etcd until ctx ends or it exits, and meanwhile promotes this member if it is a
+// learner and imports a recovery snapshot if asked to.
+func (m *Manager) Run(ctx context.Context) error {
+	o, err := m.opts()
+	if err != nil {
+		return err
+	}
+
+	ca, err := ParseCA(o.CACert, o.CAKey)
+	if err != nil {
+		return err
+	}
+
+	var ips []net.IP
+	if ip := net.ParseIP(o.Address); ip != nil {
+		ips = append(ips, ip)
+	}
+
+	certs, err := WriteCertificates(ca, o.SecretsDir, CertRequest{Name: o.Name, IPs: ips})
+	if err != nil {
+		return err
+	}
+
+	p, err := m.prepare(ctx, o)
+	if err != nil {
+		return err
+	}
+
+	args, err := Args(ArgsInput{
+		Binary:         o.Binary,
+		Name:           o.Name,
+		Address:        o.Address,
+		ClientPort:     o.ClientPort,
+		PeerPort:       o.PeerPort,
+		ListenLoopback: o.ListenLoopback,
+		DataDir:        o.DataDir,
+		Certs:          certs,
+		InitialCluster: p.initialCluster,
+		State:          p.state,
+		ClusterToken:   o.ClusterToken,
+		ExtraArgs:      o.ExtraArgs,
+	})
+	if err != nil {
+		return err
+	}
+
+	proc := &runner.Process{Args: args, Output: o.Output, GracefulTimeout: 15 * time.Second}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+
+	m.mu.Lock()
+	m.running = true
+	m.recovering = p.recover != nil
+	m.mu.Unlock()
+
+	defer func() {
+		m.mu.Lock()
+		m.running = false
+		m.mu.Unlock()
+	}()
+
+	wg.Add(1)
+
+	go func() {
+		defer wg.Done()
+		m.afterStart(runCtx, o, p)
+	}()
+
+	m.setPhase(o.Log, "running")
+
+	err = proc.Run(runCtx)
+
+	cancel()
+	wg.Wait()
+
+	return err
+}
+
+// afterStart imports a recovery snapshot, then promotes this member while it is a learner.
+func (m *Manager) afterStart(ctx context.Context, o Options, p plan) {
+	if p.recover != nil {
+		for {
+			err := m.importSnapshot(ctx, o)
+			if err == nil {
+				break
+			}
+
+			o.Log.Warn("etcd: recovering from snapshot", zap.Error(err))
+
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+
+		m.mu.Lock()
+		m.recovering = false
+		m.mu.Unlock()
+	}
+
+	m.promoteLoop(ctx, o)
+}
+
+// promoteLoop promotes this member once it is in sync with the leader; it returns when the
+// member is a voter or ctx ends.
+func (m *Manager) promoteLoop(ctx context.Context, o Options) {
+	for {
+		done, err := m.tryPromote(ctx, o)
+		if done {
+			return
+		}
+
+		if err != nil {
+			o.Log.Debug("etcd: promotion not done yet", zap.Error(err))
+		}
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(o.PromoteInterval):
+		}
+	}
+}
+
+func (m *Manager) tryPromote(ctx context.Context, o Options) (bool, error) {
+	local, err := m.client(o, o.clientURL())
+	if err != nil {
+		return false, err
+	}
+	defer local.Close() //nolint:errcheck
+
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+
+	st, err := local.Status(sctx, o.clientURL())
+	if err != nil {
+		return false, err
+	}
+
+	if !st.IsLearner {
+		return true, nil
+	}
+
+	m.setPhase(o.Log, "learner: waiting to be promoted")
+
+	cli, err := m.clusterClient(ctx, o)
+	if err != nil {
+		return false, err
+	}
+	defer cli.Close() //nolint:errcheck
+
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer pcancel()
+
+	if _, err := cli.MemberPromote(pctx, st.Header.MemberId); err != nil {
+		if strings.Contains(err.Error(), "not a learner") {
+			return true, nil
+		}
+
+		return false, fmt.Errorf("promoting member %x: %w", st.Header.MemberId, err)
+	}
+
+	m.setPhase(o.Log, "promoted to a voting member")
+
+	return true, nil
+}
+
+// Health checks this node's member: it answers, it is a voting member, it has a leader, it has
+// no alarm, a recovery is not in progress, and a quorum read succeeds.
+func (m *Manager) Health(ctx context.Context) error {
+	m.mu.Lock()
+	recovering := m.recovering
+	m.mu.Unlock()
+
+	if recovering {
+		return fmt.Errorf("recovering from a snapshot")
+	}
+
+	o, err := m.opts()
+	if err != nil {
+		return err
+	}
+
+	cli, err := m.client(o, o.clientURL())
+	if err != nil {
+		return err
+	}
+	defer cli.Close() //nolint:errcheck
+
+	st, err := cli.Status(ctx, o.clientURL())
+	if err != nil {
+		return fmt.Errorf("etcd status: %w", err)
+	}
+
+	if len(st.Errors) > 0 {
+		return fmt.Errorf("etcd reports: %s", strings.Join(st.Errors, "; "))
+	}
+
+	if st.IsLearner {
+		return fmt.Errorf("member is a learner, waiting to be promoted")
+	}
+
+	if st.Leader == 0 {
+		return fmt.Errorf("member has no leader")
+	}
+
+	// A linearizable read proves the member reaches quorum.
+	if _, err := cli.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("etcd quorum read: %w", err)
+	}
+
+	return nil
+}
