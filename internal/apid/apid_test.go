@@ -539,3 +539,55 @@ func TestProcess(t *testing.T) {
 		t.Error("apid did not stop on SIGTERM")
 	}
 }
+
+// TestHungNodeCostsItsDialTimeout: a node that accepts TCP but never answers TLS must not take
+// the whole fan-out down; the caller's own deadline (far longer than the dial timeout) is not
+// reached, and the hung node reports an error.
+func TestHungNodeCostsItsDialTimeout(t *testing.T) {
+	ca := newCA(t)
+	a := startNode(t, ca)
+
+	hung := listenNode(t)
+	defer hung.Close() //nolint:errcheck
+
+	acceptDone := make(chan struct{})
+
+	go func() {
+		defer close(acceptDone)
+
+		var held []net.Conn
+
+		defer func() {
+			for _, c := range held {
+				c.Close() //nolint:errcheck
+			}
+		}()
+
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+
+			held = append(held, c) // never answer
+		}
+	}()
+
+	defer func() { hung.Close(); <-acceptDone }() //nolint:errcheck
+
+	hungHost, _, _ := net.SplitHostPort(hung.Addr().String()) //nolint:errcheck
+
+	c := machine.NewMachineServiceClient(dial(t, ca, a.addr, ca.roleCert(t, "os:reader")))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	resp, err := c.Version(withNodes(ctx, a.addr, hungHost), &emptypb.Empty{})
+	if err != nil {
+		t.Fatalf("fan-out with a hung node: %v", err)
+	}
+
+	if len(resp.Messages) != 2 || resp.Messages[0].GetMetadata().GetError() != "" || resp.Messages[1].GetMetadata().GetError() == "" {
+		t.Errorf("want a good reply and an error for the hung node: %v", resp)
+	}
+}

@@ -49,6 +49,8 @@ func (p *pool) get(addr string) (*grpc.ClientConn, error) {
 	c, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(p.creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
+		grpc.WithInitialWindowSize(windowSize),
+		grpc.WithInitialConnWindowSize(windowSize),
 		grpc.WithConnectParams(fastReconnect(p.dialTimeout)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 	)

@@ -34,6 +34,9 @@ const (
 	mdRole  = constants.APIAuthzRoleMetadataKey
 )
 
+// windowSize is the static HTTP/2 flow-control window of apid's connections.
+const windowSize = 4 << 20
+
 // Options configure a Server.
 type Options struct {
 	// Certs is the certificate store (server, client and CA).
@@ -93,6 +96,9 @@ func New(opts Options) (*Server, error) {
 	s.grpc = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(opts.Certs.ServerTLS())),
 		grpc.ForceServerCodecV2(rawCodec{}),
+		// Static flow-control windows turn off BDP probing, which costs a ping round per call.
+		grpc.InitialWindowSize(windowSize),
+		grpc.InitialConnWindowSize(windowSize),
 		grpc.UnknownServiceHandler(s.handle),
 		// Reuse handler goroutines (and their grown stacks) instead of one new goroutine per call.
 		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))), //nolint:gosec
@@ -107,6 +113,8 @@ func dialLocal(socket string) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("unix://"+socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
+		grpc.WithInitialWindowSize(windowSize),
+		grpc.WithInitialConnWindowSize(windowSize),
 		// machined may restart; a call must not wait for it longer than its own deadline.
 		grpc.WithConnectParams(fastReconnect(2*time.Second)),
 	)

@@ -422,14 +422,16 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 	}
 	defer direct.Close() //nolint:errcheck
 
-	ac, err := cl.client(b, cl.roleCert(b, "os:reader"))
+	ac, err := grpc.NewClient(cl.addrs[0]+":50000", grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: cl.pool(), Certificates: []tls.Certificate{cl.roleCert(b, "os:reader")},
+	})))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ac.Close() //nolint:errcheck
 
 	dc := machine.NewMachineServiceClient(direct)
-	viaAPID := ac.MachineClient
+	viaAPID := machine.NewMachineServiceClient(ac)
 	ctx := context.Background()
 
 	call := func(c machine.MachineServiceClient) time.Duration {
