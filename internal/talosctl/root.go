@@ -72,6 +72,8 @@ func NewRootCommand() *cobra.Command {
 		rebootCmd(g),
 		shutdownCmd(g),
 		resetCmd(g),
+		upgradeCmd(g),
+		rollbackCmd(g),
 		kubeconfigCmd(g),
 		healthCmd(g),
 		completionCmd(),

@@ -1,0 +1,84 @@
+package talosctl
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/spf13/cobra"
+)
+
+func upgradeCmd(g *Global) *cobra.Command {
+	var (
+		image                  string
+		preserve, stage, force bool
+		rebootMode             string
+		wf                     waitFlags
+	)
+
+	cmd := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Upgrade Talos on the target node",
+		Long: "Upgrade installs a signed node image (built with `make image VERSION=...`) into the node's inactive boot slot " +
+			"and reboots into it; a version that does not boot falls back to the previous one. In container mode --image is " +
+			"the image file's path on the nodes' host.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if image == "" {
+				return fmt.Errorf("--image is required: the signed image file to install, e.g. _out/talos-v1.11.1.img")
+			}
+
+			// A local file is sent as an absolute path: container-mode nodes read it from this host.
+			if fi, err := os.Stat(image); err == nil && fi.Mode().IsRegular() {
+				if abs, err := filepath.Abs(image); err == nil {
+					image = abs
+				}
+			}
+
+			modes := map[string]machineapi.UpgradeRequest_RebootMode{
+				"default":    machineapi.UpgradeRequest_DEFAULT,
+				"powercycle": machineapi.UpgradeRequest_POWERCYCLE,
+			}
+
+			mode, ok := modes[rebootMode]
+			if !ok {
+				return fmt.Errorf("unknown --reboot-mode %q: use default or powercycle", rebootMode)
+			}
+
+			return g.run(cmd, func(ctx context.Context, s *session) error {
+				boots := bootIDs(ctx, s)
+
+				resp, err := s.c.UpgradeWithOptions(s.ctx(ctx), client.WithUpgradeImage(image), client.WithUpgradePreserve(preserve),
+					client.WithUpgradeStage(stage), client.WithUpgradeForce(force), client.WithUpgradeRebootMode(mode))
+				if err := renderReply(cmd, resp, err, func(r *machineapi.UpgradeResponse) error {
+					for _, m := range r.Messages {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", nodeOf(m.GetMetadata().GetHostname(), ""), m.Ack)
+					}
+
+					return nil
+				}); err != nil {
+					return err
+				}
+
+				if !wf.wait || stage {
+					return nil
+				}
+
+				return waitNodes(ctx, cmd.ErrOrStderr(), s, boots, true, wf.timeout)
+			})
+		},
+	}
+
+	f := cmd.Flags()
+	f.StringVarP(&image, "image", "i", "", "the signed node image to upgrade to (a file path in container mode)")
+	f.BoolVarP(&preserve, "preserve", "p", false, "preserve data (keep EPHEMERAL and, on a control plane, the etcd member)")
+	f.BoolVarP(&stage, "stage", "s", false, "stage the upgrade to perform it after a reboot")
+	f.BoolVarP(&force, "force", "f", false, "force the upgrade (skip etcd health and member checks)")
+	f.StringVarP(&rebootMode, "reboot-mode", "m", "default", "select the reboot mode during upgrade: default, powercycle")
+	wf.register(cmd)
+
+	return cmd
+}
