@@ -235,7 +235,7 @@ func (m *Manager) run(ctx context.Context, log *zap.Logger, req *machine.Upgrade
 	}
 
 	if cp {
-		unlock, err := m.etcdChecks(ctx, log, req.Preserve)
+		unlock, err := m.etcdChecks(ctx, log, req.Preserve, req.Force)
 		if err != nil {
 			return err
 		}
@@ -328,7 +328,7 @@ func boolKey(b bool) string {
 }
 
 // etcdChecks takes the upgrade lock and waits until etcd is healthy without this node.
-func (m *Manager) etcdChecks(ctx context.Context, log *zap.Logger, preserve bool) (func(), error) {
+func (m *Manager) etcdChecks(ctx context.Context, log *zap.Logger, preserve, force bool) (func(), error) {
 	if m.Etcd == nil {
 		log.Warn("etcd is not wired into this machined: upgrading this control plane without the etcd health check and upgrade lock")
 
@@ -345,6 +345,12 @@ func (m *Manager) etcdChecks(ctx context.Context, log *zap.Logger, preserve bool
 	unlock, err := m.Etcd.Lock(ctx, m.R.Address+" "+hostname)
 	if err != nil {
 		return nil, err
+	}
+
+	if force {
+		log.Warn("etcd upgrade lock taken; --force: skipping the etcd health check")
+
+		return unlock, nil
 	}
 
 	log.Info("etcd upgrade lock taken; checking that etcd stays healthy without this node")
