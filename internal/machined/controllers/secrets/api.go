@@ -29,6 +29,9 @@ type APIController struct {
 	Lifetime time.Duration
 	// Address is the node's address, the source of its calls to trustd (container mode).
 	Address string
+	// Now and Check are for tests: the wall clock, and how often it is checked.
+	Now   func() time.Time
+	Check time.Duration
 
 	client *trustd.Client
 }
@@ -57,7 +60,12 @@ func (ctrl *APIController) Run(ctx context.Context, r controller.Runtime, log *z
 		lifetime = Lifetime()
 	}
 
-	ticker := time.NewTicker(checkInterval(lifetime))
+	check := ctrl.Check
+	if check <= 0 {
+		check = checkInterval(lifetime)
+	}
+
+	ticker := time.NewTicker(check)
 	defer ticker.Stop()
 
 	for {
@@ -114,6 +122,10 @@ func (ctrl *APIController) reconcile(ctx context.Context, r controller.Runtime, 
 	}
 
 	now := time.Now()
+	if ctrl.Now != nil {
+		now = ctrl.Now()
+	}
+
 	reason := "missing"
 
 	if cur != nil {
