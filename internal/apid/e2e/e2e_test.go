@@ -17,6 +17,8 @@ import (
 	mrand "math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -378,6 +380,77 @@ func TestRejectedCertificatesOnRealNode(t *testing.T) {
 	}
 }
 
+var (
+	talosctlOnce sync.Once
+	talosctlPath string
+	talosctlErr  error
+)
+
+// talosctl builds talosctl once and runs it with the cluster's talosconfig.
+func (cl *cluster) talosctl(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+
+	talosctlOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "talosctl-bin-")
+		if err != nil {
+			talosctlErr = err
+
+			return
+		}
+
+		talosctlPath = filepath.Join(dir, "talosctl")
+
+		out, err := exec.Command("go", "build", "-o", talosctlPath, "github.com/talos-go/talos/cmd/talosctl").CombinedOutput()
+		if err != nil {
+			talosctlErr = fmt.Errorf("building talosctl: %v\n%s", err, out)
+		}
+	})
+
+	if talosctlErr != nil {
+		t.Fatal(talosctlErr)
+	}
+
+	cfgPath := filepath.Join(t.TempDir(), "talosconfig")
+	if err = cl.cfgs.Talosconfig.Save(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+
+	var o, e strings.Builder
+
+	cmd := exec.Command(talosctlPath, append([]string{"--talosconfig", cfgPath}, args...)...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+
+	return o.String(), e.String(), err
+}
+
+// TestTalosctlThroughAPID: -e picks the gateway, -n the nodes (comma-separated and repeated);
+// the output is one table with a NODE column.
+func TestTalosctlThroughAPID(t *testing.T) {
+	cl := getCluster(t)
+
+	for _, nodes := range [][]string{
+		{"-n", strings.Join(cl.addrs, ",")},
+		{"-n", cl.addrs[0], "-n", cl.addrs[1] + "," + cl.addrs[2]},
+	} {
+		out, errOut, err := cl.talosctl(t, append([]string{"-e", cl.addrs[0], "memory"}, nodes...)...)
+		if err != nil {
+			t.Fatalf("talosctl memory %v: %v\n%s", nodes, err, errOut)
+		}
+
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 4 || !strings.HasPrefix(lines[0], "NODE") {
+			t.Fatalf("want a header and 3 rows:\n%s", out)
+		}
+
+		for i, a := range cl.addrs {
+			if !strings.HasPrefix(lines[i+1], a+" ") {
+				t.Errorf("row %d: %q, want node %s", i+1, lines[i+1], a)
+			}
+		}
+	}
+}
+
 // TestStoppedNodePartialReply must run last: it stops a worker.
 func TestStoppedNodePartialReply(t *testing.T) {
 	cl := getCluster(t)
@@ -401,6 +474,12 @@ func TestStoppedNodePartialReply(t *testing.T) {
 		if m.GetMetadata().GetHostname() != cl.addrs[i] || failed != (i == 2) {
 			t.Errorf("message %d: %v", i, m.GetMetadata())
 		}
+	}
+
+	// talosctl prints the good rows, the failed node on stderr, and exits non-zero.
+	out, errOut, err := cl.talosctl(t, "-e", cl.addrs[0], "-n", strings.Join(cl.addrs, ","), "memory")
+	if err == nil || !strings.Contains(errOut, cl.addrs[2]) || !strings.Contains(out, cl.addrs[1]+" ") || strings.Contains(out, cl.addrs[2]+" ") {
+		t.Errorf("talosctl with a stopped node: err=%v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
 
 	// The machinery client (talosctl) turns the per-node error into an error naming the node,
