@@ -27,6 +27,7 @@ import (
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/talosctl"
 )
 
 // buildVersion builds the multi-call binary with the given version tag.
@@ -242,6 +243,19 @@ func writeFile(t *testing.T, path, content string, mode os.FileMode) {
 	}
 }
 
+// talosctl runs a talosctl command against the node's machine API socket.
+func (n *bootNode) talosctl(t *testing.T, args ...string) string {
+	t.Helper()
+
+	var stdout, stderr bytes.Buffer
+
+	if code := talosctl.Execute(append([]string{"--machined-socket", n.socket()}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("talosctl %v: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+	}
+
+	return stdout.String()
+}
+
 func slotOf(t *testing.T, n *bootNode) string {
 	return n.meta(t)[meta.ActiveSlot]
 }
@@ -353,16 +367,8 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		t.Fatalf("--preserve lost EPHEMERAL data: %q %v", b, err)
 	}
 
-	// Manual rollback to X.
-	c := n.client(t)
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	if err = c.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	cancel()
-	c.Close() //nolint:errcheck
+	// Manual rollback to X, with talosctl.
+	n.talosctl(t, "rollback")
 
 	n.waitSettled(t, vX)
 
@@ -390,9 +396,29 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		t.Fatalf("the broken version never ran\n%s", n.out)
 	}
 
-	// X -> X+1 without --preserve: EPHEMERAL is wiped.
-	if err = n.upgrade(t, good, false); err != nil {
-		t.Fatal(err)
+	// Staged upgrade: nothing happens until the next reboot.
+	if out := n.talosctl(t, "upgrade", "--image", good, "--preserve", "--stage"); !strings.Contains(out, "staged") {
+		t.Fatalf("staged upgrade output %q", out)
+	}
+
+	n.waitFor(t, "upgrade staged", func() (bool, string) {
+		v := n.meta(t)
+
+		return v[meta.BootOnce] == bootloader.SlotB, fmt.Sprint(v)
+	})
+
+	if v, err := n.version(t); err != nil || v != vX {
+		t.Fatalf("staged upgrade changed the running version: %q %v", v, err)
+	}
+
+	n.talosctl(t, "reboot", "--wait=false")
+	n.waitSettled(t, vX1)
+	n.talosctl(t, "rollback")
+	n.waitSettled(t, vX)
+
+	// X -> X+1 without --preserve (with talosctl): EPHEMERAL is wiped.
+	if out := n.talosctl(t, "upgrade", "--image", good, "--wait=false"); !strings.Contains(out, "upgrading to "+vX1) {
+		t.Fatalf("upgrade output %q", out)
 	}
 
 	n.waitSettled(t, vX1)
@@ -402,8 +428,8 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	}
 
 	// Reset: a bad request changes nothing; then wipe STATE and EPHEMERAL and power off.
-	c = n.client(t)
-	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	c := n.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 
 	defer cancel()
 
