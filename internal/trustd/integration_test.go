@@ -232,10 +232,14 @@ func TestWorkerJoins(t *testing.T) {
 
 	c := newCluster(t, cpAddr, "")
 	cp := testutil.StartNode(t, cpAddr, c.cp)
+	testutil.Binary(t)
+
+	started := time.Now()
 	wk := testutil.StartNode(t, wkAddr, c.wk)
 
 	waitFor(t, "control plane trustd files", cp, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
 	waitFor(t, "worker apid certificates", wk, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })
+	t.Logf("worker process start to trustd-signed apid certificates on disk: %v", time.Since(started).Round(time.Millisecond))
 
 	srv := readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt))
 	if _, err := srv.Verify(x509.VerifyOptions{Roots: c.caPool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {

@@ -36,7 +36,7 @@ type testCA struct {
 	key    *ecdsa.PrivateKey
 }
 
-func newTestCA(t *testing.T) *testCA {
+func newTestCA(t testing.TB) *testCA {
 	t.Helper()
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -73,7 +73,7 @@ func (ca *testCA) pool() *x509.CertPool {
 }
 
 // serverPair issues trustd's serving certificate for ip.
-func (ca *testCA) serverPair(t *testing.T, ip string) (crtPEM, keyPEM []byte) {
+func (ca *testCA) serverPair(t testing.TB, ip string) (crtPEM, keyPEM []byte) {
 	t.Helper()
 
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -95,7 +95,7 @@ func (ca *testCA) serverPair(t *testing.T, ip string) (crtPEM, keyPEM []byte) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
-func csrPEM(t *testing.T, tmpl *x509.CertificateRequest) []byte {
+func csrPEM(t testing.TB, tmpl *x509.CertificateRequest) []byte {
 	t.Helper()
 
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -108,7 +108,7 @@ func csrPEM(t *testing.T, tmpl *x509.CertificateRequest) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
 
-func ext(t *testing.T, oid asn1.ObjectIdentifier, v any) pkix.Extension {
+func ext(t testing.TB, oid asn1.ObjectIdentifier, v any) pkix.Extension {
 	t.Helper()
 
 	b, err := asn1.Marshal(v)
@@ -263,7 +263,7 @@ func TestLimiter(t *testing.T) {
 }
 
 // startTrustd serves a Server from a real folder over real TLS on addr.
-func startTrustd(t *testing.T, ca *testCA, addr string, limiter *Limiter) (*Store, string, *observer.ObservedLogs) {
+func startTrustd(t testing.TB, ca *testCA, addr string, limiter *Limiter) (*Store, string, *observer.ObservedLogs) {
 	t.Helper()
 
 	dir := t.TempDir()
@@ -477,4 +477,22 @@ func toString(v any) string {
 	}
 
 	return ""
+}
+
+// BenchmarkCertificate measures one signing over a kept TLS connection (token check, CSR checks,
+// ECDSA signature), as a joining or renewing node causes it.
+func BenchmarkCertificate(b *testing.B) {
+	ca := newTestCA(b)
+
+	_, addr, _ := startTrustd(b, ca, "127.44.3.7", nil)
+	c := &Client{Endpoints: func() []string { return []string{addr} }, Token: testToken, Roots: ca.pool()}
+	csr := csrPEM(b, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "worker"}})
+
+	b.ResetTimer()
+
+	for b.Loop() {
+		if _, err := c.Sign(context.Background(), csr); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
