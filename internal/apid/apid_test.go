@@ -19,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -39,7 +40,17 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 {
+		// Every goroutine the proxy starts has an owner that ends it.
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goroutine leak: " + err.Error() + "\n") //nolint:errcheck
+
+			code = 1
+		}
+	}
+
+	os.Exit(code)
 }
 
 func TestAuthzTableCoversEveryMethod(t *testing.T) {
@@ -526,6 +537,35 @@ func TestProcess(t *testing.T) {
 
 	if err != nil || v.Messages[0].GetVersion().GetArch() != "proc" {
 		t.Fatalf("version through the apid process: %v %v", v, err)
+	}
+
+	// Rotate to a new CA: the running process picks the files up without a restart.
+	ca2 := newCA(t)
+	writeCerts(t, ca2, dir, host)
+
+	c2 := machine.NewMachineServiceClient(dial(t, ca2, host, ca2.roleCert(t, "os:reader")))
+
+	for range 100 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err = c2.Version(ctx, &emptypb.Empty{})
+
+		cancel()
+
+		if err == nil {
+			break
+		}
+
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if err != nil {
+		t.Fatalf("rotated certificates not picked up: %v", err)
+	}
+
+	select {
+	case <-exited:
+		t.Fatal("apid restarted to pick up certificates")
+	default:
 	}
 
 	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
