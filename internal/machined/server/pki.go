@@ -14,6 +14,7 @@ import (
 	"time"
 
 	cx509 "github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -92,8 +93,13 @@ func (s *Machine) GenerateClientConfiguration(ctx context.Context, req *machine.
 		return nil, status.Errorf(codes.Internal, "encoding talosconfig: %v", err)
 	}
 
+	var md *common.Metadata
+	if s.R.State != nil {
+		md = s.metadata(ctx)
+	}
+
 	return &machine.GenerateClientConfigurationResponse{Messages: []*machine.GenerateClientConfiguration{{
-		Metadata:    s.metadata(ctx),
+		Metadata:    md,
 		Ca:          bundle,
 		Crt:         crt,
 		Key:         key,
