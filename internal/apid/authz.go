@@ -141,3 +141,25 @@ func Methods() []string {
 
 	return res
 }
+
+// cosiReads are the COSI methods whose request names a namespace and a type.
+var cosiReads = map[string]bool{
+	"/cosi.resource.State/Get":   true,
+	"/cosi.resource.State/List":  true,
+	"/cosi.resource.State/Watch": true,
+}
+
+// sensitiveResource reports whether reading a resource exposes secrets: everything in the
+// secrets namespace and the machine config itself. Such reads need os:admin.
+func sensitiveResource(namespace, typ string) bool {
+	return namespace == "secrets" || typ == "MachineConfigs.config.talos.dev"
+}
+
+// AuthorizeResource checks a COSI read of a resource type against roles.
+func AuthorizeResource(namespace, typ string, roles role.Set) error {
+	if !sensitiveResource(namespace, typ) || roles.Includes(role.Admin) {
+		return nil
+	}
+
+	return status.Errorf(codes.PermissionDenied, "reading %s in namespace %s requires role %s: it holds secrets", typ, namespace, role.Admin)
+}

@@ -160,30 +160,9 @@ func maintenanceHandle(stream grpc.ServerStream, local *grpc.ClientConn, host st
 	}
 
 	if strings.HasPrefix(method, "/cosi.resource.State/") {
-		var ns, typ string
-
-		switch method {
-		case "/cosi.resource.State/Get":
-			var req cosiapi.GetRequest
-			if err := proto.Unmarshal(first.payload, &req); err != nil {
-				return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
-			}
-
-			ns, typ = req.GetNamespace(), req.GetType()
-		case "/cosi.resource.State/List":
-			var req cosiapi.ListRequest
-			if err := proto.Unmarshal(first.payload, &req); err != nil {
-				return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
-			}
-
-			ns, typ = req.GetNamespace(), req.GetType()
-		default:
-			var req cosiapi.WatchRequest
-			if err := proto.Unmarshal(first.payload, &req); err != nil {
-				return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
-			}
-
-			ns, typ = req.GetNamespace(), req.GetType()
+		ns, typ, err := cosiTarget(method, first.payload)
+		if err != nil {
+			return err
 		}
 
 		if !maintenanceResource(ns, typ) {
@@ -272,4 +251,30 @@ func listenRetry(ctx context.Context, addr string) (net.Listener, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// cosiTarget decodes the namespace and type of a COSI read request.
+func cosiTarget(method string, payload []byte) (ns, typ string, err error) {
+	var req interface {
+		proto.Message
+		GetNamespace() string
+		GetType() string
+	}
+
+	switch method {
+	case "/cosi.resource.State/Get":
+		req = &cosiapi.GetRequest{}
+	case "/cosi.resource.State/List":
+		req = &cosiapi.ListRequest{}
+	case "/cosi.resource.State/Watch":
+		req = &cosiapi.WatchRequest{}
+	default:
+		return "", "", status.Errorf(codes.Internal, "%s is not a COSI read", method)
+	}
+
+	if err = proto.Unmarshal(payload, req); err != nil {
+		return "", "", status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
+	}
+
+	return req.GetNamespace(), req.GetType(), nil
 }

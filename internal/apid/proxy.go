@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -33,6 +34,26 @@ func (s *Server) handle(_ any, stream grpc.ServerStream) error {
 	info := lookupMethod(method)
 	if !info.known {
 		return status.Errorf(codes.Unimplemented, "method %s is not served by this node", method)
+	}
+
+	if cosiReads[method] && !roles.Includes(role.Admin) {
+		// Sensitive resources need os:admin: look at the request before forwarding it.
+		var first frame
+
+		if err = stream.RecvMsg(&first); err != nil {
+			return err
+		}
+
+		ns, typ, err := cosiTarget(method, first.payload)
+		if err != nil {
+			return err
+		}
+
+		if err = AuthorizeResource(ns, typ, roles); err != nil {
+			return err
+		}
+
+		stream = &replayStream{ServerStream: stream, first: &first}
 	}
 
 	md, _ := metadata.FromIncomingContext(ctx)

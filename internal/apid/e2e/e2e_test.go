@@ -25,11 +25,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	tx509 "github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -337,6 +341,31 @@ func TestRoleMatrixOnRealNodes(t *testing.T) {
 	forged := metadata.AppendToOutgoingContext(ctx, "talos-role", "os:admin")
 	if _, err = reader.Version(forged, &emptypb.Empty{}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("forged role: %v", err)
+	}
+}
+
+func TestSensitiveResourcesNeedAdmin(t *testing.T) {
+	cl := getCluster(t)
+	reader := cl.mustClient(t, "os:reader")
+	admin := cl.mustClient(t, "os:admin")
+	ctx := client.WithNode(ctxT(t), cl.addrs[1])
+
+	if _, err := safe.StateGetByID[*network.HostnameStatus](ctx, reader.COSI, network.HostnameID); err != nil {
+		t.Errorf("reader reading the hostname: %v", err)
+	}
+
+	_, err := safe.StateGetByID[*config.MachineConfig](ctx, reader.COSI, config.ActiveID)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "os:admin") {
+		t.Errorf("reader reading the machine config: want PermissionDenied naming os:admin, got %v", err)
+	}
+
+	_, err = safe.StateListAll[*secrets.OSRoot](ctxT(t), reader.COSI)
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("reader listing secrets: %v", err)
+	}
+
+	if _, err = safe.StateGetByID[*config.MachineConfig](ctx, admin.COSI, config.ActiveID); err != nil {
+		t.Errorf("admin reading the machine config: %v", err)
 	}
 }
 
