@@ -50,6 +50,8 @@ type ClusterGuard struct {
 	Etcd EtcdNode
 	// StopEtcd stops the local etcd service (used by Leave).
 	StopEtcd func(ctx context.Context) error
+	// TTL is the lock's lease (default LockTTL).
+	TTL time.Duration
 }
 
 // Lock implements EtcdGuard with an etcd mutex on a session lease.
@@ -59,7 +61,12 @@ func (g *ClusterGuard) Lock(ctx context.Context, owner string) (func(), error) {
 		return nil, fmt.Errorf("etcd client for the upgrade lock: %w", err)
 	}
 
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(LockTTL/time.Second)), concurrency.WithContext(context.Background()))
+	ttl := g.TTL
+	if ttl <= 0 {
+		ttl = LockTTL
+	}
+
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(max(1, int(ttl/time.Second))), concurrency.WithContext(context.Background()))
 	if err != nil {
 		cli.Close() //nolint:errcheck
 

@@ -522,17 +522,23 @@ func (m *Manager) reset(ctx context.Context, log *zap.Logger, req *machine.Reset
 		log.Warn("stopping services", zap.Error(err))
 	}
 
+	var wipeErr error
+
 	for _, label := range wipe {
 		if err := bootloader.WipeFolder(m.R.Paths.Root, label); err != nil {
-			return fmt.Errorf("wiping %s: %w", label, err)
+			// Services are stopped already: still carry out the power action, and report.
+			wipeErr = errors.Join(wipeErr, fmt.Errorf("wiping %s: %w", label, err))
+
+			continue
 		}
 
 		log.Info("wiped", zap.String("partition", label))
 	}
 
+	power := m.Node.Shutdown
 	if req.Reboot {
-		return m.Node.Reboot()
+		power = m.Node.Reboot
 	}
 
-	return m.Node.Shutdown()
+	return errors.Join(wipeErr, power())
 }

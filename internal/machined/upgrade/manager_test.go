@@ -1,0 +1,269 @@
+package upgrade
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/meta"
+)
+
+// recorder is a fake node and etcd guard that records the calls of a sequence.
+type recorder struct {
+	mu     sync.Mutex
+	calls  []string
+	cp     bool
+	health error
+	done   chan struct{} // closed on Reboot or Shutdown
+}
+
+func (r *recorder) add(c string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.calls = append(r.calls, c)
+}
+
+func (r *recorder) list() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	return strings.Join(r.calls, ",")
+}
+
+func (r *recorder) StopServices(context.Context) error { r.add("stop"); return nil }
+func (r *recorder) Reboot() error                      { r.add("reboot"); close(r.done); return nil }
+func (r *recorder) Shutdown() error                    { r.add("shutdown"); close(r.done); return nil }
+func (r *recorder) IsControlPlane() bool               { return r.cp }
+
+func (r *recorder) Lock(context.Context, string) (func(), error) {
+	r.add("lock")
+
+	return func() { r.add("unlock") }, nil
+}
+
+func (r *recorder) CheckHealthyWithout(context.Context) error {
+	r.add("health")
+
+	return r.health
+}
+
+func (r *recorder) Leave(context.Context) error { r.add("leave"); return nil }
+
+type env struct {
+	m     *Manager
+	rec   *recorder
+	root  string
+	image string
+}
+
+func newEnv(t *testing.T, cp bool) *env {
+	t.Helper()
+
+	root := t.TempDir()
+	dir := t.TempDir()
+
+	if _, err := imager.GenerateKey(filepath.Join(dir, "k.key"), filepath.Join(dir, "k.pub")); err != nil {
+		t.Fatal(err)
+	}
+
+	priv, _ := imager.LoadPrivateKey(filepath.Join(dir, "k.key"))
+	pub, _ := os.ReadFile(filepath.Join(dir, "k.pub"))
+
+	for path, content := range map[string]string{
+		filepath.Join(root, bootloader.TrustedKeysPath):   string(pub),
+		filepath.Join(root, "BOOT", "A", "machined"):      "old",
+		filepath.Join(root, "EPHEMERAL", "lib", "marker"): "data",
+		filepath.Join(dir, "machined"):                    "new",
+		filepath.Join(dir, "etcd"):                        "etcd",
+	} {
+		os.MkdirAll(filepath.Dir(path), 0o700) //nolint:errcheck
+
+		if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	img := filepath.Join(dir, "img")
+	if _, err := imager.BuildFile(img, imager.BuildOptions{Version: "v2.0.0", Key: priv,
+		Files: map[string]string{"machined": filepath.Join(dir, "machined"), "etcd": filepath.Join(dir, "etcd")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := &recorder{cp: cp, done: make(chan struct{})}
+	m := New(&runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}}, rec)
+	m.Slot = bootloader.SlotA
+	m.Etcd = rec
+
+	t.Cleanup(m.Close)
+
+	return &env{m: m, rec: rec, root: root, image: img}
+}
+
+func (e *env) meta(t *testing.T) meta.Values {
+	t.Helper()
+
+	s, _ := meta.Open(filepath.Join(e.root, "META"))
+
+	v, err := s.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return v
+}
+
+func TestUpgradeSequence(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cp        bool
+		preserve  bool
+		wantCalls string
+		wiped     bool
+	}{
+		{"worker", false, false, "stop,reboot", true},
+		{"worker preserve", false, true, "stop,reboot", false},
+		{"control plane", true, false, "lock,health,leave,stop,reboot", true},
+		{"control plane preserve", true, true, "lock,health,stop,reboot", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.cp)
+
+			ack, err := e.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: e.image, Preserve: tc.preserve}, "actor")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if !strings.Contains(ack, "v2.0.0") {
+				t.Fatalf("ack %q", ack)
+			}
+
+			<-e.rec.done
+
+			if got := e.rec.list(); got != tc.wantCalls {
+				t.Fatalf("calls %q, want %q", got, tc.wantCalls)
+			}
+
+			if v := e.meta(t); v[meta.BootOnce] != bootloader.SlotB || v[meta.UpgradeTo] != "v2.0.0" {
+				t.Fatalf("META %v", v)
+			}
+
+			if data, _ := os.ReadFile(filepath.Join(e.root, "BOOT", "B", "machined")); string(data) != "new" {
+				t.Fatalf("slot B holds %q", data)
+			}
+
+			if data, _ := os.ReadFile(filepath.Join(e.root, "BOOT", "A", "machined")); string(data) != "old" {
+				t.Fatal("the running slot was touched")
+			}
+
+			_, err = os.Stat(filepath.Join(e.root, "EPHEMERAL", "lib", "marker"))
+			if wiped := os.IsNotExist(err); wiped != tc.wiped {
+				t.Fatalf("EPHEMERAL wiped %v, want %v", wiped, tc.wiped)
+			}
+
+			if matches, _ := filepath.Glob(filepath.Join(e.root, "BOOT", ".*-*")); len(matches) != 0 {
+				t.Fatalf("leftovers in BOOT: %v", matches)
+			}
+		})
+	}
+}
+
+func TestUpgradeEtcdRefusal(t *testing.T) {
+	e := newEnv(t, true)
+	e.rec.health = ErrLastMember
+
+	// Without --preserve the only member must not upgrade: the lock is released, nothing changes.
+	if _, err := e.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: e.image}, "actor"); err != nil {
+		t.Fatal(err)
+	}
+
+	e.m.Close() // waits for the background sequence
+
+	if got := e.rec.list(); got != "lock,health,unlock" {
+		t.Fatalf("calls %q", got)
+	}
+
+	if bootloader.SlotInstalled(filepath.Join(e.root, "BOOT"), bootloader.SlotB) {
+		t.Fatal("slot B written although etcd refused")
+	}
+
+	if v := e.meta(t); v[meta.BootOnce] != "" {
+		t.Fatalf("boot-once set: %v", v)
+	}
+}
+
+func TestUpgradeRefusals(t *testing.T) {
+	e := newEnv(t, true)
+
+	for _, tc := range []struct {
+		name string
+		req  *machine.UpgradeRequest
+		code codes.Code
+		want string
+	}{
+		{"relative", &machine.UpgradeRequest{Image: "img"}, codes.InvalidArgument, "absolute path"},
+		{"container ref", &machine.UpgradeRequest{Image: "ghcr.io/siderolabs/installer:v1.11.1"}, codes.InvalidArgument, "absolute path"},
+		{"stage without preserve on a control plane", &machine.UpgradeRequest{Image: e.image, Stage: true}, codes.InvalidArgument, "needs --preserve"},
+		{"powercycle", &machine.UpgradeRequest{Image: e.image, RebootMode: machine.UpgradeRequest_POWERCYCLE}, codes.InvalidArgument, "powercycle"},
+	} {
+		_, err := e.m.Upgrade(context.Background(), tc.req, "a")
+		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+	}
+
+	e.m.Slot = ""
+	if _, err := e.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: e.image}, "a"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "machined boot") {
+		t.Fatalf("without boot stage: %v", err)
+	}
+
+	if e.rec.list() != "" {
+		t.Fatalf("refused requests did something: %s", e.rec.list())
+	}
+}
+
+func TestRollbackAndReset(t *testing.T) {
+	e := newEnv(t, false)
+
+	if err := e.m.Rollback(context.Background()); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "no previous version") {
+		t.Fatalf("rollback without slot B: %v", err)
+	}
+
+	if err := e.m.Reset(context.Background(), &machine.ResetRequest{UserDisksToWipe: []string{"/dev/sdb"}}, "a"); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("reset of user disks: %v", err)
+	}
+
+	os.MkdirAll(filepath.Join(e.root, "STATE"), 0o700) //nolint:errcheck
+
+	if err := os.WriteFile(filepath.Join(e.root, "STATE", "config.yaml"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := e.m.Reset(context.Background(), &machine.ResetRequest{Reboot: true, SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}}, "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	<-e.rec.done
+
+	if got := e.rec.list(); got != "stop,reboot" {
+		t.Fatalf("calls %q", got)
+	}
+
+	if _, err := os.Stat(filepath.Join(e.root, "EPHEMERAL", "lib", "marker")); !os.IsNotExist(err) {
+		t.Fatal("EPHEMERAL not wiped")
+	}
+
+	if _, err := os.Stat(filepath.Join(e.root, "STATE", "config.yaml")); err != nil {
+		t.Fatal("STATE wiped although only EPHEMERAL was asked")
+	}
+}
