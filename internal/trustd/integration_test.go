@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
@@ -377,6 +378,22 @@ func TestWorkerJoins(t *testing.T) {
 	if _, err = machine.NewMachineServiceClient(readerConn).GenerateClientConfiguration(context.Background(),
 		&machine.GenerateClientConfigurationRequest{Roles: []string{"os:admin"}}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("reader GenerateClientConfiguration: got %v, want PermissionDenied", err)
+	}
+
+	// The OS root (CA key, token) is readable by os:admin only.
+	getRoot := &cosiapi.GetRequest{Namespace: "secrets", Type: "OSRootSecrets.secrets.talos.dev", Id: "os"}
+
+	if _, err = cosiapi.NewStateClient(readerConn).Get(context.Background(), getRoot); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("reader reading OSRoot: got %v, want PermissionDenied", err)
+	}
+
+	if _, err = cosiapi.NewStateClient(readerConn).Get(context.Background(),
+		&cosiapi.GetRequest{Namespace: "network", Type: "HostnameStatuses.net.talos.dev", Id: "hostname"}); err != nil {
+		t.Errorf("reader reading HostnameStatus: %v", err)
+	}
+
+	if _, err = cosiapi.NewStateClient(cpConn).Get(context.Background(), getRoot); err != nil {
+		t.Errorf("admin reading OSRoot: %v", err)
 	}
 }
 

@@ -126,9 +126,9 @@ func NewGRPCServer(s *Machine) *grpc.Server {
 }
 
 // readOnly refuses writes through the API: only controllers write resources.
-func readOnly(_ context.Context, access state.Access) error {
+func readOnly(ctx context.Context, access state.Access) error {
 	if access.Verb.Readonly() {
-		return nil
+		return checkSensitive(ctx, access)
 	}
 
 	return status.Errorf(codes.PermissionDenied, "resources are read-only through the API: change the machine config instead")
