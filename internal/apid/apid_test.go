@@ -284,6 +284,21 @@ func TestOneToOne(t *testing.T) {
 		t.Errorf("reply not from %s: %v", b.addr, v)
 	}
 
+	// Calls to the same node share one pooled connection.
+	for range 20 {
+		if _, err = c.Version(ctx, &emptypb.Empty{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if _, err = c.Version(withNodes(t.Context(), a.addr, b.addr), &emptypb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := b.accepts.Load(); got != 1 {
+		t.Errorf("node-to-node connections to %s: %d, want 1 (pooled)", b.addr, got)
+	}
+
 	// The remote node authorizes the forwarded role: its machined sees the caller's role.
 	if got := b.machined.lastRoles(); !slices.Equal(got, []string{"os:admin"}) {
 		t.Errorf("remote machined saw roles %v", got)

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,6 +255,7 @@ func startFakeMachined(t testing.TB, f *fakeMachined) string {
 
 // testNode is one node: fake machined + apid with certificates issued by secrets.Issue.
 type testNode struct {
+	accepts  atomic.Int64 // TCP connections apid accepted
 	addr     string
 	certDir  string
 	machined *fakeMachined
@@ -333,7 +335,7 @@ func startNode(t testing.TB, ca *testCA) *testNode {
 	go func() {
 		defer close(done)
 
-		n.server.Serve(l) //nolint:errcheck
+		n.server.Serve(&countingListener{Listener: l, n: &n.accepts}) //nolint:errcheck
 	}()
 
 	var once sync.Once
@@ -388,4 +390,19 @@ func joinComma(s []string) string {
 
 func credsNoCert(ca *testCA) credentials.TransportCredentials {
 	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: ca.pool()})
+}
+
+type countingListener struct {
+	net.Listener
+
+	n *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+
+	return c, err
 }

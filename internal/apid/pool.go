@@ -52,6 +52,9 @@ func (p *pool) get(addr string) (*grpc.ClientConn, error) {
 		grpc.WithInitialWindowSize(windowSize),
 		grpc.WithInitialConnWindowSize(windowSize),
 		grpc.WithConnectParams(fastReconnect(p.dialTimeout)),
+		// A node nobody calls any more costs nothing: its connection closes after a while
+		// and reopens on the next call.
+		grpc.WithIdleTimeout(5*time.Minute),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	if err != nil {
