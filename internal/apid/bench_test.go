@@ -3,8 +3,11 @@ package apid
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,4 +170,137 @@ func BenchmarkFanOutOneNode(b *testing.B) {
 	}
 
 	b.ReportMetric(float64(median(d).Microseconds()), "median-µs")
+}
+
+// processCPU is the CPU time used so far by every thread of a process, from schedstat (ns).
+func processCPU(b *testing.B, pid int) time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	var total int64
+
+	for _, task := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, task.Name()))
+		if err != nil {
+			continue // thread ended
+		}
+
+		var ns int64
+		if _, err = fmt.Sscan(string(data), &ns); err == nil {
+			total += ns
+		}
+	}
+
+	return time.Duration(total)
+}
+
+// BenchmarkFanOutEntryProcess runs the endpoint apid as its own process and the 50 other
+// nodes in the benchmark process, and reports, for fan-out to 1, 10 and 50 nodes, the wall
+// median and the CPU the endpoint process spends per call: what one gateway pays per node,
+// apart from the nodes it calls (which on this machine share the same cores).
+func BenchmarkFanOutEntryProcess(b *testing.B) {
+	ca := newCA(b)
+	f := &fakeMachined{name: "entry"}
+	sock := startFakeMachined(b, f)
+
+	l := listenNode(b)
+	addr := l.Addr().String()
+	host, _, _ := net.SplitHostPort(addr) //nolint:errcheck
+	l.Close()                             //nolint:errcheck
+
+	dir := b.TempDir()
+	writeCerts(b, ca, dir, host)
+
+	cmd := exec.Command(os.Args[0], "--listen", addr, "--certs", dir, "--socket", sock)
+	cmd.Env = append(os.Environ(), "APID_TEST_PROCESS=1")
+
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+
+	exited := make(chan struct{})
+
+	go func() {
+		cmd.Wait() //nolint:errcheck
+		close(exited)
+	}()
+
+	b.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		<-exited
+	})
+
+	var others []string
+
+	for range 50 {
+		others = append(others, startNode(b, ca).addr)
+	}
+
+	c := machine.NewMachineServiceClient(dial(b, ca, host, ca.roleCert(b, "os:reader")))
+
+	call := func(k int) time.Duration {
+		ctx, cancel := context.WithTimeout(withNodes(context.Background(), others[:k]...), 10*time.Second)
+		defer cancel()
+
+		start := time.Now()
+
+		resp, err := c.Version(ctx, &emptypb.Empty{}, grpc.WaitForReady(true))
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		elapsed := time.Since(start)
+
+		if len(resp.Messages) != k || resp.Messages[k-1].GetMetadata().GetError() != "" {
+			b.Fatalf("bad fan-out reply: %v", resp)
+		}
+
+		return elapsed
+	}
+
+	sizes := []int{1, 10, 50}
+
+	for range 20 {
+		for _, k := range sizes {
+			call(k)
+		}
+	}
+
+	const batch = 20
+
+	wall := map[int][]time.Duration{}
+	cpu := map[int]time.Duration{}
+	calls := map[int]int{}
+
+	b.ResetTimer()
+
+	for b.Loop() {
+		for _, k := range sizes {
+			before := processCPU(b, cmd.Process.Pid)
+
+			for range batch {
+				wall[k] = append(wall[k], call(k))
+			}
+
+			cpu[k] += processCPU(b, cmd.Process.Pid) - before
+			calls[k] += batch
+		}
+	}
+
+	one := median(wall[1])
+	oneCPU := cpu[1] / time.Duration(calls[1])
+
+	for _, k := range sizes {
+		perCall := cpu[k] / time.Duration(calls[k])
+
+		b.ReportMetric(float64(median(wall[k]).Microseconds()), fmt.Sprintf("n%d-median-µs", k))
+		b.ReportMetric(float64(perCall.Microseconds()), fmt.Sprintf("n%d-endpoint-cpu-µs", k))
+
+		if k > 1 {
+			b.ReportMetric(float64(median(wall[k]))/float64(one), fmt.Sprintf("n%d/n1", k))
+			b.ReportMetric(float64(perCall)/float64(oneCPU), fmt.Sprintf("n%d/n1-endpoint-cpu", k))
+		}
+	}
 }

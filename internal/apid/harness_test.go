@@ -233,7 +233,12 @@ func startFakeMachined(t testing.TB, f *fakeMachined) string {
 		t.Fatal(err)
 	}
 
-	srv := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if os.Getenv("APID_BENCH_STATIC_WINDOW") != "" {
+		opts = append(opts, grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize))
+	}
+
+	srv := grpc.NewServer(opts...)
 	machine.RegisterMachineServiceServer(srv, f)
 
 	done := make(chan struct{})
