@@ -35,7 +35,12 @@ func TestClusterLifecycle(t *testing.T) {
 			t.Fatalf("%s has etcd data before bootstrap", n.opts.Name)
 		}
 
-		if _, err := n.m.Status(context.Background()); err == nil {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := n.m.Status(sctx)
+
+		scancel()
+
+		if err == nil {
 			t.Fatalf("%s answers before bootstrap", n.opts.Name)
 		}
 	}
@@ -65,6 +70,8 @@ func TestClusterLifecycle(t *testing.T) {
 	if err := n1.m.Bootstrap(ctx, BootstrapOptions{}); !errorIs(err, ErrAlreadyBootstrapped) {
 		t.Fatalf("second bootstrap: got %v, want ErrAlreadyBootstrapped", err)
 	}
+
+	t.Logf("bootstrap accepted after %s", time.Since(start))
 
 	waitFor(t, "three healthy voting members", 2*time.Minute, func() error { return c.votersHealthy(n1, 3) })
 	t.Logf("bootstrap to three healthy voting members: %s", time.Since(start).Round(time.Millisecond))
@@ -201,6 +208,8 @@ func TestClusterLifecycle(t *testing.T) {
 	if err := n2.m.Leave(ctx, n2.stopCtx); !errorIs(err, ErrQuorum) {
 		t.Fatalf("leave that loses quorum: got %v, want ErrQuorum", err)
 	}
+
+	t.Logf("%s: done", time.Since(start).Round(time.Millisecond))
 }
 
 func mustStatus(t *testing.T, n *testNode) *clientv3.StatusResponse {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -127,7 +128,7 @@ func newTestCluster(t *testing.T, n int, caCert, caKey []byte) *testCluster {
 				return c.addrs, nil
 			},
 			Output:          logFile,
-			Log:             zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+			Log:             zaptest.NewLogger(t, zaptest.Level(testLogLevel())),
 			JoinRetry:       300 * time.Millisecond,
 			PromoteInterval: 300 * time.Millisecond,
 		}
@@ -268,3 +269,11 @@ func (c *testCluster) votersHealthy(n *testNode, want int) error {
 }
 
 func errorIs(err, target error) bool { return errors.Is(err, target) }
+
+func testLogLevel() zapcore.Level {
+	if os.Getenv("TALOS_ETCD_TEST_VERBOSE") != "" {
+		return zap.InfoLevel
+	}
+
+	return zap.WarnLevel
+}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -327,7 +328,7 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 		case <-ctx.Done():
 			return plan{}, ctx.Err()
 		case <-m.wake:
-		case <-time.After(o.JoinRetry):
+		case <-time.After(o.JoinRetry + time.Duration(rand.Int64N(int64(o.JoinRetry/2)+1))):
 		}
 	}
 }
@@ -375,6 +376,28 @@ func sameHost(a, b string) bool {
 	return a == b
 }
 
+// findVoter returns the first endpoint that answers as a voting member with a leader.
+func (m *Manager) findVoter(ctx context.Context, o Options, eps []string) (string, error) {
+	for _, ep := range eps {
+		cli, err := m.client(o, ep)
+		if err != nil {
+			return "", err
+		}
+
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, ep)
+
+		cancel()
+		cli.Close() //nolint:errcheck
+
+		if err == nil && !st.IsLearner && st.Leader != 0 {
+			return ep, nil
+		}
+	}
+
+	return "", fmt.Errorf("no etcd member answers at %s", strings.Join(eps, ","))
+}
+
 // clusterAtPeers reports whether any peer answers as an etcd member.
 func (m *Manager) clusterAtPeers(ctx context.Context, o Options) (bool, string) {
 	eps, err := peerEndpoints(ctx, o)
@@ -412,7 +435,13 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 
 	m.setPhase(o.Log, "looking for an etcd cluster at "+strings.Join(eps, ","))
 
-	cli, err := m.client(o, eps...)
+	ep, err := m.findVoter(ctx, o, eps)
+	if err != nil {
+		return "", err
+	}
+
+	// One endpoint, a voting member: learners refuse membership changes.
+	cli, err := m.client(o, ep)
 	if err != nil {
 		return "", err
 	}
@@ -423,7 +452,7 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 
 	list, err := cli.MemberList(jctx)
 	if err != nil {
-		return "", fmt.Errorf("listing members at %s: %w", strings.Join(eps, ","), err)
+		return "", fmt.Errorf("listing members at %s: %w", ep, err)
 	}
 
 	self := o.peerURL()
@@ -454,7 +483,13 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 	}
 
 	if id == 0 {
-		resp, err := cli.MemberAddAsLearner(jctx, []string{self})
+		// Short: raft drops a second membership change proposed while one is pending (another
+		// node joining at the same moment); a retry finds our entry if this one did land.
+		actx, acancel := context.WithTimeout(jctx, 4*time.Second)
+		resp, err := cli.MemberAddAsLearner(actx, []string{self})
+
+		acancel()
+
 		if err != nil {
 			return "", fmt.Errorf("adding this node as a learner: %w", err)
 		}

@@ -1,0 +1,204 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+
+	"github.com/talos-go/talos/internal/etcd"
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/system"
+)
+
+func init() { register(Etcd) }
+
+// EtcdServiceID is the supervisor ID of the etcd service.
+const EtcdServiceID = "etcd"
+
+var (
+	etcdMu       sync.Mutex
+	etcdManagers = map[*runtime.Runtime]*etcd.Manager{}
+)
+
+// EtcdManager returns the node's etcd manager (one per runtime): the API (Bootstrap, Etcd*),
+// reset and upgrade use it.
+func EtcdManager(r *runtime.Runtime) *etcd.Manager {
+	etcdMu.Lock()
+	defer etcdMu.Unlock()
+
+	m, ok := etcdManagers[r]
+	if !ok {
+		m = etcd.NewManager(func() (etcd.Options, error) { return EtcdOptions(r) })
+		etcdManagers[r] = m
+	}
+
+	return m
+}
+
+// Etcd is the etcd service, on control planes only. It starts from its data, or after the
+// Bootstrap API, or by joining a cluster found at the peers (see EtcdPeers) as a learner;
+// it is healthy when it is a voting member reaching quorum.
+func Etcd(r *runtime.Runtime) *system.Service {
+	m := EtcdManager(r)
+
+	return &system.Service{
+		ID:                   EtcdServiceID,
+		ConditionDescription: "control plane config",
+		Condition: func(context.Context) error {
+			if !isControlPlane(r) {
+				return errors.New("etcd runs on control planes only")
+			}
+
+			return nil
+		},
+		Runner: func() (system.Runner, error) { return m.Runner(), nil },
+		HealthFunc: func(ctx context.Context) error {
+			return m.Health(ctx)
+		},
+		HealthSettings: system.HealthSettings{
+			InitialDelay: time.Second,
+			Period:       5 * time.Second,
+			Timeout:      4 * time.Second,
+		},
+	}
+}
+
+func isControlPlane(r *runtime.Runtime) bool {
+	cfg := r.Config()
+
+	return cfg != nil && cfg.Machine() != nil && cfg.Machine().Type().IsControlPlane()
+}
+
+// EtcdBinary finds the etcd command: next to machined's own binary, else on PATH.
+func EtcdBinary(r *runtime.Runtime) (string, error) {
+	if r.Binary != "" {
+		p := filepath.Join(filepath.Dir(r.Binary), "etcd")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+
+	p, err := exec.LookPath("etcd")
+	if err != nil {
+		return "", fmt.Errorf("etcd binary not found next to %s nor on PATH: %w", r.Binary, err)
+	}
+
+	return p, nil
+}
+
+// EtcdOptions computes this node's etcd setup from the runtime and the active config.
+func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
+	cfg := r.Config()
+	if cfg == nil || cfg.Cluster() == nil || cfg.Machine() == nil {
+		return etcd.Options{}, errors.New("no machine config")
+	}
+
+	if !cfg.Machine().Type().IsControlPlane() {
+		return etcd.Options{}, errors.New("etcd runs on control planes only")
+	}
+
+	ca := cfg.Cluster().Etcd().CA()
+	if ca == nil || len(ca.Crt) == 0 || len(ca.Key) == 0 {
+		return etcd.Options{}, errors.New("cluster.etcd.ca is missing from the config")
+	}
+
+	bin, err := EtcdBinary(r)
+	if err != nil {
+		return etcd.Options{}, err
+	}
+
+	out, err := r.Logs.Writer(EtcdServiceID)
+	if err != nil {
+		return etcd.Options{}, err
+	}
+
+	return etcd.Options{
+		Binary:         bin,
+		Name:           etcdMemberName(r),
+		Address:        r.Address,
+		ListenLoopback: r.Platform != runtime.PlatformContainer,
+		DataDir:        r.Paths.EtcdData(),
+		SecretsDir:     r.Paths.Secrets("etcd"),
+		CACert:         ca.Crt,
+		CAKey:          ca.Key,
+		ClusterToken:   cfg.Cluster().ID(),
+		ExtraArgs:      cfg.Cluster().Etcd().ExtraArgs(),
+		Peers:          func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
+		Output:         out,
+		Log:            r.Log,
+	}, nil
+}
+
+// etcdMemberName is the node's hostname, else a name made from its address.
+func etcdMemberName(r *runtime.Runtime) string {
+	if cfg := r.Config(); cfg != nil && cfg.Machine() != nil && cfg.Machine().Network() != nil {
+		if h := cfg.Machine().Network().Hostname(); h != "" {
+			return h
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+
+	if r.State != nil {
+		if res, err := safe.StateGetByID[*network.HostnameStatus](ctx, r.State, network.HostnameID); err == nil {
+			if h := res.TypedSpec().Hostname; h != "" {
+				return h
+			}
+		}
+	}
+
+	return "talos-" + strings.NewReplacer(".", "-", ":", "-").Replace(r.Address)
+}
+
+// EtcdPeers are the places where a joining control plane looks for the cluster:
+//   - the host of cluster.controlPlane.endpoint (an IP, or a name resolved here): in container
+//     mode this is the first control plane's loopback address, so bootstrap that node;
+//   - the addresses of every control plane in the cluster discovery Members (namespace
+//     cluster), when discovery runs.
+//
+// Own address is skipped by the etcd manager.
+func EtcdPeers(ctx context.Context, r *runtime.Runtime) ([]string, error) {
+	var peers []string
+
+	if cfg := r.Config(); cfg != nil && cfg.Cluster() != nil {
+		if u := cfg.Cluster().Endpoint(); u != nil && u.Hostname() != "" {
+			host := u.Hostname()
+
+			if net.ParseIP(host) != nil {
+				peers = append(peers, host)
+			} else if addrs, err := net.DefaultResolver.LookupHost(ctx, host); err == nil {
+				peers = append(peers, addrs...)
+			}
+		}
+	}
+
+	if r.State != nil {
+		members, err := safe.StateListAll[*cluster.Member](ctx, r.State)
+		if err == nil {
+			for m := range members.All() {
+				spec := m.TypedSpec()
+				if !spec.MachineType.IsControlPlane() {
+					continue
+				}
+
+				for _, a := range spec.Addresses {
+					peers = append(peers, a.String())
+				}
+			}
+		}
+	}
+
+	return peers, nil
+}
