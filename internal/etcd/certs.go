@@ -86,6 +86,11 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 		return nil, errors.New("etcd CA: private key cannot sign")
 	}
 
+	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(cert.PublicKey) {
+		return nil, errors.New("etcd CA: private key does not match the certificate")
+	}
+
 	return &CA{Cert: cert, CertPEM: certPEM, Key: signer}, nil
 }
 

@@ -608,3 +608,10 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 
 	return context.WithTimeout(ctx, DefaultTimeout)
 }
+
+// SnapshotPathOrDefault is where an uploaded recovery snapshot is kept.
+func (o Options) SnapshotPathOrDefault() string {
+	o.defaults()
+
+	return o.SnapshotPath
+}
