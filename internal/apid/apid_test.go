@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -431,6 +432,19 @@ func TestRejectedClientCertificates(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("%s: want the handshake refused (Unavailable), got %v", name, err)
 		}
+	}
+
+	// TLS 1.2 is refused even with a good certificate.
+	old, err := grpc.NewClient(net.JoinHostPort(n.addr, "50000"), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		MaxVersion: tls.VersionTLS12, RootCAs: ca.pool(), Certificates: []tls.Certificate{ca.roleCert(t, "os:admin")},
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close() //nolint:errcheck
+
+	if _, err = machine.NewMachineServiceClient(old).Version(t.Context(), &emptypb.Empty{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("TLS 1.2: %v", err)
 	}
 
 	// No client certificate at all.

@@ -216,6 +216,10 @@ func BenchmarkFanOutEntryProcess(b *testing.B) {
 	cmd := exec.Command(os.Args[0], "--listen", addr, "--certs", dir, "--socket", sock)
 	cmd.Env = append(os.Environ(), "APID_TEST_PROCESS=1")
 
+	if g := os.Getenv("APID_ENTRY_GOMAXPROCS"); g != "" {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+g)
+	}
+
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
