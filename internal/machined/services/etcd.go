@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 
 	"github.com/talos-go/talos/internal/etcd"
+	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 )
@@ -159,7 +159,8 @@ func etcdMemberName(r *runtime.Runtime) string {
 		}
 	}
 
-	return "talos-" + strings.NewReplacer(".", "-", ":", "-").Replace(r.Address)
+	// What the hostname controller generates for a node without a configured hostname.
+	return networkctrl.GeneratedHostname(r.Address)
 }
 
 // EtcdPeers are the places where a joining control plane looks for the cluster:
