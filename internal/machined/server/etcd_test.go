@@ -1,0 +1,293 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	mtype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
+)
+
+var (
+	etcdOnce sync.Once
+	etcdErr  error
+)
+
+// etcdNextToMachined puts our etcd command next to the machined binary, where machined looks
+// for it first ($TALOS_ETCD_BINARY, or built once).
+func etcdNextToMachined(t *testing.T) {
+	t.Helper()
+
+	dst := filepath.Join(filepath.Dir(testutil.Binary(t)), "etcd")
+
+	etcdOnce.Do(func() {
+		if src := os.Getenv("TALOS_ETCD_BINARY"); src != "" {
+			etcdErr = os.Symlink(src, dst)
+
+			return
+		}
+
+		out, err := exec.Command("go", "build", "-o", dst, "github.com/talos-go/talos/cmd/etcd").CombinedOutput()
+		if err != nil {
+			etcdErr = fmt.Errorf("building etcd: %v\n%s", err, out)
+		}
+	})
+
+	if etcdErr != nil {
+		t.Fatal(etcdErr)
+	}
+}
+
+func etcdServiceHealthy(ctx context.Context, c *client.Client) error {
+	resp, err := c.ServiceInfo(ctx, "etcd")
+	if err != nil {
+		return err
+	}
+
+	for _, s := range resp {
+		if s.Service.GetState() == "Running" && s.Service.GetHealth().GetHealthy() {
+			return nil
+		}
+
+		return fmt.Errorf("etcd service %s, healthy=%v: %s", s.Service.GetState(), s.Service.GetHealth().GetHealthy(), s.Service.GetHealth().GetLastMessage())
+	}
+
+	return fmt.Errorf("no etcd service")
+}
+
+func poll(t *testing.T, what string, timeout time.Duration, cond func() error) {
+	t.Helper()
+
+	deadline := time.Now().Add(timeout)
+
+	var err error
+
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	t.Fatalf("timed out waiting for %s: %v", what, err)
+}
+
+// TestEtcdThroughMachined: three machined control planes share one config (endpoint = the
+// first); etcd waits for Bootstrap on the first, the others join and are promoted; the etcd
+// service reports health; a second bootstrap is AlreadyExists, a worker's FailedPrecondition;
+// status, members, snapshot, alarms, defrag, forfeit and leave work through the API.
+func TestEtcdThroughMachined(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts machined and etcd processes")
+	}
+
+	etcdNextToMachined(t)
+
+	base := fmt.Sprintf("127.77.%d.", os.Getpid()%250+1)
+	addrs := []string{base + "1", base + "2", base + "3"}
+	cfg := testutil.Config(t, mtype.TypeControlPlane, addrs[0])
+
+	var (
+		nodes   []*testutil.Node
+		clients []*client.Client
+	)
+
+	for _, a := range addrs {
+		n := testutil.StartNode(t, a, cfg)
+		nodes = append(nodes, n)
+		clients = append(clients, n.Client(t))
+	}
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range nodes {
+				data, _ := os.ReadFile(filepath.Join(n.State, "EPHEMERAL", "log", "etcd.log"))
+				if len(data) > 3000 {
+					data = data[len(data)-3000:]
+				}
+
+				t.Logf("etcd log of %s:\n%s", n.Address, data)
+			}
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	// Before bootstrap, etcd waits: not healthy, no data.
+	poll(t, "etcd service waiting", time.Minute, func() error {
+		resp, err := clients[0].ServiceInfo(ctx, "etcd")
+		if err != nil {
+			return err
+		}
+
+		if len(resp) == 0 || resp[0].Service.GetState() != "Running" {
+			return fmt.Errorf("etcd service not started: %v", resp)
+		}
+
+		return nil
+	})
+
+	if err := etcdServiceHealthy(ctx, clients[0]); err == nil {
+		t.Fatal("etcd healthy before bootstrap")
+	}
+
+	if _, err := os.Stat(filepath.Join(nodes[0].State, "EPHEMERAL", "lib", "etcd", "member")); err == nil {
+		t.Fatal("etcd data exists before bootstrap")
+	}
+
+	start := time.Now()
+
+	if err := clients[0].Bootstrap(ctx, &machine.BootstrapRequest{}); err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+
+	poll(t, "three healthy voting members", 3*time.Minute, func() error {
+		resp, err := clients[0].EtcdMemberList(ctx, &machine.EtcdMemberListRequest{})
+		if err != nil {
+			return err
+		}
+
+		members := resp.GetMessages()[0].GetMembers()
+		if len(members) != 3 {
+			return fmt.Errorf("%d members", len(members))
+		}
+
+		for _, m := range members {
+			if m.GetIsLearner() {
+				return fmt.Errorf("%s still a learner", m.GetHostname())
+			}
+		}
+
+		for _, c := range clients {
+			if err := etcdServiceHealthy(ctx, c); err != nil {
+				return err
+			}
+		}
+
+		return nil
+	})
+	t.Logf("bootstrap to three healthy voting members (through machined): %s", time.Since(start).Round(time.Millisecond))
+
+	for i, c := range clients {
+		err := c.Bootstrap(ctx, &machine.BootstrapRequest{})
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("second bootstrap on node %d: got %v, want AlreadyExists", i+1, err)
+		}
+	}
+
+	st, err := clients[1].EtcdStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ms := st.GetMessages()[0].GetMemberStatus()
+	if ms.GetMemberId() == 0 || ms.GetLeader() == 0 || ms.GetIsLearner() || ms.GetDbSize() == 0 {
+		t.Fatalf("status: %v", ms)
+	}
+
+	rc, err := clients[0].EtcdSnapshot(ctx, &machine.EtcdSnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	snap, err := io.ReadAll(rc)
+	rc.Close()
+
+	if err != nil || len(snap)%512 != 32 {
+		t.Fatalf("snapshot: %d bytes, %v", len(snap), err)
+	}
+
+	alarms, err := clients[0].EtcdAlarmList(ctx)
+	if err != nil || len(alarms.GetMessages()) != 1 || len(alarms.GetMessages()[0].GetMemberAlarms()) != 0 {
+		t.Fatalf("alarms: %v %v", alarms, err)
+	}
+
+	if _, err := clients[0].EtcdAlarmDisarm(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := clients[2].EtcdDefragment(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Whoever leads hands over.
+	for _, c := range clients {
+		resp, err := c.EtcdForfeitLeadership(ctx, &machine.EtcdForfeitLeadershipRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if m := resp.GetMessages()[0].GetMember(); m != "" {
+			t.Logf("leadership moved to %s", m)
+		}
+	}
+
+	// Node 3 leaves: its etcd stops, its data is wiped, two members remain.
+	if err := clients[2].EtcdLeaveCluster(ctx, &machine.EtcdLeaveClusterRequest{}); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+
+	if _, err := os.Stat(filepath.Join(nodes[2].State, "EPHEMERAL", "lib", "etcd", "member")); err == nil {
+		t.Fatal("etcd data remains after leave")
+	}
+
+	resp, err := clients[0].EtcdMemberList(ctx, &machine.EtcdMemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n := len(resp.GetMessages()[0].GetMembers()); n != 2 {
+		t.Fatalf("%d members after leave, want 2", n)
+	}
+
+	// Removing a member that does not exist is refused.
+	err = clients[0].EtcdRemoveMemberByID(ctx, &machine.EtcdRemoveMemberByIDRequest{MemberId: 0x1234})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("remove unknown member: got %v, want FailedPrecondition", err)
+	}
+
+	if _, err := clients[0].EtcdStatus(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEtcdOnWorker: the etcd API refuses on a worker.
+func TestEtcdOnWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts machined")
+	}
+
+	addr := fmt.Sprintf("127.77.%d.9", os.Getpid()%250+1)
+	n := testutil.StartNode(t, addr, testutil.Config(t, mtype.TypeWorker, "127.77.0.250"))
+	c := n.Client(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	poll(t, "bootstrap refused on a worker", 30*time.Second, func() error {
+		err := c.Bootstrap(ctx, &machine.BootstrapRequest{})
+		if status.Code(err) != codes.FailedPrecondition {
+			return fmt.Errorf("got %v, want FailedPrecondition", err)
+		}
+
+		return nil
+	})
+
+	if _, err := c.EtcdMemberList(ctx, &machine.EtcdMemberListRequest{}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("member list on a worker: got %v", err)
+	}
+}
