@@ -114,7 +114,7 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 	}
 
 	// Writes through the State API are refused.
-	if err = c.COSI.Destroy(ctx, mt.Metadata()); (err == nil || !strings.Contains(err.Error(), "PermissionDenied")) {
+	if err = c.COSI.Destroy(ctx, mt.Metadata()); err == nil || !strings.Contains(err.Error(), "PermissionDenied") {
 		t.Fatalf("resource write through the API: want PermissionDenied, got %v", err)
 	}
 
@@ -140,7 +140,10 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 	for _, call := range []func(context.Context) error{
 		func(ctx context.Context) error { _, err := c.MachineClient.LoadAvg(ctx, &emptypb.Empty{}); return err },
 		func(ctx context.Context) error { _, err := c.MachineClient.CPUInfo(ctx, &emptypb.Empty{}); return err },
-		func(ctx context.Context) error { _, err := c.MachineClient.SystemStat(ctx, &emptypb.Empty{}); return err },
+		func(ctx context.Context) error {
+			_, err := c.MachineClient.SystemStat(ctx, &emptypb.Empty{})
+			return err
+		},
 		func(ctx context.Context) error {
 			m, err := c.Mounts(ctx)
 			if err == nil && len(m.Messages[0].Stats) != 4 {

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/machined/boot"
+	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
@@ -277,6 +278,7 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		&networkctrl.HostnameSpecController{Address: n.opts.Address},
 		&networkctrl.HostnameStatusController{},
 		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
+		&clusterctrl.MemberController{StateDir: n.r.Paths.State()},
 		&secretsctrl.RootController{},
 		&secretsctrl.APICertSANsController{},
 		&secretsctrl.APIController{Address: n.opts.Address},

@@ -78,6 +78,8 @@ func NewRootCommand() *cobra.Command {
 		healthCmd(g),
 		completionCmd(),
 		clusterCmd(g),
+		etcdCmd(g),
+		bootstrapCmd(g),
 	)
 
 	return root

@@ -11,6 +11,8 @@ import (
 
 	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/discovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -41,6 +43,11 @@ func NewGRPCServer(s *Server) *grpc.Server {
 		grpc.MaxRecvMsgSize(1<<20),
 	)
 	securityapi.RegisterSecurityServiceServer(srv, s)
+
+	// The cluster's discovery registry lives beside certificate signing, behind the same token.
+	discovery.Register(srv, &discovery.Registry{}, func(ctx context.Context) error {
+		return checkToken(ctx, s.Certs.Current().Token)
+	})
 
 	return srv
 }
