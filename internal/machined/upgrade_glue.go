@@ -3,6 +3,7 @@ package machined
 import (
 	"context"
 
+	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/machined/upgrade"
 )
 
@@ -19,8 +20,16 @@ func (u upgradeNode) IsControlPlane() bool {
 	return cfg != nil && cfg.Machine() != nil && cfg.Machine().Type().IsControlPlane()
 }
 
-// newUpgrades returns the node's upgrade manager. Its Etcd guard is left nil until the etcd
-// service is wired in: set it to &upgrade.ClusterGuard{Etcd: <etcd manager>, StopEtcd: ...}.
+// newUpgrades returns the node's upgrade manager; on control planes it guards upgrades and
+// resets with the node's etcd (health without this member, upgrade lock, leave).
 func (n *node) newUpgrades() *upgrade.Manager {
-	return upgrade.New(n.r, upgradeNode{n: n})
+	m := upgrade.New(n.r, upgradeNode{n: n})
+	m.Etcd = &upgrade.ClusterGuard{
+		Etcd: services.EtcdManager(n.r),
+		StopEtcd: func(ctx context.Context) error {
+			return n.r.Supervisor.Stop(ctx, services.EtcdServiceID)
+		},
+	}
+
+	return m
 }
