@@ -30,18 +30,154 @@ import (
 	"github.com/talos-go/talos/internal/talosctl"
 )
 
-// buildVersion builds the multi-call binary with the given version tag.
-func buildVersion(t *testing.T, dir, tag string) string {
+var (
+	binDir  string
+	binMu   sync.Mutex
+	binPath = map[string]string{}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+
+	if binDir != "" {
+		os.RemoveAll(binDir) //nolint:errcheck
+	}
+
+	os.Exit(code)
+}
+
+// buildVersion builds the multi-call binary with the given version tag (once per test binary).
+func buildVersion(t *testing.T, tag string) string {
 	t.Helper()
 
-	out := filepath.Join(dir, "machined-"+tag)
+	binMu.Lock()
+	defer binMu.Unlock()
+
+	if p, ok := binPath[tag]; ok {
+		return p
+	}
+
+	if binDir == "" {
+		var err error
+		if binDir, err = os.MkdirTemp("", "upgrade-bins-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out := filepath.Join(binDir, "machined-"+tag)
 	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/talos-go/talos/internal/version.Tag="+tag, "-o", out, "github.com/talos-go/talos/cmd/machined")
 
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %s: %v\n%s", tag, err, b)
 	}
 
+	binPath[tag] = out
+
 	return out
+}
+
+var (
+	etcdOnce sync.Once
+	etcdBin  string
+	etcdErr  error
+)
+
+// realEtcd is our etcd command ($TALOS_ETCD_BINARY, or built once into the user cache), also
+// copied next to the built node binaries, where machined looks for it.
+func realEtcd(t *testing.T) string {
+	t.Helper()
+
+	etcdOnce.Do(func() {
+		if etcdBin = os.Getenv("TALOS_ETCD_BINARY"); etcdBin == "" {
+			dir, err := os.UserCacheDir()
+			if err != nil {
+				dir = os.TempDir()
+			}
+
+			etcdBin = filepath.Join(dir, "talos-go-test", "etcd")
+			if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
+				etcdErr = fmt.Errorf("building etcd: %v\n%s", err, out)
+
+				return
+			}
+		}
+
+		data, err := os.ReadFile(etcdBin)
+		if err == nil {
+			buildVersion(t, vX) // makes binDir
+			err = os.WriteFile(filepath.Join(binDir, "etcd"), data, 0o755)
+		}
+
+		etcdErr = err
+	})
+
+	if etcdErr != nil {
+		t.Fatal(etcdErr)
+	}
+
+	return etcdBin
+}
+
+// images holds what the upgrade tests share: a signing key and signed images.
+type images struct {
+	dir, pub              string
+	good, broken, foreign string
+	tampered              string
+}
+
+const vX, vX1, vBroken = "v9.0.0", "v9.0.1", "v9.0.2"
+
+// makeImages signs images of X+1 (and broken ones). etcd is the etcd binary to put in them;
+// "" puts a stand-in, enough where etcd is not run (workers).
+func makeImages(t *testing.T, etcd string) *images {
+	t.Helper()
+
+	dir := t.TempDir()
+	binX1 := buildVersion(t, vX1)
+
+	keyDir := filepath.Join(dir, "keys")
+	if _, err := imager.GenerateKey(filepath.Join(keyDir, "image.key"), filepath.Join(keyDir, "image.pub")); err != nil {
+		t.Fatal(err)
+	}
+
+	priv, err := imager.LoadPrivateKey(filepath.Join(keyDir, "image.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if etcd == "" {
+		etcd = filepath.Join(dir, "etcd")
+		writeFile(t, etcd, "#!/bin/sh\nexit 0\n", 0o755)
+	}
+
+	broken := filepath.Join(dir, "broken")
+	writeFile(t, broken, "#!/bin/sh\necho broken machined >&2\nexit 3\n", 0o755)
+
+	image := func(name, version, machined string, key []byte) string {
+		path := filepath.Join(dir, name)
+		if _, err := imager.BuildFile(path, imager.BuildOptions{Version: version, Key: key, Compress: true,
+			Files: map[string]string{imager.MachinedName: machined, imager.EtcdName: etcd}}); err != nil {
+			t.Fatal(err)
+		}
+
+		return path
+	}
+
+	_, otherPriv, _ := ed25519Key(t)
+
+	im := &images{
+		dir: dir, pub: filepath.Join(keyDir, "image.pub"),
+		good:    image("good.img", vX1, binX1, priv),
+		broken:  image("broken.img", vBroken, broken, priv),
+		foreign: image("foreign.img", vX1, binX1, otherPriv),
+	}
+
+	im.tampered = filepath.Join(dir, "tampered.img")
+	data, _ := os.ReadFile(im.good)
+	data[len(data)/2] ^= 0xff
+	writeFile(t, im.tampered, string(data), 0o644)
+
+	return im
 }
 
 type syncBuf struct {
@@ -268,55 +404,15 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		t.Skip("builds two node binaries")
 	}
 
-	const vX, vX1, vBroken = "v9.0.0", "v9.0.1", "v9.0.2"
-
-	dir := t.TempDir()
-	binX := buildVersion(t, dir, vX)
-	binX1 := buildVersion(t, dir, vX1)
-
-	keyDir := filepath.Join(dir, "keys")
-	if _, err := imager.GenerateKey(filepath.Join(keyDir, "image.key"), filepath.Join(keyDir, "image.pub")); err != nil {
-		t.Fatal(err)
-	}
-
-	priv, err := imager.LoadPrivateKey(filepath.Join(keyDir, "image.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// etcd is not run by a worker; a stand-in keeps the image small.
-	etcd := filepath.Join(dir, "etcd")
-	writeFile(t, etcd, "#!/bin/sh\nexit 0\n", 0o755)
-
-	broken := filepath.Join(dir, "broken")
-	writeFile(t, broken, "#!/bin/sh\necho broken machined >&2\nexit 3\n", 0o755)
-
-	image := func(name, version, machined string, key []byte) string {
-		path := filepath.Join(dir, name)
-		if _, err := imager.BuildFile(path, imager.BuildOptions{Version: version, Key: key, Compress: true,
-			Files: map[string]string{imager.MachinedName: machined, imager.EtcdName: etcd}}); err != nil {
-			t.Fatal(err)
-		}
-
-		return path
-	}
-
-	good := image("good.img", vX1, binX1, priv)
-	brokenImg := image("broken.img", vBroken, broken, priv)
-
-	_, otherPriv, _ := ed25519Key(t)
-	foreign := image("foreign.img", vX1, binX1, otherPriv)
-
-	tampered := filepath.Join(dir, "tampered.img")
-	data, _ := os.ReadFile(good)
-	data[len(data)/2] ^= 0xff
-	writeFile(t, tampered, string(data), 0o644)
+	binX := buildVersion(t, vX)
+	im := makeImages(t, "")
+	dir, good, brokenImg, foreign, tampered := im.dir, im.good, im.broken, im.foreign, im.tampered
 
 	state := t.TempDir()
 	cfg := filepath.Join(dir, "worker.yaml")
 	writeFile(t, cfg, string(testutil.Config(t, machinetype.TypeWorker, "127.5.8.2")), 0o600)
 
-	n := startBootNode(t, binX, state, "--image-keys", filepath.Join(keyDir, "image.pub"), "--boot-timeout", "2m",
+	n := startBootNode(t, binX, state, "--image-keys", im.pub, "--boot-timeout", "2m",
 		"--platform", "container", "--address", "127.5.8.2", "--config", cfg)
 
 	n.waitSettled(t, vX)
@@ -351,6 +447,8 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	if v, err := n.version(t); err != nil || v != vX {
 		t.Fatalf("after refused images: version %q %v", v, err)
 	}
+
+	var err error
 
 	// X -> X+1 with --preserve.
 	if err = n.upgrade(t, good, true); err != nil {

@@ -1,0 +1,276 @@
+package upgrade_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/talos-go/talos/internal/etcd"
+	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/talosctl"
+)
+
+// TestClusterRollingUpgrade creates a local cluster of three control planes running under the
+// boot stage, bootstraps etcd, and upgrades the nodes from X to X+1 with talosctl through apid:
+// one alone, then two asked at once (they take turns through the etcd upgrade lock). etcd keeps
+// its data and members throughout, and talosctl version shows X+1 everywhere.
+func TestClusterRollingUpgrade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates a cluster")
+	}
+
+	etcdBin := realEtcd(t)
+	binX := buildVersion(t, vX)
+	im := makeImages(t, etcdBin)
+
+	// Short: unix socket paths under the node folders must stay under 108 bytes.
+	root, err := os.MkdirTemp("", "cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { os.RemoveAll(root) }) //nolint:errcheck
+
+	var progress bytes.Buffer
+
+	c, cfgs, err := provision.Create(context.Background(), provision.Request{
+		Name: "upgrade", ControlPlanes: 3, CIDR: netip.MustParsePrefix("127.5.78.0/24"),
+		StateRoot: root, Binary: binX, Progress: &progress,
+		NodeArgs: []string{"boot", "--image-keys", im.pub},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { provision.Destroy(root, "upgrade", &progress) }) //nolint:errcheck
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range c.Nodes {
+				t.Logf("==== %s\n%s", n.Name, tail(filepath.Join(c.Dir, n.Name+".log"), 4000))
+				t.Logf("==== %s etcd\n%s", n.Name, tail(filepath.Join(n.State, "EPHEMERAL", "log", "etcd.log"), 2000))
+			}
+		}
+	})
+
+	tc := filepath.Join(root, "talosconfig")
+	if err = cfgs.Talosconfig.Save(tc); err != nil {
+		t.Fatal(err)
+	}
+
+	nodes := make([]*bootNode, len(c.Nodes))
+	for i, n := range c.Nodes {
+		nodes[i] = &bootNode{state: n.State, out: &syncBuf{}, exited: make(chan error, 1)}
+		nodes[i].waitSettled(t, vX)
+	}
+
+	// Bootstrap etcd on the first node and wait for three healthy members.
+	bc := nodes[0].client(t)
+
+	bctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err = bc.Bootstrap(bctx, &machine.BootstrapRequest{}); err != nil {
+		t.Fatal(err)
+	}
+
+	cancel()
+	bc.Close() //nolint:errcheck
+
+	for _, n := range nodes {
+		n.waitEtcdHealthy(t)
+	}
+
+	cli := etcdClient(t, c.Nodes[0].State, c.Nodes[0].Address, c.Nodes[1].Address, c.Nodes[2].Address)
+	kctx, kcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+
+	defer kcancel()
+
+	if _, err = cli.Put(kctx, "/upgrade-test/key", "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	membersBefore := memberIDs(t, kctx, cli)
+
+	endpoint := c.Nodes[0].Address
+	ctl := func(args ...string) (string, error) {
+		var stdout, stderr bytes.Buffer
+
+		if code := talosctl.Execute(append([]string{"--talosconfig", tc, "-e", endpoint}, args...), &stdout, &stderr); code != 0 {
+			return stdout.String(), fmt.Errorf("talosctl %v: %s", args, stderr.String())
+		}
+
+		return stdout.String(), nil
+	}
+
+	nodes[0].waitFor(t, "apid answering", func() (bool, string) {
+		out, err := ctl("-n", endpoint, "version")
+		if err != nil {
+			return false, err.Error()
+		}
+
+		return strings.Contains(out, vX), out
+	})
+
+	upgrade := func(i int) {
+		out, err := ctl("-n", c.Nodes[i].Address, "upgrade", "--image", im.good, "--preserve", "--wait=false")
+		if err != nil || !strings.Contains(out, "upgrading to "+vX1) {
+			t.Errorf("upgrading %s: %q %v", c.Nodes[i].Name, out, err)
+		}
+	}
+
+	// The first node alone (the endpoint: apid comes back with it).
+	upgrade(0)
+	nodes[0].waitSettled(t, vX1)
+	nodes[0].waitEtcdHealthy(t)
+
+	// The other two asked at once: they upgrade one after the other.
+	var wg sync.WaitGroup
+
+	for _, i := range []int{1, 2} {
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+			upgrade(i)
+		}()
+	}
+
+	wg.Wait()
+
+	for _, i := range []int{1, 2} {
+		nodes[i].waitSettled(t, vX1)
+		nodes[i].waitEtcdHealthy(t)
+	}
+
+	for i, n := range nodes {
+		if v := n.meta(t); v[meta.ActiveSlot] != "B" || v[meta.Fallback] != "" || v[meta.UpgradeTo] != vX1 {
+			t.Fatalf("%s META after upgrade: %v", c.Nodes[i].Name, v)
+		}
+	}
+
+	// Both waited for the lock; the one that got it second found the other back and healthy.
+	waited := 0
+
+	for _, i := range []int{1, 2} {
+		if strings.Contains(tail(filepath.Join(c.Dir, c.Nodes[i].Name+".log"), 1<<20), "etcd upgrade lock taken") {
+			waited++
+		}
+	}
+
+	if waited != 2 {
+		t.Fatalf("%d of 2 concurrent upgrades went through the etcd upgrade lock", waited)
+	}
+
+	// etcd kept its data and its members.
+	resp, err := cli.Get(kctx, "/upgrade-test/key")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
+		t.Fatalf("etcd data after the upgrades: %v %v", resp, err)
+	}
+
+	if after := memberIDs(t, kctx, cli); after != membersBefore {
+		t.Fatalf("etcd members changed: %s -> %s", membersBefore, after)
+	}
+
+	// talosctl version through apid shows X+1 on every node.
+	nodes[0].waitFor(t, "all nodes on "+vX1+" through apid", func() (bool, string) {
+		out, err := ctl("-n", c.Nodes[0].Address+","+c.Nodes[1].Address+","+c.Nodes[2].Address, "version")
+		if err != nil {
+			return false, err.Error()
+		}
+
+		return strings.Count(out, vX1) == 3, out
+	})
+}
+
+func (n *bootNode) waitEtcdHealthy(t *testing.T) {
+	t.Helper()
+
+	n.waitFor(t, "etcd healthy", func() (bool, string) {
+		c := n.client(t)
+		defer c.Close() //nolint:errcheck
+
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+
+		resp, err := c.ServiceInfo(ctx, "etcd")
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, s := range resp {
+			return s.Service.GetState() == "Running" && s.Service.GetHealth().GetHealthy(), fmt.Sprint(s.Service)
+		}
+
+		return false, "no etcd service"
+	})
+}
+
+func etcdClient(t *testing.T, state string, addrs ...string) *clientv3.Client {
+	t.Helper()
+
+	tlsCfg, err := etcd.CertPaths{Dir: filepath.Join(state, "system", "secrets", "etcd")}.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var eps []string
+	for _, a := range addrs {
+		eps = append(eps, "https://"+a+":2379")
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsCfg, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { cli.Close() }) //nolint:errcheck
+
+	return cli
+}
+
+func memberIDs(t *testing.T, ctx context.Context, cli *clientv3.Client) string {
+	t.Helper()
+
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ids := make([]string, 0, len(resp.Members))
+	for _, m := range resp.Members {
+		ids = append(ids, fmt.Sprintf("%x", m.ID))
+	}
+
+	return strings.Join(sortStrings(ids), ",")
+}
+
+func sortStrings(s []string) []string {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+
+	return s
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+
+	return string(b)
+}
