@@ -85,16 +85,17 @@ func createCluster(t testing.TB) (*cluster, error) {
 
 	cidr := netip.MustParsePrefix(fmt.Sprintf("127.89.%d.0/24", mrand.IntN(250)+1))
 
+	// Whatever got started is destroyed at the end, even when creation fails half-way.
+	cleanup = func() {
+		provision.Destroy(root, "apid", io.Discard) //nolint:errcheck
+		os.RemoveAll(root)                          //nolint:errcheck
+	}
+
 	c, cfgs, err := provision.Create(context.Background(), provision.Request{
 		Name: "apid", ControlPlanes: 1, Workers: 2, CIDR: cidr, StateRoot: root, Binary: testutil.Binary(t),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
-	}
-
-	cleanup = func() {
-		provision.Destroy(root, "apid", io.Discard) //nolint:errcheck
-		os.RemoveAll(root)                          //nolint:errcheck
 	}
 
 	cfg, err := configloader.NewFromBytes(cfgs.ControlPlane)
