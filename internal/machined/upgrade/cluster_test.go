@@ -181,14 +181,39 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Fatalf("etcd members changed: %s -> %s", membersBefore, after)
 	}
 
-	// talosctl version through apid shows X+1 on every node.
+	// Without --preserve a control plane leaves etcd, wipes EPHEMERAL and joins again as a new
+	// member; the cluster keeps its data.
+	im2 := im.image(t, vX2)
+
+	out, err := ctl("-n", c.Nodes[1].Address, "upgrade", "--image", im2, "--wait=false")
+	if err != nil || !strings.Contains(out, "upgrading to "+vX2) {
+		t.Fatalf("upgrade without --preserve: %q %v", out, err)
+	}
+
+	nodes[1].waitSettled(t, vX2)
+	nodes[1].waitEtcdHealthy(t)
+
+	if b := tail(filepath.Join(c.Dir, c.Nodes[1].Name+".log"), 1<<20); !strings.Contains(b, "EPHEMERAL wiped") || !strings.Contains(b, "left the cluster") {
+		t.Fatal("upgrade without --preserve did not leave etcd and wipe EPHEMERAL")
+	}
+
+	resp, err = cli.Get(kctx, "/upgrade-test/key")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
+		t.Fatalf("etcd data after a member rejoined: %v %v", resp, err)
+	}
+
+	if after := memberIDs(t, kctx, cli); after == membersBefore || strings.Count(after, ",") != 2 {
+		t.Fatalf("etcd members after a member rejoined: %s -> %s (want three, one new)", membersBefore, after)
+	}
+
+	// talosctl version through apid shows the new versions on every node.
 	nodes[0].waitFor(t, "all nodes on "+vX1+" through apid", func() (bool, string) {
 		out, err := ctl("-n", c.Nodes[0].Address+","+c.Nodes[1].Address+","+c.Nodes[2].Address, "version")
 		if err != nil {
 			return false, err.Error()
 		}
 
-		return strings.Count(out, vX1) == 3, out
+		return strings.Count(out, vX1) == 2 && strings.Count(out, vX2) == 1, out
 	})
 }
 

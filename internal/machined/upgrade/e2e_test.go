@@ -3,6 +3,7 @@ package upgrade_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -120,12 +121,27 @@ func realEtcd(t *testing.T) string {
 
 // images holds what the upgrade tests share: a signing key and signed images.
 type images struct {
+	priv                  ed25519.PrivateKey
+	etcd                  string
 	dir, pub              string
 	good, broken, foreign string
 	tampered              string
 }
 
-const vX, vX1, vBroken = "v9.0.0", "v9.0.1", "v9.0.2"
+const vX, vX1, vBroken, vX2 = "v9.0.0", "v9.0.1", "v9.0.2", "v9.0.3"
+
+// image signs an image of version (a node binary built with that tag) with the images' key.
+func (im *images) image(t *testing.T, version string) string {
+	t.Helper()
+
+	path := filepath.Join(im.dir, version+".img")
+	if _, err := imager.BuildFile(path, imager.BuildOptions{Version: version, Key: im.priv, Compress: true,
+		Files: map[string]string{imager.MachinedName: buildVersion(t, version), imager.EtcdName: im.etcd}}); err != nil {
+		t.Fatal(err)
+	}
+
+	return path
+}
 
 // makeImages signs images of X+1 (and broken ones). etcd is the etcd binary to put in them;
 // "" puts a stand-in, enough where etcd is not run (workers).
@@ -166,6 +182,7 @@ func makeImages(t *testing.T, etcd string) *images {
 	_, otherPriv, _ := ed25519Key(t)
 
 	im := &images{
+		priv: priv, etcd: etcd,
 		dir: dir, pub: filepath.Join(keyDir, "image.pub"),
 		good:    image("good.img", vX1, binX1, priv),
 		broken:  image("broken.img", vBroken, broken, priv),
