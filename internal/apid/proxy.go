@@ -206,13 +206,9 @@ func (s *Server) fanOutUnary(stream grpc.ServerStream, list []string, method str
 	var wg sync.WaitGroup
 
 	for i, target := range list {
-		wg.Add(1)
-
-		go func() {
-			defer wg.Done()
-
+		s.spawn(&wg, func() {
 			replies[i] = s.callOne(ctx, target, method, &req)
-		}()
+		})
 	}
 
 	wg.Wait()

@@ -19,6 +19,7 @@ import (
 	"net"
 	goruntime "runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -70,6 +71,44 @@ type Server struct {
 	grpc  *grpc.Server
 	local *grpc.ClientConn
 	pool  *pool
+
+	// Fan-out workers: long-lived goroutines keep their grown stacks between calls.
+	work    chan func()
+	quit    chan struct{}
+	workers sync.WaitGroup
+}
+
+// fanOutWorkers is how many goroutines wait for per-node fan-out work.
+const fanOutWorkers = 64
+
+// spawn runs fn on an idle worker, or on a new goroutine when all are busy; wg tracks it.
+func (s *Server) spawn(wg *sync.WaitGroup, fn func()) {
+	wg.Add(1)
+
+	task := func() {
+		defer wg.Done()
+
+		fn()
+	}
+
+	select {
+	case s.work <- task:
+	default:
+		go task()
+	}
+}
+
+func (s *Server) worker() {
+	defer s.workers.Done()
+
+	for {
+		select {
+		case task := <-s.work:
+			task()
+		case <-s.quit:
+			return
+		}
+	}
 }
 
 // New builds a server; Serve starts it.
@@ -100,6 +139,14 @@ func New(opts Options) (*Server, error) {
 		log:   opts.Log,
 		local: local,
 		pool:  newPool(credentials.NewTLS(opts.Certs.ClientTLS()), opts.DialTimeout),
+		work:  make(chan func()),
+		quit:  make(chan struct{}),
+	}
+
+	s.workers.Add(fanOutWorkers)
+
+	for range fanOutWorkers {
+		go s.worker()
 	}
 
 	s.grpc = grpc.NewServer(
@@ -154,6 +201,9 @@ func (s *Server) Stop(timeout time.Duration) {
 		s.grpc.Stop()
 		<-done
 	}
+
+	close(s.quit)
+	s.workers.Wait()
 
 	s.pool.close()
 	s.local.Close() //nolint:errcheck
