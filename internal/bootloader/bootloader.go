@@ -483,9 +483,13 @@ func WipeFolder(root, name string) error {
 	return os.RemoveAll(trash)
 }
 
+// removeTrash removes what an interrupted wipe or upgrade left: trash folders in the state
+// folder, and staged, replaced or half-written slots in BOOT (META never points at those).
 func removeTrash(root string) {
-	matches, _ := filepath.Glob(filepath.Join(root, ".trash-*")) //nolint:errcheck
-	for _, m := range matches {
-		os.RemoveAll(m) //nolint:errcheck
+	for _, pattern := range []string{".trash-*", "BOOT/.staging-*", "BOOT/.old-*", "BOOT/.*.tmp-*"} {
+		matches, _ := filepath.Glob(filepath.Join(root, pattern)) //nolint:errcheck
+		for _, m := range matches {
+			os.RemoveAll(m) //nolint:errcheck
+		}
 	}
 }

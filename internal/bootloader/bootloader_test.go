@@ -200,12 +200,22 @@ func TestBootStage(t *testing.T) {
 				}
 			}
 
+			// Leftovers of an interrupted upgrade are cleared.
+			leftover := filepath.Join(n.state, "BOOT", ".staging-B.tmp-123", "machined")
+			if err := os.MkdirAll(filepath.Dir(leftover), 0o700); err != nil {
+				t.Fatal(err)
+			}
+
 			if tc.reboots > 0 {
 				os.WriteFile(filepath.Join(n.state, "reboots"), []byte(strings.Repeat("x", tc.reboots)), 0o600) //nolint:errcheck
 			}
 
 			if err := n.run(t, tc.extra...); err != nil {
 				t.Fatalf("boot stage: %v\n%s", err, n.log)
+			}
+
+			if _, err := os.Stat(filepath.Dir(leftover)); !os.IsNotExist(err) {
+				t.Fatalf("leftover staging folder kept: %v", err)
 			}
 
 			if got := n.boots(t); got != tc.wantBoots {

@@ -148,6 +148,11 @@ func (m *Manager) BootSucceeded() {
 			v, _ := store.Read() //nolint:errcheck
 			m.log().Info("upgrade complete: slot is now permanent", zap.String("slot", m.Slot),
 				zap.String("from", v[meta.UpgradeFrom]), zap.String("to", version.Tag))
+
+			if v[meta.UpgradeTo] != "" && v[meta.UpgradeTo] != version.Tag {
+				m.log().Warn("the image's manifest version differs from the version built into machined: build images with `make image VERSION=...`",
+					zap.String("manifest", v[meta.UpgradeTo]), zap.String("machined", version.Tag))
+			}
 		}
 	})
 }
