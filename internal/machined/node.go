@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
+	"strconv"
 	"os"
 	"sync"
 	"time"
@@ -16,12 +18,15 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/apid"
 
 	"github.com/talos-go/talos/internal/machined/boot"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
@@ -198,12 +203,39 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 		log.Info("no config: waiting in maintenance mode for apply-config")
 		upg.BootSucceeded()
 
+		// The maintenance API (port 50000, server certificate only) takes configs from the
+		// network until apid, with full mTLS, takes the port over.
+		mctx, stopMaintenance := context.WithCancel(runCtx)
+		maintenanceDone := make(chan struct{})
+
+		go func() {
+			defer close(maintenanceDone)
+
+			if err := apid.ServeMaintenance(mctx, apid.MaintenanceOptions{
+				Listen:         net.JoinHostPort(n.opts.Address, strconv.Itoa(constants.ApidPort)),
+				MachinedSocket: n.r.Paths.MachinedSocket(),
+				Log:            log.Named("maintenance"),
+			}); err != nil && mctx.Err() == nil {
+				log.Error("maintenance API failed", zap.Error(err))
+			}
+		}()
+
+		endMaintenance := func() {
+			stopMaintenance()
+			<-maintenanceDone
+		}
+
 		select {
 		case <-ctx.Done():
+			endMaintenance()
+
 			return n.stop(actionShutdown)
 		case action := <-n.power:
+			endMaintenance()
+
 			return n.stop(action)
 		case <-n.configReady:
+			endMaintenance()
 		}
 	}
 

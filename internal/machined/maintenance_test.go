@@ -1,0 +1,84 @@
+package machined_test
+
+import (
+	"crypto/tls"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
+)
+
+// TestMaintenanceOverNetwork: a node without a config serves the maintenance API on :50000
+// (no client certificate); a config applied there boots the node and mTLS apid takes over.
+func TestMaintenanceOverNetwork(t *testing.T) {
+	ctx := ctxT(t)
+	const addr = "127.5.1.7"
+
+	n := testutil.StartNode(t, addr, nil)
+	n.Client(t) // wait for the boot to reach maintenance
+
+	insecure := func() *client.Client {
+		c, err := client.New(ctx,
+			client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec // maintenance mode has no PKI yet
+			client.WithEndpoints(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		t.Cleanup(func() { c.Close() }) //nolint:errcheck
+
+		return c
+	}
+
+	c := insecure()
+
+	var err error
+	for range 100 {
+		if _, err = c.Version(ctx); err == nil {
+			break
+		}
+
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	if err != nil {
+		t.Fatalf("maintenance Version: %v", err)
+	}
+
+	if _, err = c.MachineClient.Memory(ctx, &emptypb.Empty{}); status.Code(err) != codes.Unimplemented && status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("maintenance must not serve Memory: %v", err)
+	}
+
+	valid := testutil.Config(t, machinetype.TypeControlPlane, addr)
+	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: invalidConfig(valid)}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("invalid config through maintenance: %v", err)
+	}
+
+	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: valid}); err != nil {
+		t.Fatal(err)
+	}
+
+	// apid takes over: a caller without a client certificate is refused from now on.
+	deadline := time.Now().Add(30 * time.Second)
+
+	for {
+		_, err = insecure().Version(ctx)
+		if err != nil && !strings.Contains(err.Error(), "connection refused") {
+			break
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("maintenance API still answers without a client certificate after apply: %v", err)
+		}
+
+		time.Sleep(100 * time.Millisecond)
+	}
+}
