@@ -7,8 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strconv"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
