@@ -3,8 +3,11 @@ package talosctl
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -49,8 +52,6 @@ func upgradeCmd(g *Global) *cobra.Command {
 			}
 
 			return g.run(cmd, func(ctx context.Context, s *session) error {
-				boots := bootIDs(ctx, s)
-
 				resp, err := s.c.UpgradeWithOptions(s.ctx(ctx), client.WithUpgradeImage(image), client.WithUpgradePreserve(preserve),
 					client.WithUpgradeStage(stage), client.WithUpgradeForce(force), client.WithUpgradeRebootMode(mode))
 				if err := renderReply(cmd, resp, err, func(r *machineapi.UpgradeResponse) error {
@@ -67,7 +68,7 @@ func upgradeCmd(g *Global) *cobra.Command {
 					return nil
 				}
 
-				return waitNodes(ctx, cmd.ErrOrStderr(), s, boots, true, wf.timeout)
+				return waitUpgraded(ctx, cmd, s, resp, wf.timeout)
 			})
 		},
 	}
@@ -81,4 +82,73 @@ func upgradeCmd(g *Global) *cobra.Command {
 	wf.register(cmd)
 
 	return cmd
+}
+
+// waitUpgraded waits until each node runs the version it acknowledged. A node that went away
+// and came back with another version fell back to its previous one and is reported.
+func waitUpgraded(ctx context.Context, cmd *cobra.Command, s *session, resp *machineapi.UpgradeResponse, timeout time.Duration) error {
+	target := ""
+
+	for _, m := range resp.GetMessages() {
+		if _, v, ok := strings.Cut(m.Ack, "upgrading to "); ok {
+			target = v
+		}
+	}
+
+	if target == "" {
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	var failed []string
+
+	for _, node := range s.nodes {
+		if err := waitVersion(s.nodeCtx(ctx, node), cmd.ErrOrStderr(), s, node, target); err != nil {
+			failed = append(failed, err.Error())
+		}
+	}
+
+	if len(failed) > 0 {
+		return fmt.Errorf("upgrade did not complete:\n%s", strings.Join(failed, "\n"))
+	}
+
+	return nil
+}
+
+func waitVersion(ctx context.Context, progress io.Writer, s *session, node, target string) error {
+	fmt.Fprintf(progress, "%s: waiting for %s\n", node, target)
+
+	wentDown := false
+
+	for {
+		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := s.c.Version(vctx)
+		cancel()
+
+		tag := ""
+		if err == nil && len(v.GetMessages()) > 0 {
+			tag = v.GetMessages()[0].GetVersion().GetTag()
+		}
+
+		switch {
+		case tag == target:
+			fmt.Fprintf(progress, "%s: running %s\n", node, tag)
+
+			return nil
+		case tag == "" && !wentDown:
+			wentDown = true
+
+			fmt.Fprintf(progress, "%s: rebooting\n", node)
+		case tag != "" && wentDown:
+			return fmt.Errorf("%s: came back with %s, not %s: the new version did not boot and the node fell back; see `talosctl -n %s logs machined`", node, tag, target, node)
+		}
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not running %s within the timeout (last: %q, %v); check `talosctl -n %s version` or raise --timeout", node, target, tag, err, node)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

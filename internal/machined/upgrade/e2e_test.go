@@ -532,7 +532,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	n.waitSettled(t, vX)
 
 	// X -> X+1 without --preserve (with talosctl): EPHEMERAL is wiped.
-	if out := n.talosctl(t, "upgrade", "--image", good, "--wait=false"); !strings.Contains(out, "upgrading to "+vX1) {
+	if out := n.talosctl(t, "upgrade", "--image", good, "--timeout", "3m"); !strings.Contains(out, "upgrading to "+vX1) {
 		t.Fatalf("upgrade output %q", out)
 	}
 
