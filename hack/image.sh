@@ -16,7 +16,11 @@ if [ ! -f "$IMAGE_KEY" ]; then
 	"$OUT/imager" keygen --out "$(dirname "$IMAGE_KEY")"
 fi
 
-go build -trimpath -ldflags "-X $PKG/internal/version.Tag=$VERSION" -o "$OUT/machined-$VERSION" ./cmd/machined
+# The node trusts the key that signed its image (plus BOOT/image-signing.pub): the next upgrade
+# must be signed by it too.
+TRUSTED=$("$OUT/imager" pubkey "${IMAGE_KEY%.key}.pub")
+go build -trimpath -ldflags "-X $PKG/internal/version.Tag=$VERSION -X $PKG/internal/imager.TrustedKeys=$TRUSTED" \
+	-o "$OUT/machined-$VERSION" ./cmd/machined
 go build -trimpath -o "$OUT/etcd" ./cmd/etcd
 "$OUT/imager" build --key "$IMAGE_KEY" --version "$VERSION" \
 	--machined "$OUT/machined-$VERSION" --etcd "$OUT/etcd" --out "$OUT/talos-$VERSION.img"

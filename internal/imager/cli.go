@@ -2,17 +2,19 @@ package imager
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Main is the imager command: keygen, build, verify.
 func Main(args []string, stdout io.Writer) error {
-	usage := errors.New("usage: imager keygen --out DIR | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE --out FILE | verify --pub FILE IMAGE")
+	usage := errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE --out FILE | verify --pub FILE IMAGE")
 
 	if len(args) == 0 {
 		return usage
@@ -68,6 +70,26 @@ func Main(args []string, stdout io.Writer) error {
 		}
 
 		fmt.Fprintf(stdout, "image %s: version %s, %d files, signed by key %s\n", *out, m.Version, len(m.Files), KeyID(priv.Public().(ed25519.PublicKey)))
+
+		return nil
+	case "pubkey":
+		// Prints the public keys of a PEM file as the comma-separated base64 that TrustedKeys
+		// takes, for -ldflags "-X github.com/talos-go/talos/internal/imager.TrustedKeys=...".
+		if len(args) != 2 {
+			return errors.New("usage: imager pubkey FILE.pub")
+		}
+
+		keys, err := LoadPublicKeys(args[1])
+		if err != nil {
+			return err
+		}
+
+		enc := make([]string, 0, len(keys))
+		for _, k := range keys {
+			enc = append(enc, base64.StdEncoding.EncodeToString(k))
+		}
+
+		fmt.Fprintln(stdout, strings.Join(enc, ","))
 
 		return nil
 	case "verify":

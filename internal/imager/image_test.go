@@ -336,4 +336,25 @@ func TestCLI(t *testing.T) {
 	if err := Main([]string{"verify", "--pub", filepath.Join(f.dir, "k.pub"), img}, &out); err == nil {
 		t.Fatal("verify with another key passed")
 	}
+
+	// pubkey prints what TrustedKeys takes; a node built with it trusts the key.
+	out.Reset()
+
+	if err := Main([]string{"pubkey", filepath.Join(dir, "image-signing.pub")}, &out); err != nil {
+		t.Fatal(err)
+	}
+
+	old := TrustedKeys
+	TrustedKeys = strings.TrimSpace(out.String())
+
+	defer func() { TrustedKeys = old }()
+
+	keys, err := NodeKeys("")
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("built-in keys: %v %v", keys, err)
+	}
+
+	if _, err = VerifyFile(img, keys); err != nil {
+		t.Fatalf("verify with built-in key: %v", err)
+	}
 }
