@@ -110,6 +110,12 @@ func Args(in ArgsInput) ([]string, error) {
 		"--peer-client-cert-auth=true",
 	}
 
+	// Control planes that boot together join together: let each be a learner at once
+	// (etcd's default is one learner at a time). Overridable through extraArgs.
+	if _, ok := in.ExtraArgs["max-learners"]; !ok {
+		args = append(args, "--max-learners=3")
+	}
+
 	if in.InitialCluster != "" {
 		args = append(args,
 			"--initial-cluster="+in.InitialCluster,

@@ -24,7 +24,7 @@ var (
 
 // etcdBinary returns our etcd command: $TALOS_ETCD_BINARY, or `go build ./cmd/etcd` once into
 // the user cache (later builds hit the Go build cache).
-func etcdBinary(t *testing.T) string {
+func etcdBinary(t testing.TB) string {
 	t.Helper()
 
 	if testing.Short() {
@@ -66,7 +66,7 @@ func testNet() string {
 }
 
 type testNode struct {
-	t    *testing.T
+	t    testing.TB
 	m    *Manager
 	opts Options
 
@@ -76,20 +76,21 @@ type testNode struct {
 }
 
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*testNode
 	addrs []string
 }
 
-func newTestCluster(t *testing.T, n int, caCert, caKey []byte) *testCluster {
+func newTestCluster(t testing.TB, n int, caCert, caKey []byte) *testCluster {
 	t.Helper()
 
 	bin := etcdBinary(t)
 	base := testNet()
 	c := &testCluster{t: t}
 
+	seq := testSeq()
 	for i := range n {
-		c.addrs = append(c.addrs, fmt.Sprintf("%s%d", base, i+1+10*testSeq()))
+		c.addrs = append(c.addrs, fmt.Sprintf("%s%d", base, 10*(seq%25)+i+1))
 	}
 
 	root := t.TempDir()
@@ -107,6 +108,10 @@ func newTestCluster(t *testing.T, n int, caCert, caKey []byte) *testCluster {
 
 			if t.Failed() {
 				data, _ := os.ReadFile(logFile.Name())
+				if os.Getenv("TALOS_ETCD_TEST_KEEP_LOGS") != "" {
+					os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("etcd-test-%s.log", addr)), data, 0o600) //nolint:errcheck
+				}
+
 				if len(data) > 6000 {
 					data = data[len(data)-6000:]
 				}
@@ -213,7 +218,7 @@ func (n *testNode) stopCtx(context.Context) error {
 }
 
 // waitFor polls cond until it returns nil or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() error) {
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() error) {
 	t.Helper()
 
 	deadline := time.Now().Add(timeout)

@@ -20,6 +20,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,7 +89,7 @@ func (o *Options) defaults() {
 	}
 
 	if o.JoinRetry == 0 {
-		o.JoinRetry = 2 * time.Second
+		o.JoinRetry = time.Second
 	}
 
 	if o.PromoteInterval == 0 {
@@ -168,11 +169,39 @@ func (m *Manager) setPhase(log *zap.Logger, p string) {
 	}
 }
 
-// HasData reports whether the data folder holds a member.
+// HasData reports whether the data folder holds a member: its write-ahead log exists. (etcd
+// creates member/snap before it validates a join; a member folder without a WAL is the
+// leftover of a start that failed and must not be mistaken for data: etcd would start it as a
+// new single-member cluster.)
 func HasData(dataDir string) bool {
-	_, err := os.Stat(filepath.Join(dataDir, "member"))
+	entries, err := os.ReadDir(filepath.Join(dataDir, "member", "wal"))
+	if err != nil {
+		return false
+	}
 
-	return err == nil
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".wal") {
+			return true
+		}
+	}
+
+	return false
+}
+
+// clearIncomplete removes a data folder that holds no member (see HasData).
+func clearIncomplete(o Options) error {
+	entries, err := os.ReadDir(o.DataDir)
+	if err != nil || len(entries) == 0 {
+		return nil //nolint:nilerr // nothing there
+	}
+
+	o.Log.Warn("etcd: removing an incomplete data folder left by a failed start")
+
+	if err := os.RemoveAll(o.DataDir); err != nil {
+		return fmt.Errorf("removing incomplete etcd data: %w", err)
+	}
+
+	return nil
 }
 
 // Bootstrap asks this node to start a new cluster. It is refused when the node holds etcd
@@ -286,6 +315,10 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 		return plan{}, nil
 	}
 
+	if err := clearIncomplete(o); err != nil {
+		return plan{}, err
+	}
+
 	for {
 		m.mu.Lock()
 		if req := m.bootstrap; req != nil {
@@ -376,9 +409,33 @@ func sameHost(a, b string) bool {
 	return a == b
 }
 
+// reachable reports whether something listens at a client URL: a quick TCP connect, since the
+// etcd client waits for a connection until its deadline.
+func reachable(ctx context.Context, ep string) bool {
+	u, err := url.Parse(ep)
+	if err != nil {
+		return false
+	}
+
+	d := net.Dialer{Timeout: time.Second}
+
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return false
+	}
+
+	conn.Close() //nolint:errcheck
+
+	return true
+}
+
 // findVoter returns the first endpoint that answers as a voting member with a leader.
 func (m *Manager) findVoter(ctx context.Context, o Options, eps []string) (string, error) {
 	for _, ep := range eps {
+		if !reachable(ctx, ep) {
+			continue
+		}
+
 		cli, err := m.client(o, ep)
 		if err != nil {
 			return "", err
@@ -406,6 +463,10 @@ func (m *Manager) clusterAtPeers(ctx context.Context, o Options) (bool, string) 
 	}
 
 	for _, ep := range eps {
+		if !reachable(ctx, ep) {
+			continue
+		}
+
 		cli, err := m.client(o, ep)
 		if err != nil {
 			continue
@@ -485,7 +546,7 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 	if id == 0 {
 		// Short: raft drops a second membership change proposed while one is pending (another
 		// node joining at the same moment); a retry finds our entry if this one did land.
-		actx, acancel := context.WithTimeout(jctx, 4*time.Second)
+		actx, acancel := context.WithTimeout(jctx, 1500*time.Millisecond)
 		resp, err := cli.MemberAddAsLearner(actx, []string{self})
 
 		acancel()
@@ -496,6 +557,12 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 
 		id = resp.Member.ID
 		members = resp.Members
+
+		// Another node may have been added meanwhile: etcd refuses to start unless the initial
+		// cluster lists every member, so take the latest list.
+		if l, err := cli.MemberList(jctx); err == nil {
+			members = l.Members
+		}
 	}
 
 	var parts []string

@@ -134,8 +134,10 @@ func (m *Manager) afterStart(ctx context.Context, o Options, p plan) {
 // promoteLoop promotes this member once it is in sync with the leader; it returns when the
 // member is a voter or ctx ends.
 func (m *Manager) promoteLoop(ctx context.Context, o Options) {
+	started := time.Now()
+
 	for {
-		done, err := m.tryPromote(ctx, o)
+		done, err := m.tryPromote(ctx, o, started)
 		if done {
 			return
 		}
@@ -152,7 +154,55 @@ func (m *Manager) promoteLoop(ctx context.Context, o Options) {
 	}
 }
 
-func (m *Manager) tryPromote(ctx context.Context, o Options) (bool, error) {
+// promoteHold is how long a learner waits for its known peers to join before promotion.
+const promoteHold = 4 * time.Second
+
+// peersNotMembers lists the peer addresses that are not members yet.
+func (m *Manager) peersNotMembers(ctx context.Context, o Options, cli *clientv3.Client) []string {
+	if o.Peers == nil {
+		return nil
+	}
+
+	addrs, err := o.Peers(ctx)
+	if err != nil {
+		return nil
+	}
+
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+
+	list, err := cli.MemberList(lctx)
+	if err != nil {
+		return nil
+	}
+
+	var out []string
+
+	for _, a := range addrs {
+		h := hostOf(a)
+		if h == "" || sameHost(h, o.Address) {
+			continue
+		}
+
+		found := false
+
+		for _, mem := range list.Members {
+			for _, u := range mem.PeerURLs {
+				if sameHost(hostOf(u), h) {
+					found = true
+				}
+			}
+		}
+
+		if !found && !contains(out, h) {
+			out = append(out, h)
+		}
+	}
+
+	return out
+}
+
+func (m *Manager) tryPromote(ctx context.Context, o Options, started time.Time) (bool, error) {
 	local, err := m.client(o, o.clientURL())
 	if err != nil {
 		return false, err
@@ -178,6 +228,15 @@ func (m *Manager) tryPromote(ctx context.Context, o Options) (bool, error) {
 		return false, err
 	}
 	defer cli.Close() //nolint:errcheck
+
+	// Control planes booted together should all get in as learners before the first
+	// promotion: etcd refuses any membership change for a few seconds after a new voter
+	// connects. So hold the promotion briefly while a known peer is not yet a member.
+	if since := time.Since(started); since < promoteHold {
+		if waiting := m.peersNotMembers(ctx, o, cli); len(waiting) > 0 {
+			return false, fmt.Errorf("holding promotion for %s while %v join", promoteHold-since, waiting)
+		}
+	}
 
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer pcancel()
