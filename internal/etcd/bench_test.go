@@ -8,7 +8,7 @@ import (
 
 // BenchmarkBootstrapThreeMembers measures the time from Bootstrap on one of three waiting
 // control planes to three healthy voting members (reported as s/cluster). Run with
-// scripts/bench-etcd.sh or `go test -run ^$ -bench BootstrapThree -benchtime 3x ./internal/etcd`.
+// hack/bench-etcd.sh or `go test -run ^$ -bench BootstrapThree -benchtime 3x ./internal/etcd`.
 func BenchmarkBootstrapThreeMembers(b *testing.B) {
 	caCert, caKey, err := GenerateCA()
 	if err != nil {
