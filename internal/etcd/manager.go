@@ -49,6 +49,8 @@ var (
 	ErrNoSnapshot = errors.New("no etcd snapshot was uploaded for recovery (EtcdRecover)")
 	// ErrSnapshotHash: the uploaded snapshot's integrity hash does not match.
 	ErrSnapshotHash = errors.New("etcd snapshot integrity check failed")
+	// ErrNotConfigured: the node cannot run etcd (no config, not a control plane, no binary).
+	ErrNotConfigured = errors.New("etcd is not configured on this node")
 	// ErrInvalid: a request argument is wrong.
 	ErrInvalid = errors.New("invalid request")
 )
@@ -142,7 +144,7 @@ func NewManager(options func() (Options, error)) *Manager {
 func (m *Manager) opts() (Options, error) {
 	o, err := m.options()
 	if err != nil {
-		return o, err
+		return o, fmt.Errorf("%w: %v", ErrNotConfigured, err)
 	}
 
 	o.defaults()

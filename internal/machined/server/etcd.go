@@ -46,7 +46,7 @@ func etcdError(err error) error {
 	switch {
 	case errors.Is(err, etcd.ErrAlreadyBootstrapped), errors.Is(err, etcd.ErrClusterExists):
 		code = codes.AlreadyExists
-	case errors.Is(err, etcd.ErrJoining), errors.Is(err, etcd.ErrQuorum),
+	case errors.Is(err, etcd.ErrJoining), errors.Is(err, etcd.ErrQuorum), errors.Is(err, etcd.ErrNotConfigured),
 		errors.Is(err, etcd.ErrNotMember), errors.Is(err, etcd.ErrNoSnapshot):
 		code = codes.FailedPrecondition
 	case errors.Is(err, etcd.ErrSnapshotHash), errors.Is(err, etcd.ErrInvalid):
