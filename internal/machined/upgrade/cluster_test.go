@@ -206,6 +206,30 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Fatalf("etcd members after a member rejoined: %s -> %s (want three, one new)", membersBefore, after)
 	}
 
+	// A graceful reset of a control plane that wipes EPHEMERAL leaves etcd first; after the
+	// reboot the node joins again (its config in STATE is kept) and the data is still there.
+	membersBefore = memberIDs(t, kctx, cli)
+
+	if _, err = ctl("-n", c.Nodes[2].Address, "reset", "--graceful", "--reboot", "--system-labels-to-wipe", "EPHEMERAL", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+
+	nodes[2].waitFor(t, "reset node rejoined etcd as a new member", func() (bool, string) {
+		ids := memberIDs(t, kctx, cli)
+
+		return ids != membersBefore && strings.Count(ids, ",") == 2, ids
+	})
+	nodes[2].waitEtcdHealthy(t)
+
+	if b := tail(filepath.Join(c.Dir, c.Nodes[2].Name+".log"), 1<<20); !strings.Contains(b, "left the cluster") || !strings.Contains(b, `"partition": "EPHEMERAL"`) {
+		t.Fatal("graceful reset did not leave etcd and wipe EPHEMERAL")
+	}
+
+	resp, err = cli.Get(kctx, "/upgrade-test/key")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
+		t.Fatalf("etcd data after a reset member rejoined: %v %v", resp, err)
+	}
+
 	// talosctl version through apid shows the new versions on every node.
 	nodes[0].waitFor(t, "all nodes on "+vX1+" through apid", func() (bool, string) {
 		out, err := ctl("-n", c.Nodes[0].Address+","+c.Nodes[1].Address+","+c.Nodes[2].Address, "version")
