@@ -128,6 +128,7 @@ type Manager struct {
 	bootstrap  *BootstrapOptions // requested, not yet taken by a start
 	taken      bool              // a bootstrap was taken by a start (until data exists)
 	joining    bool              // a join attempt is in progress
+	joined     bool              // this node was added to an existing cluster
 	left       bool              // left the cluster: do not start until Reset
 	running    bool              // the etcd process is up
 	phase      string
@@ -269,6 +270,8 @@ func (m *Manager) checkBootstrap(o Options) error {
 
 func (m *Manager) checkBootstrapLocked(o Options) error {
 	switch {
+	case m.joined:
+		return fmt.Errorf("%w: this node joined it", ErrClusterExists)
 	case m.bootstrap != nil || m.taken:
 		return fmt.Errorf("%w: bootstrap was already requested", ErrAlreadyBootstrapped)
 	case HasData(o.DataDir):
@@ -349,6 +352,7 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 
 		m.mu.Lock()
 		m.joining = false
+		m.joined = err == nil
 		m.mu.Unlock()
 
 		if err == nil {

@@ -244,6 +244,7 @@ func (m *Manager) Reset() {
 	m.mu.Lock()
 	m.left = false
 	m.taken = false
+	m.joined = false
 	m.bootstrap = nil
 	m.mu.Unlock()
 
