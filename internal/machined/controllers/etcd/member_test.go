@@ -1,0 +1,144 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/talos-go/talos/internal/etcd"
+	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
+	"github.com/talos-go/talos/internal/machined/resources"
+)
+
+func etcdBinary(t *testing.T) string {
+	t.Helper()
+
+	if p := os.Getenv("TALOS_ETCD_BINARY"); p != "" {
+		return p
+	}
+
+	p := filepath.Join(t.TempDir(), "etcd")
+	if out, err := exec.Command("go", "build", "-o", p, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
+		t.Fatalf("building etcd: %v\n%s", err, out)
+	}
+
+	return p
+}
+
+// TestMemberController: the local Member resource carries the running member's ID and goes
+// away once etcd stops.
+func TestMemberController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+
+	caCert, caKey, err := etcd.GenerateCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	opts := etcd.Options{
+		Binary:     etcdBinary(t),
+		Name:       "cp",
+		Address:    fmt.Sprintf("127.81.%d.1", os.Getpid()%250+1),
+		DataDir:    filepath.Join(dir, "EPHEMERAL", "lib", "etcd"),
+		SecretsDir: filepath.Join(dir, "secrets", "etcd"),
+		CACert:     caCert,
+		CAKey:      caKey,
+	}
+	m := etcd.NewManager(func() (etcd.Options, error) { return opts, nil })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	etcdCtx, stopEtcd := context.WithCancel(ctx)
+	etcdDone := make(chan error, 1)
+
+	go func() { etcdDone <- m.Run(etcdCtx) }()
+
+	defer func() {
+		stopEtcd()
+		<-etcdDone
+	}()
+
+	if err := m.Bootstrap(ctx, etcd.BootstrapOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := resources.NewState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rt, err := cosiruntime.NewRuntime(st, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := rt.RegisterController(&etcdctrl.MemberController{Etcd: m, Interval: 200 * time.Millisecond, Misses: 2}); err != nil {
+		t.Fatal(err)
+	}
+
+	rtCtx, stopRt := context.WithCancel(ctx)
+	rtDone := make(chan error, 1)
+
+	go func() { rtDone <- rt.Run(rtCtx) }()
+
+	defer func() {
+		stopRt()
+
+		if err := <-rtDone; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	var want string
+
+	for want == "" {
+		if status, err := m.Status(ctx); err == nil {
+			want = etcdctrl.FormatMemberID(status.Header.MemberId)
+		} else if ctx.Err() != nil {
+			t.Fatal(err)
+		} else {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	waitMember := func(present bool) {
+		t.Helper()
+
+		for {
+			res, err := safe.StateGetByID[*etcdres.Member](ctx, st, etcdres.LocalMemberID)
+
+			switch {
+			case present && err == nil && res.TypedSpec().MemberID == want:
+				return
+			case !present && state.IsNotFoundError(err):
+				return
+			case ctx.Err() != nil:
+				t.Fatalf("waiting for member present=%v: %v %v", present, res, err)
+			}
+
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	waitMember(true)
+
+	stopEtcd()
+	<-etcdDone
+	etcdDone <- nil // for the deferred wait
+
+	waitMember(false)
+}
