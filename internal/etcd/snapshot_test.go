@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -164,5 +165,52 @@ func TestSnapshotRecover(t *testing.T) {
 	// The recovered node is a cluster: a second bootstrap is refused.
 	if err := dst.m.Bootstrap(ctx, BootstrapOptions{}); !errorIs(err, ErrAlreadyBootstrapped) {
 		t.Fatalf("bootstrap after recovery: got %v", err)
+	}
+
+	// A copy of a stopped member's data folder (member/snap/db) carries no hash: it needs
+	// the skip-hash-check option, and then recovers the same keys.
+	src.stop()
+
+	db, err := os.ReadFile(filepath.Join(src.opts.DataDir, "member", "snap", "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dst2 := newTestCluster(t, 1, caCert, caKey).nodes[0]
+
+	if _, err := dst2.m.ReceiveSnapshot(bytes.NewReader(db)); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := dst2.m.Bootstrap(ctx, BootstrapOptions{Recover: true}); !errorIs(err, ErrSnapshotHash) {
+		t.Fatalf("data folder copy without skip-hash-check: got %v, want ErrSnapshotHash", err)
+	}
+
+	if err := dst2.m.Bootstrap(ctx, BootstrapOptions{Recover: true, SkipHashCheck: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	dst2.start()
+	waitFor(t, "node recovered from a data folder copy healthy", time.Minute, func() error { return dst2.m.Health(ctx) })
+
+	cli2, err := dst2.m.LocalClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli2.Close()
+
+	resp, err = cli2.Get(ctx, "/registry/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(resp.Kvs) != len(want) {
+		t.Fatalf("recovered %d keys from the data folder copy, want %d", len(resp.Kvs), len(want))
+	}
+
+	for _, kv := range resp.Kvs {
+		if want[string(kv.Key)] != string(kv.Value) {
+			t.Fatalf("key %s: got %q, want %q", kv.Key, kv.Value, want[string(kv.Key)])
+		}
 	}
 }
