@@ -206,11 +206,28 @@ func TestGetAddressesAndMembers(t *testing.T) {
 		t.Fatalf("node addresses of cp2:\n%s", out)
 	}
 
-	out = must(t, "-n", cp1, "get", "members")
-	for _, host := range []string{"e2e-controlplane-1", "e2e-controlplane-2", "e2e-controlplane-3", "e2e-worker-1"} {
-		if !strings.Contains(out, host) {
-			t.Errorf("members lack %s:\n%s", host, out)
+	// Members arrive through the discovery exchange, a few seconds after boot.
+	deadline := time.Now().Add(30 * time.Second)
+
+	for {
+		out = must(t, "-n", cp1, "get", "members")
+
+		missing := ""
+		for _, host := range []string{"e2e-controlplane-1", "e2e-controlplane-2", "e2e-controlplane-3", "e2e-worker-1"} {
+			if !strings.Contains(out, host) {
+				missing = host
+			}
 		}
+
+		if missing == "" {
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("members lack %s:\n%s", missing, out)
+		}
+
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 

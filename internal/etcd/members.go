@@ -405,7 +405,18 @@ func (m *Manager) Defragment(ctx context.Context) error {
 func removeWithRetry(ctx context.Context, cli *clientv3.Client, id uint64) error {
 	for {
 		_, err := cli.MemberRemove(ctx, id)
-		if err == nil || (!errors.Is(err, rpctypes.ErrUnhealthy) && !strings.Contains(err.Error(), "unhealthy cluster")) {
+		if err == nil || errors.Is(err, rpctypes.ErrMemberNotFound) {
+			return nil // not found: an earlier attempt that reported an error went through
+		}
+
+		// Removing the member that served the call stops it before it answers: the removal
+		// went through if the others no longer list it.
+		if removed(ctx, cli, id) {
+			return nil
+		}
+
+		if !errors.Is(err, rpctypes.ErrUnhealthy) && !strings.Contains(err.Error(), "unhealthy cluster") &&
+			!strings.Contains(err.Error(), "server stopped") {
 			return err
 		}
 
@@ -415,4 +426,31 @@ func removeWithRetry(ctx context.Context, cli *clientv3.Client, id uint64) error
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// removed reports whether the cluster's other members no longer list id.
+func removed(ctx context.Context, cli *clientv3.Client, id uint64) bool {
+	for range 5 {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cli.MemberList(lctx)
+		cancel()
+
+		if err == nil {
+			for _, m := range resp.Members {
+				if m.ID == id {
+					return false
+				}
+			}
+
+			return true
+		}
+
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+
+	return false
 }

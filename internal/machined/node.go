@@ -31,6 +31,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/boot"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
+	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/events"
@@ -311,6 +312,7 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		&networkctrl.HostnameStatusController{},
 		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
 		&clusterctrl.MemberController{StateDir: n.r.Paths.State()},
+		&etcdctrl.MemberController{Etcd: services.EtcdManager(n.r)},
 		&secretsctrl.RootController{},
 		&secretsctrl.APICertSANsController{},
 		&secretsctrl.APIController{Address: n.opts.Address},

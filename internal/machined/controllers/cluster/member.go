@@ -37,7 +37,7 @@ import (
 )
 
 // ExchangeInterval is how often a node refreshes its membership with the registries.
-const ExchangeInterval = 5 * time.Second
+const ExchangeInterval = 2 * time.Second
 
 // MemberController publishes the local Identity and the cluster's Members.
 type MemberController struct {
