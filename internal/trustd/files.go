@@ -12,11 +12,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/talos-go/talos/internal/filestore"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 )
 
 // Files in trustd's folder (<state>/system/secrets/trustd). All are written 0600.
@@ -133,90 +132,17 @@ func ParsePrivateKey(data []byte) (crypto.Signer, error) {
 
 // Store holds the current bundle and reloads it when the files change.
 type Store struct {
-	dir string
-
-	mu     sync.RWMutex
-	bundle *Bundle
-	stamp  string
+	*filestore.Store[*Bundle]
 }
 
 // NewStore loads dir; it fails when the folder is incomplete or invalid.
 func NewStore(dir string) (*Store, error) {
-	s := &Store{dir: dir}
-	if _, err := s.Reload(); err != nil {
+	fs, err := filestore.New(dir, Files, LoadBundle)
+	if err != nil {
 		return nil, err
 	}
 
-	return s, nil
-}
-
-// Current returns the bundle in use.
-func (s *Store) Current() *Bundle {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-
-	return s.bundle
-}
-
-func (s *Store) fileStamp() string {
-	var b strings.Builder
-
-	for _, name := range Files {
-		fi, err := os.Stat(filepath.Join(s.dir, name))
-		if err != nil {
-			fmt.Fprintf(&b, "%s:missing;", name)
-
-			continue
-		}
-
-		fmt.Fprintf(&b, "%s:%d:%d;", name, fi.Size(), fi.ModTime().UnixNano())
-	}
-
-	return b.String()
-}
-
-// Reload loads the folder again when its files changed and reports whether it took a new
-// bundle; a folder that fails to load keeps the previous bundle in use.
-func (s *Store) Reload() (bool, error) {
-	stamp := s.fileStamp()
-
-	s.mu.RLock()
-	same := s.bundle != nil && stamp == s.stamp
-	s.mu.RUnlock()
-
-	if same {
-		return false, nil
-	}
-
-	b, err := LoadBundle(s.dir)
-	if err != nil {
-		return false, err
-	}
-
-	s.mu.Lock()
-	s.bundle, s.stamp = b, stamp
-	s.mu.Unlock()
-
-	return true, nil
-}
-
-// Watch reloads every interval until done is closed; onChange (may be nil) hears each outcome.
-func (s *Store) Watch(done <-chan struct{}, interval time.Duration, onChange func(bool, error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-
-		reloaded, err := s.Reload()
-		if onChange != nil && (reloaded || err != nil) {
-			onChange(reloaded, err)
-		}
-	}
+	return &Store{fs}, nil
 }
 
 // ServerTLS serves the current certificate (server-authenticated TLS: joining nodes have no

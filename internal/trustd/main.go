@@ -1,6 +1,7 @@
 package trustd
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,7 +78,8 @@ func Main(args []string) error {
 		}
 	}
 
-	done := make(chan struct{})
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
 
 	var wg sync.WaitGroup
 
@@ -86,7 +88,7 @@ func Main(args []string) error {
 	go func() {
 		defer wg.Done()
 
-		store.Watch(done, reload, logReload)
+		store.Watch(watchCtx, reload, logReload)
 	}()
 
 	served := make(chan error, 1)
@@ -107,7 +109,7 @@ func Main(args []string) error {
 	for {
 		select {
 		case err = <-served:
-			close(done)
+			stopWatch()
 			wg.Wait()
 
 			return err
@@ -134,7 +136,7 @@ func Main(args []string) error {
 				<-stopped
 			}
 
-			close(done)
+			stopWatch()
 			wg.Wait()
 
 			return nil

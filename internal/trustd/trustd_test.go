@@ -414,7 +414,7 @@ func TestStoreReloadsRotatedCertificate(t *testing.T) {
 	before := serial()
 
 	crt, key := ca.serverPair(t, "127.44.3.5")
-	if err := WriteFiles(store.dir, map[string][]byte{
+	if err := WriteFiles(store.Dir(), map[string][]byte{
 		CACrt: ca.crtPEM, CAKey: ca.keyPEM, TokenFile: []byte(testToken), ServerCrt: crt, ServerKey: key,
 	}); err != nil {
 		t.Fatal(err)
@@ -430,7 +430,7 @@ func TestStoreReloadsRotatedCertificate(t *testing.T) {
 	}
 
 	// A broken folder keeps the current bundle.
-	if err = os.WriteFile(filepath.Join(store.dir, ServerCrt), []byte("junk"), 0o600); err != nil {
+	if err = os.WriteFile(filepath.Join(store.Dir(), ServerCrt), []byte("junk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 

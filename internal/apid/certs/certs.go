@@ -3,15 +3,13 @@
 package certs
 
 import (
-	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/talos-go/talos/internal/filestore"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 )
 
@@ -90,92 +88,17 @@ func Load(dir string) (*Bundle, error) {
 
 // Store holds the current bundle and reloads it when the files change.
 type Store struct {
-	dir string
-
-	mu     sync.RWMutex
-	bundle *Bundle
-	stamp  []byte
+	*filestore.Store[*Bundle]
 }
 
 // NewStore loads dir; it fails when the folder is not complete and valid.
 func NewStore(dir string) (*Store, error) {
-	s := &Store{dir: dir}
-
-	if _, err := s.Reload(); err != nil {
+	fs, err := filestore.New(dir, All, Load)
+	if err != nil {
 		return nil, err
 	}
 
-	return s, nil
-}
-
-// Current returns the bundle in use.
-func (s *Store) Current() *Bundle {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-
-	return s.bundle
-}
-
-// stamp summarizes the files' sizes and modification times.
-func (s *Store) fileStamp() []byte {
-	var buf bytes.Buffer
-
-	for _, name := range All {
-		fi, err := os.Stat(filepath.Join(s.dir, name))
-		if err != nil {
-			fmt.Fprintf(&buf, "%s:missing;", name)
-
-			continue
-		}
-
-		fmt.Fprintf(&buf, "%s:%d:%d;", name, fi.Size(), fi.ModTime().UnixNano())
-	}
-
-	return buf.Bytes()
-}
-
-// Reload loads the folder again when its files changed. It reports whether a new bundle was
-// taken. A folder that fails to load keeps the previous bundle in use.
-func (s *Store) Reload() (bool, error) {
-	stamp := s.fileStamp()
-
-	s.mu.RLock()
-	same := s.bundle != nil && bytes.Equal(stamp, s.stamp)
-	s.mu.RUnlock()
-
-	if same {
-		return false, nil
-	}
-
-	b, err := Load(s.dir)
-	if err != nil {
-		return false, err
-	}
-
-	s.mu.Lock()
-	s.bundle, s.stamp = b, stamp
-	s.mu.Unlock()
-
-	return true, nil
-}
-
-// Watch reloads every interval until ctx ends; onChange (may be nil) hears each outcome.
-func (s *Store) Watch(ctx context.Context, interval time.Duration, onChange func(reloaded bool, err error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-
-		reloaded, err := s.Reload()
-		if onChange != nil && (reloaded || err != nil) {
-			onChange(reloaded, err)
-		}
-	}
+	return &Store{fs}, nil
 }
 
 // ServerTLS is apid's listener config: TLS 1.3, client certificate required and verified
