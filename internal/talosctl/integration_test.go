@@ -13,7 +13,7 @@ import (
 
 // Integration tests: talosctl against a real machined process, over its machine API socket
 // (the hidden --machined-socket flag). When apid serves :50000, the same commands run through
-// it with a talosconfig (-e/-n); see TestIntegrationThroughApid's hook below.
+// it with a talosconfig (-e/-n) through apid: internal/e2e runs those commands against a cluster.
 
 // waitFor runs talosctl until check accepts its output or the deadline passes.
 func waitFor(t *testing.T, check func(code int, out, stderr string) bool, args ...string) (string, string) {
@@ -79,10 +79,4 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	if code, out, stderr := run(t, append(sock, "apply-config", "-f", cfgFile, "--dry-run")...); code != 0 {
 		t.Errorf("apply-config --dry-run: %s %s", out, stderr)
 	}
-}
-
-// TestIntegrationThroughApid is the hook for the end-to-end path (talosconfig → apid :50000 →
-// machined). It runs once the multi-call binary serves apid; until then it is skipped.
-func TestIntegrationThroughApid(t *testing.T) {
-	t.Skip("waiting for apid (issue 3): run version/memory/services/get with -e <addr> -n <addr> and a talosconfig from `talosctl gen config`")
 }
