@@ -240,6 +240,55 @@ func TestEtcdMembers(t *testing.T) {
 	}
 }
 
+func TestEverydayCommandsThroughApid(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", cp2, "version"}, "Tag:"},
+		{[]string{"-n", cp2, "processes"}, "machined"},
+		{[]string{"-n", cp2, "mounts"}, "EPHEMERAL"},
+		{[]string{"-n", cp2, "ls", "/var/log"}, "machined.log"},
+		{[]string{"-n", cp2, "read", "/var/log/machined.log"}, "node is running"},
+		{[]string{"-n", cp2, "service", "apid"}, "Running"},
+		{[]string{"-n", cp2, "get", "hostname", "-o", "yaml"}, "hostname: e2e-controlplane-2"},
+		{[]string{"-n", cp2, "get", "etcdmembers"}, "EtcdMembers.etcd.talos.dev   local"},
+		{[]string{"-n", w1, "get", "machinetype"}, "worker"},
+	} {
+		// Some resources (etcd members) are polled by their controllers: allow them a moment.
+		deadline := time.Now().Add(20 * time.Second)
+
+		for {
+			out := must(t, tc.args...)
+			if strings.Contains(out, tc.want) {
+				break
+			}
+
+			if time.Now().After(deadline) {
+				t.Errorf("talosctl %s: want %q in\n%s", strings.Join(tc.args, " "), tc.want, out)
+
+				break
+			}
+
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+}
+
+func TestReaderRoleFromConfigNew(t *testing.T) {
+	readerCfg := filepath.Join(t.TempDir(), "reader")
+	must(t, "-n", cp1, "config", "new", readerCfg, "--roles", "os:reader", "--crt-ttl", "1h")
+
+	if out := must(t, "--talosconfig", readerCfg, "-e", cp1, "-n", cp1, "version"); !strings.Contains(out, "Tag:") {
+		t.Fatalf("reader cannot read version:\n%s", out)
+	}
+
+	_, stderr, code := talosctl(t, "--talosconfig", readerCfg, "-e", cp1, "-n", cp1, "reboot", "--wait=false")
+	if code == 0 || !strings.Contains(stderr, "PermissionDenied") && !strings.Contains(stderr, "os:operator") {
+		t.Fatalf("reader must not reboot: exit %d\n%s", code, stderr)
+	}
+}
+
 func TestInvalidConfigRefused(t *testing.T) {
 	before := must(t, "-n", w1, "get", "machineconfig", "-o", "yaml")
 
