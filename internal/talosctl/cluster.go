@@ -72,6 +72,7 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 		wait           bool
 		waitTimeout    time.Duration
 		skipKubeconfig bool
+		imageKeys      string
 	)
 
 	cmd := &cobra.Command{
@@ -97,6 +98,17 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 			}
 
 			req.Name, req.CIDR, req.Progress = *name, prefix, cmd.OutOrStdout()
+
+			// Nodes start through the boot stage (A/B slots), as the firmware would boot them.
+			req.NodeArgs = []string{"boot"}
+			if imageKeys != "" {
+				keys, err := filepath.Abs(imageKeys)
+				if err != nil {
+					return err
+				}
+
+				req.NodeArgs = append(req.NodeArgs, "--image-keys", keys)
+			}
 			start := time.Now()
 
 			c, cfgs, err := provision.Create(cmd.Context(), req)
@@ -145,6 +157,7 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
 	f.StringVar(&provisioner, "provisioner", "process", "Talos cluster provisioner to use")
+	f.StringVar(&imageKeys, "image-keys", "", "public key (from `imager keygen`) the nodes trust for upgrade images")
 	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
 
 	return cmd
