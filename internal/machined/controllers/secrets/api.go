@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -11,6 +12,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	cx509 "github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/gen/optional"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -45,6 +47,8 @@ func (ctrl *APIController) Inputs() []controller.Input {
 		{Namespace: secrets.NamespaceName, Type: secrets.OSRootType, ID: optional.Some(secrets.OSRootID), Kind: controller.InputWeak},
 		{Namespace: secrets.NamespaceName, Type: secrets.CertSANType, ID: optional.Some(secrets.CertSANAPIID), Kind: controller.InputWeak},
 		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
+		// Discovered control planes are more places to find trustd.
+		{Namespace: cluster.NamespaceName, Type: cluster.MemberType, Kind: controller.InputWeak},
 	}
 }
 
@@ -204,7 +208,26 @@ func (ctrl *APIController) remote(ctx context.Context, r controller.Runtime, log
 			return nil
 		}
 
-		return TrustdEndpoints(cfg.Config())
+		endpoints := TrustdEndpoints(cfg.Config())
+
+		members, err := safe.ReaderListAll[*cluster.Member](ctx, r)
+		if err != nil {
+			return endpoints
+		}
+
+		for m := range members.All() {
+			if !m.TypedSpec().MachineType.IsControlPlane() {
+				continue
+			}
+
+			for _, addr := range m.TypedSpec().Addresses {
+				if !slices.Contains(endpoints, addr.String()) {
+					endpoints = append(endpoints, addr.String())
+				}
+			}
+		}
+
+		return endpoints
 	}
 
 	csr, key, err := newCSR(w)

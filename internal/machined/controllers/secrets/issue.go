@@ -230,7 +230,8 @@ func sameBundle(a, b []*x509.PEMEncodedCertificate) bool {
 	return slices.EqualFunc(a, b, func(x, y *x509.PEMEncodedCertificate) bool { return bytes.Equal(x.Crt, y.Crt) })
 }
 
-// TrustdEndpoints are where a worker finds trustd: the control-plane endpoint's host.
+// TrustdEndpoints are where a worker finds trustd first: the control-plane endpoint's host
+// (the API controller adds the control planes found by discovery).
 func TrustdEndpoints(cfg talosconfig.Config) []string {
 	if cfg == nil || cfg.Cluster() == nil {
 		return nil
