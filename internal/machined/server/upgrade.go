@@ -64,4 +64,3 @@ func (s *Machine) Reset(ctx context.Context, req *machine.ResetRequest) (*machin
 
 	return &machine.ResetResponse{Messages: []*machine.Reset{{Metadata: s.metadata(ctx), ActorId: actor}}}, nil
 }
-
