@@ -2,11 +2,15 @@ package upgrade
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"google.golang.org/grpc/codes"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/meta"
 )
@@ -101,7 +106,7 @@ func newEnv(t *testing.T, cp bool) *env {
 	}
 
 	rec := &recorder{cp: cp, done: make(chan struct{})}
-	m := New(&runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}}, rec)
+	m := New(&runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, Events: events.NewBus()}, rec)
 	m.Slot = bootloader.SlotA
 	m.Etcd = rec
 
@@ -173,6 +178,41 @@ func TestUpgradeSequence(t *testing.T) {
 
 			if matches, _ := filepath.Glob(filepath.Join(e.root, "BOOT", ".*-*")); len(matches) != 0 {
 				t.Fatalf("leftovers in BOOT: %v", matches)
+			}
+
+			// Progress was published as events of the caller's actor.
+			var phases []string
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+
+			errDone := errors.New("done")
+			err = e.m.R.Events.Watch(ctx, events.TailOptions{Events: -1}, func(ev events.Event) error {
+				if ev.ActorID != "actor" {
+					return nil
+				}
+
+				switch p := ev.Payload.(type) {
+				case *machine.PhaseEvent:
+					phases = append(phases, p.Phase)
+				case *machine.SequenceEvent:
+					if p.Sequence == "upgrade" && p.Action == machine.SequenceEvent_STOP {
+						if p.Error != nil {
+							return fmt.Errorf("upgrade reported an error: %s", p.Error.Message)
+						}
+
+						return errDone
+					}
+				}
+
+				return nil
+			})
+			if !errors.Is(err, errDone) {
+				t.Fatalf("upgrade events: %v (phases %v)", err, phases)
+			}
+
+			if !slices.Contains(phases, "image written to the inactive slot and verified") {
+				t.Fatalf("phases %v", phases)
 			}
 		})
 	}

@@ -14,8 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -219,9 +221,24 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 	m.spawn(func(ctx context.Context) {
 		defer m.busy.Unlock()
 
-		if err := m.run(ctx, log, req, man, staging, target, cp); err != nil {
+		// Progress is published as events too, so `talosctl events --actor-id` can follow it.
+		m.R.Events.Publish(&machine.SequenceEvent{Sequence: "upgrade", Action: machine.SequenceEvent_START}, actor)
+
+		milestones := log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewTee(c, &eventCore{publish: func(msg string) {
+				m.R.Events.Publish(&machine.PhaseEvent{Phase: msg, Action: machine.PhaseEvent_STOP}, actor)
+			}})
+		}))
+
+		err := m.run(ctx, milestones, req, man, staging, target, cp)
+
+		done := &machine.SequenceEvent{Sequence: "upgrade", Action: machine.SequenceEvent_STOP}
+		if err != nil {
 			log.Error("upgrade failed", zap.Error(err))
+			done.Error = &common.Error{Code: common.Code_FATAL, Message: err.Error()}
 		}
+
+		m.R.Events.Publish(done, actor)
 	})
 
 	if req.Stage {
@@ -546,4 +563,28 @@ func (m *Manager) reset(ctx context.Context, log *zap.Logger, req *machine.Reset
 	}
 
 	return errors.Join(wipeErr, power())
+}
+
+// eventCore turns each info-level log line of an upgrade into a milestone event, whatever the
+// level of the node's own log.
+type eventCore struct {
+	publish func(msg string)
+}
+
+func (c *eventCore) Enabled(l zapcore.Level) bool      { return l == zapcore.InfoLevel }
+func (c *eventCore) With([]zapcore.Field) zapcore.Core { return c }
+func (c *eventCore) Sync() error                       { return nil }
+
+func (c *eventCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+
+	return ce
+}
+
+func (c *eventCore) Write(e zapcore.Entry, _ []zapcore.Field) error {
+	c.publish(e.Message)
+
+	return nil
 }
