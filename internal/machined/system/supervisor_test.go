@@ -150,8 +150,23 @@ func TestRestartAfterCrash(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.WaitFor(ctx, "crashy", func(i system.Info) bool { return runs.Load() >= 3 && i.State == system.StateRunning }); err != nil {
+	// Running after two failures: the third run. (The run counter is bumped only after the state
+	// change that wakes WaitFor, so the condition reads the history.)
+	failures := func(i system.Info) int {
+		n := 0
+		for _, ev := range i.Events {
+			if ev.State == system.StateFailed {
+				n++
+			}
+		}
+		return n
+	}
+	if err := s.WaitFor(ctx, "crashy", func(i system.Info) bool { return failures(i) == 2 && i.State == system.StateRunning }); err != nil {
 		t.Fatal(err)
+	}
+
+	for runs.Load() < 3 {
+		time.Sleep(time.Millisecond)
 	}
 
 	info, _ := s.Get("crashy")
