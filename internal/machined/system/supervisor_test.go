@@ -40,12 +40,23 @@ func (r *recorder) get() []string {
 }
 
 func blockingService(id string, rec *recorder, deps ...string) *system.Service {
+	// The service reports healthy only after its main has recorded its start: "running" alone
+	// is set when the goroutine is launched, before main runs, so a dependent could record first.
+	var started atomic.Bool
 	return &system.Service{
 		ID:        id,
 		DependsOn: deps,
+		HealthFunc: func(context.Context) error {
+			if !started.Load() {
+				return errors.New("not started yet")
+			}
+			return nil
+		},
+		HealthSettings: system.HealthSettings{InitialDelay: time.Millisecond, Period: 5 * time.Millisecond},
 		Runner: func() (system.Runner, error) {
 			return &runner.Goroutine{Name: id, Main: func(ctx context.Context, _ io.Writer) error {
 				rec.add("start " + id)
+				started.Store(true)
 				<-ctx.Done()
 				time.Sleep(5 * time.Millisecond) // give a wrong stop order a chance to show
 				rec.add("stop " + id)
