@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -311,6 +312,132 @@ func TestInvalidConfigRefused(t *testing.T) {
 var volatile = regexp.MustCompile(`(?m)^\s*(updated|created):.*$`)
 
 func stripVolatile(s string) string { return volatile.ReplaceAllString(s, "") }
+
+// stream runs a talosctl command that does not end by itself (events, logs -f, get --watch);
+// its output so far is read with the returned function, and it is stopped when the test ends.
+func stream(t *testing.T, args ...string) func() string {
+	t.Helper()
+
+	ctx, cancel := context.WithCancel(context.Background())
+
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
+	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait() //nolint:errcheck
+	})
+
+	return out.String
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	return b.buf.String()
+}
+
+// waitOutput waits until every pattern matches the output of a streaming command.
+func waitOutput(t *testing.T, what string, output func() string, patterns ...string) {
+	t.Helper()
+
+	deadline := time.Now().Add(30 * time.Second)
+
+	for {
+		missing := ""
+
+		for _, p := range patterns {
+			if !regexp.MustCompile(p).MatchString(output()) {
+				missing = p
+			}
+		}
+
+		if missing == "" {
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no match for %q in\n%s", what, missing, output())
+		}
+
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	// The default is the server-side check; our nodes answer it with the client-side checks.
+	_, stderr, code := talosctl(t, "-n", cp1, "health", "--wait-timeout", "1m",
+		"--control-plane-nodes", strings.Join([]string{cp1, cp2, cp3}, ","), "--worker-nodes", w1)
+	if code != 0 || !strings.Contains(stderr, "all services to be healthy: OK") {
+		t.Fatalf("health: exit %d\n%s", code, stderr)
+	}
+}
+
+func TestServiceCommandsAndStreams(t *testing.T) {
+	// service without an id lists every service, as upstream does.
+	if out := must(t, "-n", cp2, "service"); !regexp.MustCompile(`(?m)\strustd\s+Running`).MatchString(out) {
+		t.Fatalf("service without an id:\n%s", out)
+	}
+
+	events := stream(t, "-n", cp2, "events")
+	logs := stream(t, "-n", cp2, "logs", "-f", "machined", "--tail", "0")
+	watch := stream(t, "-n", cp2, "get", "services", "--watch")
+
+	waitOutput(t, "get services --watch", watch, `trustd`)
+	time.Sleep(time.Second) // let the streams be established on the node before the change
+
+	out := must(t, "-n", cp2, "service", "trustd", "restart")
+	if !strings.Contains(out, "trustd") {
+		t.Fatalf("service restart:\n%s", out)
+	}
+
+	waitOutput(t, "events", events, `ServiceStateEvent\s+\S*\s*trustd\s+(STOPPING|FINISHED)`, `ServiceStateEvent\s+\S*\s*trustd\s+RUNNING`)
+	waitOutput(t, "logs -f", logs, `"service": "trustd".*Stopping`)
+
+	// The restarted service comes back healthy.
+	deadline := time.Now().Add(30 * time.Second)
+
+	for !regexp.MustCompile(`(?m)^HEALTH\s+OK`).MatchString(must(t, "-n", cp2, "service", "trustd")) {
+		if time.Now().After(deadline) {
+			t.Fatal("trustd not healthy after restart")
+		}
+
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func TestPatchMachineConfig(t *testing.T) {
+	patch := `[{"op": "add", "path": "/machine/env", "value": {"E2E_PATCHED": "yes"}}]`
+
+	_, stderr, code := talosctl(t, "-n", w1, "patch", "machineconfig", "--mode", "no-reboot", "-p", patch)
+	if code != 0 {
+		t.Fatalf("patch: exit %d\n%s", code, stderr)
+	}
+
+	if out := must(t, "-n", w1, "get", "machineconfig", "-o", "yaml"); !strings.Contains(out, "E2E_PATCHED: \"yes\"") && !strings.Contains(out, "E2E_PATCHED: yes") {
+		t.Fatalf("patched config not in effect:\n%s", out)
+	}
+}
 
 func TestRebootReturns(t *testing.T) {
 	must(t, "-n", w1, "reboot", "--wait=true", "--timeout", "2m")

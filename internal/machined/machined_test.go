@@ -233,11 +233,26 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		var seq machine.SequenceEvent
-		if ev.Data.MessageIs(&seq) {
-			_ = ev.Data.UnmarshalTo(&seq)
+		// Decoded as Talos's clients decode events: by the talos/runtime/ type URL.
+		decoded, err := client.UnmarshalEvent(ev)
+		if err != nil {
+			t.Fatalf("event %s: %v", ev.GetData().GetTypeUrl(), err)
+		}
+
+		if seq, ok := decoded.Payload.(*machine.SequenceEvent); ok {
 			sawBoot = seq.Sequence == "boot" && seq.Action == machine.SequenceEvent_STOP
 		}
+	}
+
+	// Container mode has a boot ID of its own, new at every start, for `reboot --wait`.
+	bootRd, err := c.Read(ctx, "/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	bootID, err := io.ReadAll(bootRd)
+	if err != nil || len(strings.TrimSpace(string(bootID))) != 36 {
+		t.Fatalf("boot id %q: %v", bootID, err)
 	}
 }
 

@@ -2,12 +2,12 @@ package machined
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -16,6 +16,7 @@ import (
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/google/uuid"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -170,8 +171,16 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 		}()
 	}
 
-	if err := os.WriteFile(n.r.Paths.PIDFile(), fmt.Appendf(nil, "%d\n", os.Getpid()), 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.MkdirAll(filepath.Dir(n.r.Paths.PIDFile()), 0o700); err != nil {
+		log.Warn("creating the run folder", zap.Error(err))
+	}
+
+	if err := os.WriteFile(n.r.Paths.PIDFile(), fmt.Appendf(nil, "%d\n", os.Getpid()), 0o600); err != nil {
 		log.Warn("writing pid file", zap.Error(err))
+	}
+
+	if err := os.WriteFile(n.r.Paths.BootIDFile(), []byte(uuid.NewString()+"\n"), 0o644); err != nil {
+		log.Warn("writing boot id", zap.Error(err))
 	}
 
 	n.r.Supervisor = system.NewSupervisor(log.Named("supervisor"), n.onServiceState)

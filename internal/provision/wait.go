@@ -54,15 +54,8 @@ func step(ctx context.Context, progress io.Writer, what string, fn func(ctx cont
 	}
 }
 
-// Wait follows the cluster to health: apid answers on every node, etcd is bootstrapped on the
-// first control plane, every control plane is a voting member, every service is healthy.
-func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io.Writer) error {
-	cl, err := c.Client(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer cl.Close() //nolint:errcheck
-
+// controlPlanes returns the cluster's control-plane nodes, the first one first.
+func (c *Cluster) controlPlanes() []Node {
 	var cps []Node
 
 	for _, n := range c.Nodes {
@@ -71,19 +64,34 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 		}
 	}
 
-	for _, n := range c.Nodes {
-		if err = step(ctx, progress, "apid on "+n.Name, func(ctx context.Context) error {
-			_, err := cl.Version(client.WithNode(ctx, n.Address))
+	return cps
+}
 
-			return err
-		}); err != nil {
-			return err
-		}
+// Bootstrap waits for apid on the first control plane and bootstraps etcd there (a node that
+// is bootstrapped already counts as done). It reports false when the nodes serve no etcd.
+func Bootstrap(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io.Writer) (bool, error) {
+	cps := c.controlPlanes()
+	if len(cps) == 0 {
+		return false, fmt.Errorf("cluster %s has no control plane to bootstrap", c.Name)
+	}
+
+	cl, err := c.Client(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer cl.Close() //nolint:errcheck
+
+	if err = step(ctx, progress, "apid on "+cps[0].Name, func(ctx context.Context) error {
+		_, err := cl.Version(client.WithNode(ctx, cps[0].Address))
+
+		return err
+	}); err != nil {
+		return false, err
 	}
 
 	etcd := true
 
-	if err = step(ctx, progress, "etcd bootstrap on "+cps[0].Name, func(ctx context.Context) error {
+	err = step(ctx, progress, "etcd bootstrap on "+cps[0].Name, func(ctx context.Context) error {
 		err := cl.Bootstrap(client.WithNode(ctx, cps[0].Address), &machine.BootstrapRequest{})
 
 		switch status.Code(err) {
@@ -100,8 +108,39 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 		}
 
 		return err
-	}); err != nil {
+	})
+
+	return etcd, err
+}
+
+// Wait bootstraps etcd (see Bootstrap) and follows the cluster to health: apid answers on every
+// node, every control plane is a voting etcd member, every service is healthy.
+func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io.Writer) error {
+	etcd, err := Bootstrap(ctx, c, cfg, progress)
+	if err != nil {
 		return err
+	}
+
+	cl, err := c.Client(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer cl.Close() //nolint:errcheck
+
+	cps := c.controlPlanes()
+
+	for _, n := range c.Nodes {
+		if n.Name == cps[0].Name {
+			continue // Bootstrap waited for it
+		}
+
+		if err = step(ctx, progress, "apid on "+n.Name, func(ctx context.Context) error {
+			_, err := cl.Version(client.WithNode(ctx, n.Address))
+
+			return err
+		}); err != nil {
+			return err
+		}
 	}
 
 	if !etcd {
@@ -138,7 +177,7 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 				return err
 			}
 
-			return unhealthy(resp)
+			return Unhealthy(resp)
 		}); err != nil {
 			return err
 		}
@@ -148,7 +187,9 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 }
 
 // unhealthy names the services that are neither up nor deliberately off.
-func unhealthy(resp *machine.ServiceListResponse) error {
+// Unhealthy fails when a service of any node in resp is neither running (with a passing or not
+// yet known health check), finished nor skipped (e.g. etcd on a worker).
+func Unhealthy(resp *machine.ServiceListResponse) error {
 	var bad []string
 
 	for _, msg := range resp.Messages {
@@ -162,7 +203,7 @@ func unhealthy(resp *machine.ServiceListResponse) error {
 				}
 			}
 
-			bad = append(bad, fmt.Sprintf("%s (%s)", svc.Id, svc.State))
+			bad = append(bad, fmt.Sprintf("%s: %s (%s)", msg.GetMetadata().GetHostname(), svc.Id, svc.State))
 		}
 	}
 

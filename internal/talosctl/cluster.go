@@ -124,14 +124,19 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 				return err
 			}
 
+			ctx, cancel := context.WithTimeout(cmd.Context(), waitTimeout)
+			defer cancel()
+
 			if !wait {
-				fmt.Fprintf(cmd.OutOrStdout(), "nodes started; check them with `talosctl cluster show --name %s`\n", *name)
+				// As upstream: etcd is bootstrapped even when the rest is not waited for.
+				if _, err = provision.Bootstrap(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout()); err != nil {
+					return fmt.Errorf("%w\nthe nodes keep running: bootstrap later with `talosctl -n %s bootstrap`, or remove them with `talosctl cluster destroy --name %s`", err, c.Nodes[0].Address, *name)
+				}
+
+				fmt.Fprintf(cmd.OutOrStdout(), "nodes started and etcd bootstrapped; follow them with `talosctl cluster show --name %s` and `talosctl health`\n", *name)
 
 				return nil
 			}
-
-			ctx, cancel := context.WithTimeout(cmd.Context(), waitTimeout)
-			defer cancel()
 
 			if err = provision.Wait(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout()); err != nil {
 				return fmt.Errorf("%w\nthe nodes keep running: inspect with `talosctl cluster show --name %s`, remove with `talosctl cluster destroy --name %s`", err, *name, *name)

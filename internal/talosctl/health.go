@@ -5,14 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
-	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/talos-go/talos/internal/provision"
 )
 
 func healthCmd(g *Global) *cobra.Command {
@@ -29,18 +31,24 @@ func healthCmd(g *Global) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, s *session) error {
-				if !server {
-					return clientHealth(ctx, cmd.ErrOrStderr(), s, waitTimeout)
+				// The client-side checks cover the named cluster nodes when given, else -n.
+				checked := *s
+				if named := slices.Concat(nonEmpty(initNode), controlPlanes, workers); len(named) > 0 && !s.local {
+					checked.nodes = named
 				}
+
+				if !server {
+					return clientHealth(ctx, cmd.ErrOrStderr(), &checked, waitTimeout)
+				}
+
+				outer := ctx
 
 				ctx, err := s.single(ctx, "server-side health check")
 				if err != nil {
 					return err
 				}
 
-				if initNode != "" {
-					controlPlanes = append([]string{initNode}, controlPlanes...)
-				}
+				controlPlanes = slices.Concat(nonEmpty(initNode), controlPlanes)
 
 				stream, err := s.c.ClusterHealthCheck(ctx, waitTimeout, &clusterapi.ClusterInfo{
 					ControlPlaneNodes: controlPlanes,
@@ -51,8 +59,16 @@ func healthCmd(g *Global) *cobra.Command {
 					return fmt.Errorf("starting the health check: %w%s", err, hint(err))
 				}
 
-				for {
+				for first := true; ; first = false {
 					msg, err := stream.Recv()
+					if first && client.StatusCode(err) == codes.Unimplemented {
+						// Our nodes do not serve the server-side check yet: run the same checks
+						// from here rather than failing.
+						fmt.Fprintln(cmd.ErrOrStderr(), "the node has no server-side health check: running the client-side checks")
+
+						return clientHealth(outer, cmd.ErrOrStderr(), &checked, waitTimeout)
+					}
+
 					if errors.Is(err, io.EOF) || client.StatusCode(err) == codes.Canceled {
 						return nil
 					}
@@ -103,7 +119,7 @@ func clientHealth(ctx context.Context, progress io.Writer, s *session, waitTimeo
 				return err
 			}
 
-			return unhealthyServices(resp)
+			return provision.Unhealthy(resp)
 		}},
 	}
 
@@ -132,19 +148,10 @@ func clientHealth(ctx context.Context, progress io.Writer, s *session, waitTimeo
 	return nil
 }
 
-// unhealthyServices fails for the first service that is not running or whose health check fails.
-func unhealthyServices(resp *machineapi.ServiceListResponse) error {
-	for _, msg := range resp.GetMessages() {
-		for _, svc := range msg.GetServices() {
-			if svc.GetState() != "Running" && svc.GetState() != "Finished" {
-				return fmt.Errorf("%s: service %s is %s", msg.GetMetadata().GetHostname(), svc.GetId(), svc.GetState())
-			}
-
-			if h := svc.GetHealth(); h != nil && !h.GetUnknown() && !h.GetHealthy() {
-				return fmt.Errorf("%s: service %s is unhealthy: %s", msg.GetMetadata().GetHostname(), svc.GetId(), h.GetLastMessage())
-			}
-		}
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
 	}
 
-	return nil
+	return []string{s}
 }

@@ -19,16 +19,19 @@ func servicesCmd(g *Global) *cobra.Command {
 		Short: "List services",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.run(cmd, func(ctx context.Context, s *session) error {
-				callPeer, defaultNode := peerNode()
-				resp, err := s.c.MachineClient.ServiceList(s.ctx(ctx), &emptypb.Empty{}, callPeer)
-
-				return renderReply(cmd, resp, err, func(resp *machineapi.ServiceListResponse) error {
-					return renderServices(cmd.OutOrStdout(), resp, defaultNode(), time.Now())
-				})
-			})
+			return g.run(cmd, func(ctx context.Context, s *session) error { return listServices(ctx, cmd, s) })
 		},
 	}
+}
+
+// listServices prints the services table of every node.
+func listServices(ctx context.Context, cmd *cobra.Command, s *session) error {
+	callPeer, defaultNode := peerNode()
+	resp, err := s.c.MachineClient.ServiceList(s.ctx(ctx), &emptypb.Empty{}, callPeer)
+
+	return renderReply(cmd, resp, err, func(resp *machineapi.ServiceListResponse) error {
+		return renderServices(cmd.OutOrStdout(), resp, defaultNode(), time.Now())
+	})
 }
 
 // renderServices writes the services table.
@@ -68,10 +71,14 @@ func healthStatus(svc *machineapi.ServiceInfo) string {
 
 func serviceCmd(g *Global) *cobra.Command {
 	return &cobra.Command{
-		Use:   "service <id> [start|stop|restart|status]",
+		Use:   "service [<id> [start|stop|restart|status]]",
 		Short: "Retrieve the state of a service (or all services), control service state",
-		Args:  cobra.RangeArgs(1, 2),
+		Args:  cobra.RangeArgs(0, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return g.run(cmd, func(ctx context.Context, s *session) error { return listServices(ctx, cmd, s) })
+			}
+
 			action := "status"
 			if len(args) == 2 {
 				action = args[1]

@@ -45,11 +45,39 @@ func NewGRPCServer(s *Server) *grpc.Server {
 	securityapi.RegisterSecurityServiceServer(srv, s)
 
 	// The cluster's discovery registry lives beside certificate signing, behind the same token.
+	// Its failed attempts count against the same per-peer limit, so it is no way around it to
+	// guess the token.
 	discovery.Register(srv, &discovery.Registry{}, func(ctx context.Context) error {
-		return checkToken(ctx, s.Certs.Current().Token)
+		return s.authorize(ctx, "discovery exchange")
 	})
 
 	return srv
+}
+
+// authorize checks the caller's cluster token under the per-peer limit of failed attempts. A
+// refusal is logged without the token and answered PermissionDenied (ResourceExhausted once the
+// peer is over its limit).
+func (s *Server) authorize(ctx context.Context, what string) error {
+	host := peerHost(ctx)
+	log := s.Log.With(zap.String("peer", host))
+
+	if s.Limiter != nil && !s.Limiter.Allowed(host) {
+		log.Warn(what + " refused: too many failed attempts")
+
+		return status.Error(codes.ResourceExhausted, "too many failed attempts, try again later")
+	}
+
+	if err := checkToken(ctx, s.Certs.Current().Token); err != nil {
+		if s.Limiter != nil {
+			s.Limiter.Failed(host)
+		}
+
+		log.Warn(what+" refused", zap.String("reason", err.Error()))
+
+		return status.Error(codes.PermissionDenied, "invalid token")
+	}
+
+	return nil
 }
 
 func peerHost(ctx context.Context) string {
@@ -88,24 +116,11 @@ func (s *Server) Certificate(ctx context.Context, req *securityapi.CertificateRe
 	host := peerHost(ctx)
 	log := s.Log.With(zap.String("peer", host))
 
-	if s.Limiter != nil && !s.Limiter.Allowed(host) {
-		log.Warn("certificate request refused: too many failed attempts")
-
-		return nil, status.Error(codes.ResourceExhausted, "too many failed attempts, try again later")
+	if err := s.authorize(ctx, "certificate request"); err != nil {
+		return nil, err
 	}
 
 	b := s.Certs.Current()
-
-	if err := checkToken(ctx, b.Token); err != nil {
-		if s.Limiter != nil {
-			s.Limiter.Failed(host)
-		}
-
-		// The token itself is never logged.
-		log.Warn("certificate request refused", zap.String("reason", err.Error()))
-
-		return nil, status.Error(codes.PermissionDenied, "invalid token")
-	}
 
 	csr, ekus, err := CheckCSR(req.GetCsr())
 	if err != nil {

@@ -49,3 +49,7 @@ func (p Paths) Secrets(service string) string {
 
 // PIDFile records the running machined's PID.
 func (p Paths) PIDFile() string { return filepath.Join(p.System(), "run", "machined.pid") }
+
+// BootIDFile is container mode's /proc/sys/kernel/random/boot_id: a new ID at every start of
+// machined (a reboot), so clients can tell that a node came back even when it was never seen down.
+func (p Paths) BootIDFile() string { return filepath.Join(p.System(), "run", "boot_id") }

@@ -12,6 +12,9 @@ import (
 	"github.com/talos-go/talos/internal/machined/events"
 )
 
+// EventTypeURLPrefix starts the type URL of every event's payload, as on Talos.
+const EventTypeURLPrefix = "talos/runtime/"
+
 // Events streams the node's events, starting with the requested tail.
 func (s *Machine) Events(req *machine.EventsRequest, srv grpc.ServerStreamingServer[machine.Event]) error {
 	opts := events.TailOptions{Events: req.TailEvents, ID: req.TailId, Seconds: time.Duration(req.TailSeconds) * time.Second}
@@ -26,6 +29,9 @@ func (s *Machine) Events(req *machine.EventsRequest, srv grpc.ServerStreamingSer
 		if err != nil {
 			return err
 		}
+
+		// Talos's clients recognize events by this type URL (client.UnmarshalEvent).
+		data.TypeUrl = EventTypeURLPrefix + string(ev.Payload.ProtoReflect().Descriptor().FullName())
 
 		return srv.Send(&machine.Event{Metadata: md, Data: data, Id: ev.ID, ActorId: ev.ActorID})
 	})

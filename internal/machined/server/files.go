@@ -31,6 +31,10 @@ func (s *Machine) hostPath(nodePath string) (string, error) {
 	}
 
 	p := s.R.Paths
+	if clean == "/proc/sys/kernel/random/boot_id" {
+		return p.BootIDFile(), nil
+	}
+
 	mounts := []struct{ node, host string }{
 		{"/system/state", p.State()},
 		{"/system", p.System()},

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/etcd"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/runtime"
@@ -305,5 +306,58 @@ func TestRollbackAndReset(t *testing.T) {
 
 	if _, err := os.Stat(filepath.Join(e.root, "STATE", "config.yaml")); err != nil {
 		t.Fatal("STATE wiped although only EPHEMERAL was asked")
+	}
+}
+
+func TestGracefulResetOfControlPlane(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		health error
+		calls  string // calls on the node and guard; "" for a refusal
+		want   string // part of the refusal
+	}{
+		{"quorum kept", nil, "health,leave,stop,shutdown", ""},
+		{"quorum at risk", errors.New("etcd members [cp2] are not healthy"), "health", "--graceful=false"},
+		{"last member", ErrLastMember, "health", "only etcd voting member"},
+		{"etcd not running here", fmt.Errorf("etcd on this node is not healthy: %w", etcd.ErrNotRunning), "health,stop,shutdown", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, true)
+			e.rec.health = tc.health
+
+			err := e.m.Reset(context.Background(), &machine.ResetRequest{Graceful: true}, "a")
+			if tc.want != "" {
+				if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("want FailedPrecondition naming %q, got %v", tc.want, err)
+				}
+
+				e.m.Close()
+
+				if _, err := os.Stat(filepath.Join(e.root, "EPHEMERAL", "lib", "marker")); err != nil {
+					t.Fatal("a refused reset wiped EPHEMERAL")
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				<-e.rec.done
+				e.m.Close()
+			}
+
+			if got := e.rec.list(); got != tc.calls {
+				t.Fatalf("calls %q, want %q", got, tc.calls)
+			}
+
+			// A refused reset frees the manager for the next request.
+			if tc.want != "" {
+				e.rec.health = nil
+				if err := e.m.Reset(context.Background(), &machine.ResetRequest{Graceful: true}, "a"); err != nil {
+					t.Fatalf("reset after a refusal: %v", err)
+				}
+
+				<-e.rec.done
+			}
+		})
 	}
 }
