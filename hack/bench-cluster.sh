@@ -20,13 +20,19 @@ echo "cluster create (3 control planes + 1 worker, to healthy): $(( (end - start
 
 sleep 5
 echo
-echo "idle RSS per node (machined and its children: apid, trustd, etcd):"
+# The node's whole process tree: the boot stage, machined under it, and machined's services.
+tree() {
+  echo "$1"
+  for child in $(pgrep -P "$1" || true); do tree "$child"; done
+}
+
+echo "idle RSS per node (the boot stage, machined and its services: apid, trustd, etcd):"
 "$out/talosctl" cluster show --name bench | awk '/running/ {print $1, $4}' | while read -r name pid; do
   total=0
   detail=""
-  for p in $pid $(pgrep -P "$pid" || true); do
-    rss=$(awk '/VmRSS/ {print $2}' /proc/$p/status)
-    comm=$(tr '\0' ' ' < /proc/$p/cmdline | awk '{print ($2 ~ /^(apid|trustd)$/) ? $2 : $1}' | xargs basename)
+  for p in $(tree "$pid"); do
+    rss=$(awk '/VmRSS/ {print $2}' /proc/$p/status 2>/dev/null || echo 0)
+    comm=$(tr '\0' ' ' < /proc/$p/cmdline | awk '{print ($2 ~ /^(apid|trustd|boot)$/) ? $2 : $1}' | xargs basename)
     total=$((total + rss))
     detail="$detail $comm=$((rss / 1024))MB"
   done

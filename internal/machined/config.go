@@ -207,7 +207,11 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 			"changes to %v cannot be applied without a reboot: use --mode=reboot or --mode=staged", rebootFor)
 	}
 
-	n.cancelTry()
+	// A new live config ends a pending try; a staged one does not touch the live config, so a
+	// try in progress still reverts on time.
+	if mode != machine.ApplyConfigurationRequest_STAGED {
+		n.cancelTry()
+	}
 
 	switch mode {
 	case machine.ApplyConfigurationRequest_STAGED:
@@ -226,7 +230,11 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 			return "", mode, status.Errorf(codes.Internal, "%v", err)
 		}
 
-		n.tryRevert = time.AfterFunc(timeout, n.revertTry)
+		// The timer knows itself: a revert that fired while a newer apply held the lock finds
+		// another timer current and leaves the newer config alone.
+		var timer *time.Timer
+		timer = time.AfterFunc(timeout, func() { n.revertTry(timer) })
+		n.tryRevert = timer
 
 		return fmt.Sprintf("Applied configuration in try mode: it is reverted in %s unless applied again in another mode", timeout), mode, nil
 	case machine.ApplyConfigurationRequest_NO_REBOOT:
@@ -265,10 +273,14 @@ func (n *node) cancelTry() {
 	}
 }
 
-// revertTry puts the saved config back after a try-mode timeout.
-func (n *node) revertTry() {
+// revertTry puts the saved config back after a try-mode timeout, unless timer was superseded.
+func (n *node) revertTry(timer *time.Timer) {
 	n.applyMu.Lock()
 	defer n.applyMu.Unlock()
+
+	if n.tryRevert != timer {
+		return
+	}
 
 	n.tryRevert = nil
 

@@ -295,6 +295,32 @@ func TestApplyModes(t *testing.T) {
 	waitHostname(ctx, t, c, func(h string) bool { return h == "trying" })
 	waitHostname(ctx, t, c, func(h string) bool { return h == "applied" })
 
+	try := func(name string, timeout time.Duration) {
+		t.Helper()
+
+		if _, err := c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{
+			Data: withHostname(name), Mode: machine.ApplyConfigurationRequest_TRY, TryModeTimeout: durationpb.New(timeout),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A second try replaces the first: the first one's timeout does not revert it.
+	try("first", time.Second)
+	try("second", 4*time.Second)
+	time.Sleep(1500 * time.Millisecond)
+	waitHostname(ctx, t, c, func(h string) bool { return h == "second" })
+	waitHostname(ctx, t, c, func(h string) bool { return h == "applied" })
+
+	// A staged config does not end a try: the try still reverts to the saved config.
+	try("tried", time.Second)
+
+	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: withHostname("staged"), Mode: machine.ApplyConfigurationRequest_STAGED}); err != nil {
+		t.Fatal(err)
+	}
+
+	waitHostname(ctx, t, c, func(h string) bool { return h == "applied" })
+
 	// A change that needs a reboot is refused in no-reboot mode, and nothing changes.
 	otherType := testutil.Config(t, machinetype.TypeWorker, "127.5.1.3") // new secrets: new token and CA
 	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: otherType, Mode: machine.ApplyConfigurationRequest_NO_REBOOT}); status.Code(err) != codes.FailedPrecondition {

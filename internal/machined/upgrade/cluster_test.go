@@ -171,6 +171,18 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Fatalf("%d of 2 concurrent upgrades went through the etcd upgrade lock", waited)
 	}
 
+	// One after the other: the second took the lock only after the first had rebooted.
+	logOf := func(i int) string { return filepath.Join(c.Dir, c.Nodes[i].Name+".log") }
+	first, second := 1, 2
+
+	if logTime(t, logOf(2), "etcd upgrade lock taken").Before(logTime(t, logOf(1), "etcd upgrade lock taken")) {
+		first, second = 2, 1
+	}
+
+	if rebooted, locked := logTime(t, logOf(first), "rebooting into the new version"), logTime(t, logOf(second), "etcd upgrade lock taken"); !locked.After(rebooted) {
+		t.Fatalf("upgrades overlapped: %s took the lock at %s, before %s rebooted at %s", c.Nodes[second].Name, locked, c.Nodes[first].Name, rebooted)
+	}
+
 	// etcd kept its data and its members.
 	resp, err := cli.Get(kctx, "/upgrade-test/key")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
@@ -322,4 +334,25 @@ func tail(path string, n int) string {
 	}
 
 	return string(b)
+}
+
+// logTime is the time of the first line of a node's log that contains msg.
+func logTime(t *testing.T, path, msg string) time.Time {
+	t.Helper()
+
+	b, _ := os.ReadFile(path)
+
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+
+		if at, err := time.Parse(time.RFC3339Nano, strings.Fields(line)[0]); err == nil {
+			return at
+		}
+	}
+
+	t.Fatalf("%s: no timestamped line with %q", path, msg)
+
+	return time.Time{}
 }
