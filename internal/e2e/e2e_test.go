@@ -255,6 +255,9 @@ func TestEverydayCommandsThroughApid(t *testing.T) {
 		{[]string{"-n", cp2, "get", "hostname", "-o", "yaml"}, "hostname: e2e-controlplane-2"},
 		{[]string{"-n", cp2, "get", "etcdmembers"}, "EtcdMembers.etcd.talos.dev   local"},
 		{[]string{"-n", w1, "get", "machinetype"}, "worker"},
+		{[]string{"-n", w1, "get", "cpus"}, "CPU_0"},
+		{[]string{"-n", w1, "get", "systeminformation"}, "systeminformation"},
+		{[]string{"-n", w1, "get", "disks", "-o", "yaml"}, "dev_path: /dev/"},
 	} {
 		// Some resources (etcd members) are polled by their controllers: allow them a moment.
 		deadline := time.Now().Add(20 * time.Second)

@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -55,6 +59,24 @@ func TestMaintenanceOverNetwork(t *testing.T) {
 
 	if _, err = c.MachineClient.Memory(ctx, &emptypb.Empty{}); status.Code(err) != codes.Unimplemented && status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("maintenance must not serve Memory: %v", err)
+	}
+
+	// Hardware, disks and network can be read before there is a config, as on Talos
+	// (`talosctl get systeminformation|cpus|disks --insecure`); other resources cannot.
+	if _, err = safe.StateGetByID[*hardware.SystemInformation](ctx, c.COSI, hardware.SystemInformationID); err != nil {
+		t.Fatalf("maintenance systeminformation: %v", err)
+	}
+
+	if cpu, err := safe.StateGetByID[*hardware.Processor](ctx, c.COSI, "CPU_0"); err != nil || cpu.TypedSpec().ThreadCount == 0 {
+		t.Fatalf("maintenance CPU_0: %v", err)
+	}
+
+	if _, err = safe.StateListAll[*block.Disk](ctx, c.COSI); err != nil {
+		t.Fatalf("maintenance disks: %v", err)
+	}
+
+	if _, err = safe.StateListAll[*v1alpha1.Service](ctx, c.COSI); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("maintenance must not list services: %v", err)
 	}
 
 	valid := testutil.Config(t, machinetype.TypeControlPlane, addr)

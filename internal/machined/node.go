@@ -28,6 +28,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/apid"
+	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
+	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
 
 	"github.com/talos-go/talos/internal/machined/boot"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
@@ -317,6 +319,9 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 
 	for _, ctrl := range []controller.Controller{
 		&configctrl.MachineTypeController{},
+		&hardwarectrl.SystemInformationController{},
+		&hardwarectrl.ProcessorController{},
+		&blockctrl.DiskController{},
 		&networkctrl.HostnameSpecController{Address: n.opts.Address},
 		&networkctrl.HostnameStatusController{},
 		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},

@@ -11,9 +11,11 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
 	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
 	"github.com/cosi-project/runtime/pkg/state/registry"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
@@ -35,6 +37,7 @@ var Namespaces = []struct {
 	{etcd.NamespaceName, "etcd resources."},
 	{k8s.NamespaceName, "Kubernetes all node types resources."},
 	{k8s.ControlPlaneNamespaceName, "Kubernetes control plane resources."},
+	{hardware.NamespaceName, "Hardware resources."},
 }
 
 // Definitions are the resource types the node serves.
@@ -55,6 +58,9 @@ var Definitions = []meta.ResourceWithRD{
 	&cluster.Member{},
 	&cluster.Identity{},
 	&timeres.Status{},
+	&hardware.SystemInformation{},
+	&hardware.Processor{},
+	&block.Disk{},
 }
 
 // NewState creates an in-memory state with every namespace and definition registered.
