@@ -387,6 +387,81 @@ func waitOutput(t *testing.T, what string, output func() string, patterns ...str
 	}
 }
 
+// processesOf returns the PIDs whose command line contains every part.
+func processesOf(t *testing.T, parts ...string) []string {
+	t.Helper()
+
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var pids []string
+
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+
+		line, match := strings.ReplaceAll(string(cmdline), "\x00", " "), true
+		for _, p := range parts {
+			match = match && strings.Contains(line, p)
+		}
+
+		if match {
+			pids = append(pids, e.Name())
+		}
+	}
+
+	return pids
+}
+
+// TestServicesAreConfined: apid, trustd and etcd run under a Landlock sandbox (which sets
+// no_new_privs on them); machined itself does not.
+func TestServicesAreConfined(t *testing.T) {
+	noNewPrivs := func(pid string) string {
+		status, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		m := regexp.MustCompile(`(?m)^NoNewPrivs:\s+(\d)`).FindStringSubmatch(string(status))
+		if m == nil {
+			t.Skip("the kernel does not report NoNewPrivs")
+		}
+
+		return m[1]
+	}
+
+	for _, svc := range [][]string{
+		{"apid", "--listen " + cp1 + ":50000"},
+		{"trustd", "--listen " + cp1 + ":50001"},
+		{"etcd", "--listen-peer-urls=https://" + cp1 + ":2380"},
+	} {
+		pids := processesOf(t, svc...)
+		if len(pids) != 1 {
+			t.Fatalf("%s on cp1: %d processes", svc[0], len(pids))
+		}
+
+		if got := noNewPrivs(pids[0]); got != "1" {
+			t.Errorf("%s is not confined (NoNewPrivs %s)", svc[0], got)
+		}
+	}
+
+	// The boot stage and machined under it.
+	nodes := processesOf(t, "--platform container", "--address "+cp1+" ")
+	if len(nodes) == 0 {
+		t.Fatal("cp1's machined not found")
+	}
+
+	for _, pid := range nodes {
+		if got := noNewPrivs(pid); got != "0" {
+			t.Errorf("machined %s runs confined (NoNewPrivs %s): its services' sandbox leaked", pid, got)
+		}
+	}
+}
+
 func TestHealth(t *testing.T) {
 	// The default is the server-side check; our nodes answer it with the client-side checks.
 	_, stderr, code := talosctl(t, "-n", cp1, "health", "--wait-timeout", "1m",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/sandbox"
 )
 
 // Runner returns a supervisor runner for one run of the etcd service.
@@ -70,7 +72,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 
-	proc := &runner.Process{Args: args, Output: o.Output, GracefulTimeout: 15 * time.Second}
+	// etcd reaches its data folder and certificates, nothing else of the node.
+	if err = os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating etcd data folder: %w", err)
+	}
+
+	confined := sandbox.System.Merge(sandbox.Policy{ReadWrite: []string{o.DataDir}, ReadOnly: []string{o.SecretsDir}, Exec: []string{o.Binary}})
+	proc := &runner.Process{Args: args, Output: o.Output, GracefulTimeout: 15 * time.Second, Sandbox: &confined}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -137,7 +137,7 @@ func TestEtcdCommands(t *testing.T) {
 
 	addr := fmt.Sprintf("127.78.%d.1", os.Getpid()%250+1)
 	n := testutil.StartNode(t, addr, testutil.Config(t, mtype.TypeControlPlane, addr))
-	n.Client(t) // waits for the socket
+	n.WaitConfigured(t, n.Client(t))
 
 	sock := n.Socket()
 
@@ -205,7 +205,7 @@ func TestEtcdCommands(t *testing.T) {
 	// one starts a cluster.
 	addr2 := fmt.Sprintf("127.78.%d.2", os.Getpid()%250+1)
 	n2 := testutil.StartNode(t, addr2, testutil.Config(t, mtype.TypeControlPlane, addr2))
-	n2.Client(t)
+	n2.WaitConfigured(t, n2.Client(t))
 
 	data, err := os.ReadFile(snap)
 	if err != nil {

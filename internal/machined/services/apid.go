@@ -52,6 +52,7 @@ func APID(r *runtime.Runtime) *system.Service {
 				},
 				Output:          out,
 				GracefulTimeout: 10 * time.Second,
+				Sandbox:         confined(r, dir),
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error {

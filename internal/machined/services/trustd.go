@@ -54,6 +54,7 @@ func Trustd(r *runtime.Runtime) *system.Service {
 				},
 				Output:          out,
 				GracefulTimeout: 5 * time.Second,
+				Sandbox:         confined(r, dir),
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error { return trustdHealth(ctx, dir, listen) },

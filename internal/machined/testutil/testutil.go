@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -197,4 +199,25 @@ func (n *Node) Client(t testing.TB) *client.Client {
 	t.Cleanup(func() { c.Close() }) //nolint:errcheck
 
 	return c
+}
+
+// WaitConfigured waits until the node has loaded its machine config (its MachineType exists):
+// the socket serves before the boot reaches the config.
+func (n *Node) WaitConfigured(t testing.TB, c *client.Client) {
+	t.Helper()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	for {
+		if _, err := safe.StateGetByID[*configres.MachineType](ctx, c.COSI, configres.MachineTypeID); err == nil {
+			return
+		}
+
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the node did not load its config\n%s", n.Output.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

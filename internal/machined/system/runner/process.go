@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/talos-go/talos/internal/sandbox"
 )
 
 // DefaultGracefulTimeout is how long a process gets between SIGTERM and SIGKILL.
@@ -23,10 +25,38 @@ type Process struct {
 	Dir             string
 	Output          io.Writer // stdout and stderr
 	GracefulTimeout time.Duration
+	// Sandbox, when set, confines the process's filesystem access (Landlock); a kernel without
+	// Landlock runs it unconfined and says so in its log.
+	Sandbox *sandbox.Policy
 }
 
 func (p *Process) String() string {
 	return fmt.Sprintf("Process(%q)", strings.Join(p.Args, " "))
+}
+
+// start starts cmd, confined when the process has a sandbox policy, and returns the channel
+// that receives its exit.
+func (p *Process) start(cmd *exec.Cmd) (<-chan error, error) {
+	if p.Sandbox != nil {
+		exited, err := sandbox.Start(cmd, *p.Sandbox)
+		if !errors.Is(err, sandbox.ErrUnsupported) {
+			return exited, err
+		}
+
+		if p.Output != nil {
+			fmt.Fprintf(p.Output, "sandbox: %v: %s runs unconfined\n", err, p.Args[0])
+		}
+	}
+
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+
+	exited := make(chan error, 1)
+
+	go func() { exited <- cmd.Wait() }()
+
+	return exited, nil
 }
 
 // Run starts the process and waits for it. When ctx ends, the process group gets SIGTERM and,
@@ -44,13 +74,10 @@ func (p *Process) Run(ctx context.Context) error {
 	// Own process group, so a stop reaches the children too; die with machined.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
-	if err := cmd.Start(); err != nil {
+	exited, err := p.start(cmd)
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", p.Args[0], err)
 	}
-
-	exited := make(chan error, 1)
-
-	go func() { exited <- cmd.Wait() }()
 
 	select {
 	case err := <-exited:
