@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,7 +23,17 @@ type EtcdGuard interface {
 	CheckHealthyWithout(ctx context.Context) error
 	// Leave removes this node's member from the cluster, stops etcd and wipes its data.
 	Leave(ctx context.Context) error
+	// MarkRejoining records that node leaves etcd for an upgrade and will rejoin after it;
+	// Rejoined removes the record; Rejoining lists the nodes recorded.
+	MarkRejoining(ctx context.Context, node string) error
+	Rejoined(ctx context.Context, node string) error
+	Rejoining(ctx context.Context) ([]string, error)
 }
+
+// RejoinKey prefixes the records of control planes that left etcd for an upgrade without
+// --preserve and have not rejoined yet. They carry no lease: they outlive the upgrade lock and
+// the upgrading process, so the next control plane waits until the cluster has its member back.
+const RejoinKey = "/talos-go/upgrade-rejoin/"
 
 // ErrLastMember means this node is the only voting etcd member: an upgrade with --preserve
 // may go on (the data stays), one without it would lose the cluster's data.
@@ -168,4 +179,52 @@ func QuorumWithout(ctx context.Context, cli *clientv3.Client, self uint64) error
 // Leave implements EtcdGuard.
 func (g *ClusterGuard) Leave(ctx context.Context) error {
 	return g.Etcd.Leave(ctx, g.StopEtcd)
+}
+
+// MarkRejoining implements EtcdGuard.
+func (g *ClusterGuard) MarkRejoining(ctx context.Context, node string) error {
+	return g.withClient(ctx, func(cli *clientv3.Client) error {
+		_, err := cli.Put(ctx, RejoinKey+node, time.Now().UTC().Format(time.RFC3339))
+
+		return err
+	})
+}
+
+// Rejoined implements EtcdGuard.
+func (g *ClusterGuard) Rejoined(ctx context.Context, node string) error {
+	return g.withClient(ctx, func(cli *clientv3.Client) error {
+		_, err := cli.Delete(ctx, RejoinKey+node)
+
+		return err
+	})
+}
+
+// Rejoining implements EtcdGuard.
+func (g *ClusterGuard) Rejoining(ctx context.Context) ([]string, error) {
+	var nodes []string
+
+	err := g.withClient(ctx, func(cli *clientv3.Client) error {
+		resp, err := cli.Get(ctx, RejoinKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return err
+		}
+
+		for _, kv := range resp.Kvs {
+			nodes = append(nodes, strings.TrimPrefix(string(kv.Key), RejoinKey))
+		}
+
+		return nil
+	})
+
+	return nodes, err
+}
+
+func (g *ClusterGuard) withClient(ctx context.Context, fn func(*clientv3.Client) error) error {
+	cli, err := g.Etcd.ClusterClient(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close() //nolint:errcheck
+
+	return fn(cli)
 }

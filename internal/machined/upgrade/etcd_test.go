@@ -210,6 +210,23 @@ func TestClusterGuardLockAndQuorum(t *testing.T) {
 		t.Fatalf("order %v", order)
 	}
 
+	// Rejoin records: written, listed, cleared.
+	if err = a.MarkRejoining(context.Background(), "127.5.0.3"); err != nil {
+		t.Fatal(err)
+	}
+
+	if nodes, err := b.Rejoining(context.Background()); err != nil || len(nodes) != 1 || nodes[0] != "127.5.0.3" {
+		t.Fatalf("rejoining %v %v", nodes, err)
+	}
+
+	if err = b.Rejoined(context.Background(), "127.5.0.3"); err != nil {
+		t.Fatal(err)
+	}
+
+	if nodes, err := a.Rejoining(context.Background()); err != nil || len(nodes) != 0 {
+		t.Fatalf("rejoining after clearing %v %v", nodes, err)
+	}
+
 	// A single member: the cluster would have no voter left without it.
 	if err = a.CheckHealthyWithout(context.Background()); !errors.Is(err, ErrLastMember) {
 		t.Fatalf("single member: %v", err)

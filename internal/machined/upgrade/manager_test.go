@@ -31,6 +31,8 @@ type recorder struct {
 	cp     bool
 	health error
 	done   chan struct{} // closed on Reboot or Shutdown
+
+	rejoining []string
 }
 
 func (r *recorder) add(c string) {
@@ -65,6 +67,10 @@ func (r *recorder) CheckHealthyWithout(context.Context) error {
 }
 
 func (r *recorder) Leave(context.Context) error { r.add("leave"); return nil }
+
+func (r *recorder) MarkRejoining(context.Context, string) error { r.add("mark"); return nil }
+func (r *recorder) Rejoined(context.Context, string) error      { r.add("rejoined"); return nil }
+func (r *recorder) Rejoining(context.Context) ([]string, error) { return r.rejoining, nil }
 
 type env struct {
 	m     *Manager
@@ -139,7 +145,7 @@ func TestUpgradeSequence(t *testing.T) {
 	}{
 		{"worker", false, false, "stop,reboot", true},
 		{"worker preserve", false, true, "stop,reboot", false},
-		{"control plane", true, false, "lock,health,leave,stop,reboot", true},
+		{"control plane", true, false, "lock,health,mark,leave,stop,reboot", true},
 		{"control plane preserve", true, true, "lock,health,stop,reboot", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -359,5 +365,41 @@ func TestGracefulResetOfControlPlane(t *testing.T) {
 				<-e.rec.done
 			}
 		})
+	}
+}
+
+// TestUpgradeWaitsForRejoin: a control plane does not upgrade while another one that left etcd
+// for its own upgrade has not rejoined; its own record does not hold it back.
+func TestUpgradeWaitsForRejoin(t *testing.T) {
+	e := newEnv(t, true)
+	e.m.StepTimeout = 2 * time.Second
+	e.rec.rejoining = []string{"127.5.0.9"}
+
+	if _, err := e.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: e.image}, "actor"); err != nil {
+		t.Fatal(err)
+	}
+
+	e.m.Close()
+
+	if got := e.rec.list(); got != "lock,unlock" {
+		t.Fatalf("calls %q: the upgrade must wait for the rejoin, then give up", got)
+	}
+
+	if bootloader.SlotInstalled(filepath.Join(e.root, "BOOT"), bootloader.SlotB) {
+		t.Fatal("slot B written while another control plane was rejoining")
+	}
+
+	own := newEnv(t, true)
+	own.m.R.Address = "127.5.0.2"
+	own.rec.rejoining = []string{"127.5.0.2"}
+
+	if _, err := own.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: own.image}, "actor"); err != nil {
+		t.Fatal(err)
+	}
+
+	<-own.rec.done
+
+	if got := own.rec.list(); got != "lock,health,mark,leave,stop,reboot" {
+		t.Fatalf("calls %q", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -130,6 +131,14 @@ func (m *Manager) BootSucceeded() {
 				if err := sup.WaitFor(ctx, id, func(i system.Info) bool { return system.IsUp(i) || i.State == system.StateSkipped }); err != nil {
 					return
 				}
+			}
+		}
+
+		// A control plane whose etcd is up again is back in the cluster: clear its rejoin
+		// record, if an upgrade without --preserve left one.
+		if m.Etcd != nil && m.Node.IsControlPlane() {
+			if err := m.Etcd.Rejoined(ctx, m.R.Address); err != nil {
+				m.log().Warn("clearing the etcd rejoin record", zap.Error(err))
 			}
 		}
 
@@ -304,8 +313,19 @@ func (m *Manager) run(ctx context.Context, log *zap.Logger, req *machine.Upgrade
 	if cp && !req.Preserve {
 		if m.Etcd == nil {
 			log.Warn("etcd is not wired into this machined: not leaving etcd before wiping EPHEMERAL")
-		} else if err = m.Etcd.Leave(ctx); err != nil {
-			return fmt.Errorf("leaving etcd: %w", err)
+		} else {
+			// Recorded before leaving: the next control plane waits for this one to be back.
+			if err = m.Etcd.MarkRejoining(ctx, m.R.Address); err != nil {
+				return fmt.Errorf("recording the etcd rejoin: %w", err)
+			}
+
+			if err = m.Etcd.Leave(ctx); err != nil {
+				m.Etcd.Rejoined(ctx, m.R.Address) //nolint:errcheck // still a member: nothing to wait for
+
+				return fmt.Errorf("leaving etcd: %w", err)
+			}
+
+			log.Info("left etcd: it rejoins after the reboot")
 		}
 	}
 
@@ -379,7 +399,11 @@ func (m *Manager) etcdChecks(ctx context.Context, log *zap.Logger, preserve, for
 	log.Info("etcd upgrade lock taken; checking that etcd stays healthy without this node")
 
 	for {
-		err = m.Etcd.CheckHealthyWithout(ctx)
+		err = m.othersRejoining(ctx)
+		if err == nil {
+			err = m.Etcd.CheckHealthyWithout(ctx)
+		}
+
 		if err == nil || (preserve && errors.Is(err, ErrLastMember)) {
 			return unlock, nil
 		}
@@ -400,6 +424,22 @@ func (m *Manager) etcdChecks(ctx context.Context, log *zap.Logger, preserve, for
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// othersRejoining fails while another control plane that left etcd for its upgrade has not
+// rejoined: the cluster is a member short until then.
+func (m *Manager) othersRejoining(ctx context.Context) error {
+	nodes, err := m.Etcd.Rejoining(ctx)
+	if err != nil {
+		return fmt.Errorf("reading etcd rejoin records: %w", err)
+	}
+
+	nodes = slices.DeleteFunc(nodes, func(n string) bool { return n == m.R.Address })
+	if len(nodes) > 0 {
+		return fmt.Errorf("control planes %v left etcd for their upgrade and have not rejoined yet", nodes)
+	}
+
+	return nil
 }
 
 // writeSlot replaces the target slot with the staged image: the old slot is renamed aside, the
