@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -100,10 +101,33 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "error: %v\n", err)
 		}
 
+		if isUsageError(err) {
+			path := root.Name()
+			if cmd, _, findErr := root.Find(args); findErr == nil {
+				path = cmd.CommandPath()
+			}
+
+			fmt.Fprintf(stderr, "see `%s --help` for the arguments and flags it takes\n", path)
+		}
+
 		return 1
 	}
 
 	return 0
+}
+
+// isUsageError tells cobra's and pflag's complaints about the command line (wrong number of
+// arguments, unknown command or flag, bad flag value) from the errors of the work itself.
+func isUsageError(err error) bool {
+	msg := err.Error()
+
+	for _, prefix := range []string{"accepts ", "requires ", "unknown command", "unknown flag", "unknown shorthand flag", "invalid argument", "flag needs an argument", "unknown action"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+
+	return false
 }
 
 // Main is the entry point of cmd/talosctl.
