@@ -504,6 +504,13 @@ func TestServiceCommandsAndStreams(t *testing.T) {
 	}
 }
 
+func TestProcessesWatch(t *testing.T) {
+	frames := stream(t, "-n", cp2, "processes", "--watch")
+
+	// Two redraws of a table that lists machined.
+	waitOutput(t, "processes --watch", frames, `(?s)\x1b\[H\x1b\[2J.*machined.*\x1b\[H\x1b\[2J.*machined`)
+}
+
 func TestPatchMachineConfig(t *testing.T) {
 	patch := `[{"op": "add", "path": "/machine/env", "value": {"E2E_PATCHED": "yes"}}]`
 

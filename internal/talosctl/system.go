@@ -1,6 +1,7 @@
 package talosctl
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -85,7 +87,10 @@ func renderMemoryVerbose(w io.Writer, resp *machineapi.MemoryResponse, defaultNo
 }
 
 func processesCmd(g *Global) *cobra.Command {
-	var sortBy string
+	var (
+		sortBy string
+		watch  bool
+	)
 
 	cmd := &cobra.Command{
 		Use:     "processes",
@@ -98,17 +103,40 @@ func processesCmd(g *Global) *cobra.Command {
 			}
 
 			return g.run(cmd, func(ctx context.Context, s *session) error {
-				callPeer, defaultNode := peerNode()
-				resp, err := s.c.Processes(s.ctx(ctx), callPeer)
+				list := func(out io.Writer) error {
+					callPeer, defaultNode := peerNode()
+					resp, err := s.c.Processes(s.ctx(ctx), callPeer)
 
-				return renderReply(cmd, resp, err, func(resp *machineapi.ProcessesResponse) error {
-					return renderProcesses(cmd.OutOrStdout(), resp, defaultNode(), sortBy)
-				})
+					return renderReply(cmd, resp, err, func(resp *machineapi.ProcessesResponse) error {
+						return renderProcesses(out, resp, defaultNode(), sortBy)
+					})
+				}
+
+				if !watch {
+					return list(cmd.OutOrStdout())
+				}
+
+				// Redraw the table every second, top-like, until interrupted.
+				for {
+					var frame bytes.Buffer
+					if err := list(&frame); err != nil {
+						return err
+					}
+
+					fmt.Fprint(cmd.OutOrStdout(), "\x1b[H\x1b[2J"+frame.String())
+
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(time.Second):
+					}
+				}
 			})
 		},
 	}
 
 	cmd.Flags().StringVarP(&sortBy, "sort", "s", "rss", "column to sort output by. [rss|cpu]")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "stream running processes")
 
 	return cmd
 }
