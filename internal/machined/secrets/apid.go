@@ -1,6 +1,6 @@
-// Package secrets issues the certificates machined's services need from the OS CA in the
-// machine config. Until the PKI controllers land, machined calls EnsureAPID at boot and after
-// each config change; apid picks rotated files up by itself.
+// Package secrets holds apid's certificate folder: WriteAPID writes it (the secrets controllers
+// call it with the certificates they issue), and Issue makes a complete set from a CA in one
+// step, for the test harnesses that run apid without a machined.
 package secrets
 
 import (
@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -20,7 +19,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	tx509 "github.com/siderolabs/crypto/x509"
@@ -28,8 +26,9 @@ import (
 	"github.com/talos-go/talos/internal/apid/certs"
 )
 
-// APIDLifetime is how long apid's certificates are valid; they are renewed after two thirds.
-const APIDLifetime = 365 * 24 * time.Hour
+// APIDLifetime is how long Issue's certificates are valid unless the request says otherwise:
+// a day, as the secrets controllers issue them.
+const APIDLifetime = 24 * time.Hour
 
 // APIDRequest is everything apid's certificates are made from.
 type APIDRequest struct {
@@ -39,48 +38,6 @@ type APIDRequest struct {
 	Hostname      string
 	CertSANs      []string // machine.certSANs (IPs or DNS names)
 	Lifetime      time.Duration
-}
-
-// RequestFromConfig builds the request from a machine config and the node's addresses.
-func RequestFromConfig(cfg config.Provider, addresses []string, hostname string) (APIDRequest, error) {
-	if cfg == nil || cfg.Machine() == nil || cfg.Machine().Security() == nil {
-		return APIDRequest{}, errors.New("config has no machine section")
-	}
-
-	sec := cfg.Machine().Security()
-
-	ca := sec.IssuingCA()
-	if ca == nil || len(ca.Crt) == 0 || len(ca.Key) == 0 {
-		return APIDRequest{}, errors.New("config has no machine.ca with a key")
-	}
-
-	req := APIDRequest{
-		CACert:    ca.Crt,
-		CAKey:     ca.Key,
-		Addresses: addresses,
-		Hostname:  hostname,
-		CertSANs:  sec.CertSANs(),
-	}
-
-	for _, acc := range sec.AcceptedCAs() {
-		if acc != nil && len(acc.Crt) > 0 {
-			req.AcceptedCAs = append(req.AcceptedCAs, acc.Crt)
-		}
-	}
-
-	return req, nil
-}
-
-// IssueAPID issues apid's files from a machine config: the CA bundle, the server certificate
-// (node addresses, hostname, machine.certSANs) and the node's client certificate
-// (os:impersonator), keyed by their names in apid's folder.
-func IssueAPID(cfg config.Provider, addresses []string, hostname string) (map[string][]byte, error) {
-	req, err := RequestFromConfig(cfg, addresses, hostname)
-	if err != nil {
-		return nil, err
-	}
-
-	return Issue(req)
 }
 
 // sans splits the wanted names into IPs and DNS names, sorted and without duplicates.
@@ -241,72 +198,4 @@ func WriteAPID(dir string, files map[string][]byte) error {
 	}
 
 	return nil
-}
-
-// APIDCurrent reports whether the files in dir still fit the request: same CA bundle, server
-// certificate signed by the CA with exactly the wanted names, and less than two thirds of
-// its lifetime used.
-func APIDCurrent(dir string, r APIDRequest, now time.Time) bool {
-	b, err := certs.Load(dir)
-	if err != nil {
-		return false
-	}
-
-	bundle, err := os.ReadFile(filepath.Join(dir, certs.CA))
-	if err != nil || !bytes.Equal(bundle, r.caBundle()) {
-		return false
-	}
-
-	if len(b.Server.Certificate) == 0 {
-		return false
-	}
-
-	srv, err := x509.ParseCertificate(b.Server.Certificate[0])
-	if err != nil {
-		return false
-	}
-
-	caCert, err := (&tx509.PEMEncodedCertificate{Crt: r.CACert}).GetCert()
-	if err != nil || srv.CheckSignatureFrom(caCert) != nil {
-		return false
-	}
-
-	ips, dns := r.sans()
-
-	gotIPs := slices.Clone(srv.IPAddresses)
-	slices.SortFunc(gotIPs, func(a, b net.IP) int { return bytes.Compare(a.To16(), b.To16()) })
-
-	if !slices.EqualFunc(ips, gotIPs, func(a, b net.IP) bool { return a.Equal(b) }) {
-		return false
-	}
-
-	gotDNS := slices.Clone(srv.DNSNames)
-	slices.Sort(gotDNS)
-
-	if !slices.Equal(dns, gotDNS) {
-		return false
-	}
-
-	total := srv.NotAfter.Sub(srv.NotBefore)
-
-	return now.Before(srv.NotBefore.Add(total * 2 / 3))
-}
-
-// EnsureAPID issues and writes apid's files when they are missing or no longer fit; it
-// reports whether it wrote new files. apid reloads them without a restart.
-func EnsureAPID(dir string, r APIDRequest) (bool, error) {
-	if APIDCurrent(dir, r, time.Now()) {
-		return false, nil
-	}
-
-	files, err := Issue(r)
-	if err != nil {
-		return false, err
-	}
-
-	if err = WriteAPID(dir, files); err != nil {
-		return false, err
-	}
-
-	return true, nil
 }

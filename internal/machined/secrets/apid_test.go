@@ -3,7 +3,6 @@ package secrets
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,12 +42,13 @@ func testRequest(t *testing.T) (APIDRequest, *x509.Certificate) {
 		t.Fatal(err)
 	}
 
-	req, err := RequestFromConfig(cfg, []string{"127.6.0.2"}, "node-a")
-	if err != nil {
-		t.Fatal(err)
+	sec := cfg.Machine().Security()
+	req := APIDRequest{
+		CACert: sec.IssuingCA().Crt, CAKey: sec.IssuingCA().Key,
+		Addresses: []string{"127.6.0.2"}, Hostname: "node-a", CertSANs: sec.CertSANs(),
 	}
 
-	ca, err := cfg.Machine().Security().IssuingCA().GetCert()
+	ca, err := sec.IssuingCA().GetCert()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,13 +100,17 @@ func TestIssueAPID(t *testing.T) {
 	}
 }
 
-func TestEnsureAPIDWritesPrivateFilesAndRenewsOnChange(t *testing.T) {
+func TestWriteAPIDPrivateFiles(t *testing.T) {
 	req, _ := testRequest(t)
 	dir := filepath.Join(t.TempDir(), "apid")
 
-	wrote, err := EnsureAPID(dir, req)
-	if err != nil || !wrote {
-		t.Fatalf("first ensure: %v %v", wrote, err)
+	files, err := Issue(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err = WriteAPID(dir, files); err != nil {
+		t.Fatal(err)
 	}
 
 	for _, name := range certs.All {
@@ -120,29 +124,19 @@ func TestEnsureAPIDWritesPrivateFilesAndRenewsOnChange(t *testing.T) {
 		}
 	}
 
-	if _, err = certs.Load(dir); err != nil {
+	b, err := certs.Load(dir)
+	if err != nil {
 		t.Fatalf("apid cannot load the folder: %v", err)
 	}
 
-	if wrote, err = EnsureAPID(dir, req); err != nil || wrote {
-		t.Errorf("unchanged request must not rewrite: %v %v", wrote, err)
-	}
-
-	req.Addresses = append(req.Addresses, "127.6.0.9")
-
-	if wrote, err = EnsureAPID(dir, req); err != nil || !wrote {
-		t.Errorf("a new address must reissue: %v %v", wrote, err)
-	}
-
-	b, _ := certs.Load(dir)                                   //nolint:errcheck
 	leaf, _ := x509.ParseCertificate(b.Server.Certificate[0]) //nolint:errcheck
-
-	if !slices.ContainsFunc(leaf.IPAddresses, func(ip net.IP) bool { return ip.Equal(net.ParseIP("127.6.0.9")) }) {
-		t.Errorf("new address missing: %v", leaf.IPAddresses)
+	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > APIDLifetime+time.Hour {
+		t.Errorf("certificate lifetime %s, want about a day", life)
 	}
 
-	// Past two thirds of its lifetime the certificate is renewed.
-	if APIDCurrent(dir, req, time.Now().Add(APIDLifetime*3/4)) {
-		t.Error("an aged certificate must be due for renewal")
+	delete(files, certs.CA)
+
+	if err = WriteAPID(filepath.Join(t.TempDir(), "apid"), files); err == nil {
+		t.Error("an incomplete set must be refused")
 	}
 }
