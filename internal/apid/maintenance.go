@@ -47,10 +47,11 @@ var maintenanceMethods = map[string]role.Role{
 }
 
 // maintenanceResource reports whether a resource may be read in maintenance mode: hardware,
-// disks (block) and network resources only.
+// disks (block) and network resources only, and the resource definitions (namespace meta) a
+// client needs to name them.
 func maintenanceResource(namespace, typ string) bool {
 	switch {
-	case namespace == "hardware", namespace == "network":
+	case namespace == "hardware", namespace == "network", namespace == "meta":
 		return true
 	case strings.HasSuffix(typ, ".block.talos.dev"):
 		return true

@@ -21,7 +21,7 @@ import (
 func getCmd(g *Global) *cobra.Command {
 	var (
 		output, namespace string
-		watch             bool
+		watch, insecure   bool
 	)
 
 	cmd := &cobra.Command{
@@ -35,7 +35,7 @@ func getCmd(g *Global) *cobra.Command {
 				id = args[1]
 			}
 
-			return g.run(cmd, func(ctx context.Context, s *session) error {
+			get := func(ctx context.Context, s *session) error {
 				out, err := newResourceOutput(output, cmd.OutOrStdout(), watch)
 				if err != nil {
 					return err
@@ -46,13 +46,20 @@ func getCmd(g *Global) *cobra.Command {
 				}
 
 				return getResources(ctx, cmd.ErrOrStderr(), s, out, namespace, args[0], id)
-			})
+			}
+
+			if insecure {
+				return getInsecure(cmd, g.Nodes, get)
+			}
+
+			return g.run(cmd, get)
 		},
 	}
 
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output mode (json, table, yaml)")
 	cmd.Flags().StringVar(&namespace, "namespace", "", "resource namespace (default is to use default namespace per resource)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "watch resource changes")
+	cmd.Flags().BoolVarP(&insecure, "insecure", "i", false, "get resources using the insecure (encrypted with no auth) maintenance service")
 
 	return cmd
 }
@@ -436,3 +443,32 @@ func (j *jsonOutput) write(node string, r resource.Resource, ev state.EventType,
 }
 
 func (j *jsonOutput) flush() error { return nil }
+
+// getInsecure runs get against each node's maintenance API (hardware, disk and network
+// resources of a node that has no config yet).
+func getInsecure(cmd *cobra.Command, nodes []string, get func(context.Context, *session) error) error {
+	if len(nodes) == 0 {
+		return fmt.Errorf("--insecure needs the node addresses: pass them with -n")
+	}
+
+	failed := false
+
+	for _, node := range nodes {
+		err := withMaintenanceClient(cmd.Context(), node, func(ctx context.Context, c *client.Client) error {
+			return get(ctx, &session{c: c, nodes: []string{node}, local: true})
+		})
+		if errors.Is(err, errSilent) {
+			failed = true
+		} else if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %v%s\n", node, err, hint(err))
+
+			failed = true
+		}
+	}
+
+	if failed {
+		return errSilent
+	}
+
+	return nil
+}

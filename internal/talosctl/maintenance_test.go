@@ -1,0 +1,65 @@
+package talosctl
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
+)
+
+// TestGetInsecure: a node without a config answers `get --insecure` for hardware, disks and
+// network through its maintenance API, and refuses the rest.
+func TestGetInsecure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts machined")
+	}
+
+	addr := fmt.Sprintf("127.79.%d.1", os.Getpid()%250+1)
+	testutil.StartNode(t, addr, nil)
+
+	talosctl := func(args ...string) (string, string, int) {
+		var stdout, stderr bytes.Buffer
+
+		code := Execute(append([]string{"--talosconfig", t.TempDir() + "/none"}, args...), &stdout, &stderr)
+
+		return stdout.String(), stderr.String(), code
+	}
+
+	// The maintenance API comes up once the boot reaches it.
+	deadline := time.Now().Add(30 * time.Second)
+
+	for {
+		if _, _, code := talosctl("-n", addr, "version", "--insecure"); code == 0 {
+			break
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatal("maintenance API did not answer")
+		}
+
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "systeminformation"}, "SystemInformation"},
+		{[]string{"get", "cpus"}, "CPU_0"},
+		{[]string{"get", "disks", "-o", "yaml"}, "Disks.block.talos.dev"},
+		{[]string{"get", "nodeaddresses"}, addr + "/32"},
+	} {
+		out, errOut, code := talosctl(append(append([]string{"-n", addr}, tc.args...), "--insecure")...)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("talosctl %v --insecure: exit %d, want %q in\n%s%s", tc.args, code, tc.want, out, errOut)
+		}
+	}
+
+	if _, errOut, code := talosctl("-n", addr, "get", "services", "--insecure"); code == 0 || !strings.Contains(errOut, "maintenance") {
+		t.Errorf("services through maintenance: exit %d\n%s", code, errOut)
+	}
+}
