@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 )
@@ -25,25 +26,58 @@ func fastReconnect(dialTimeout time.Duration) grpc.ConnectParams {
 	}
 }
 
+// maxPooled bounds the pool: past it, connections that are neither ready nor used in the last
+// minute (idle, failing, never established) are closed before a new one is added, so callers
+// naming many targets (bogus ones included) cannot grow it without end.
+const (
+	maxPooled = 256
+	recentUse = time.Minute
+)
+
+type pooled struct {
+	conn     *grpc.ClientConn
+	lastUsed time.Time
+}
+
 // pool keeps one connection per remote apid, shared by every call to it.
 type pool struct {
 	creds       credentials.TransportCredentials
 	dialTimeout time.Duration
+	max         int
 
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]*pooled
 }
 
 func newPool(creds credentials.TransportCredentials, dialTimeout time.Duration) *pool {
-	return &pool{creds: creds, dialTimeout: dialTimeout, conns: map[string]*grpc.ClientConn{}}
+	return &pool{creds: creds, dialTimeout: dialTimeout, max: maxPooled, conns: map[string]*pooled{}}
+}
+
+// evictUnused closes the pooled connections that are neither ready nor recently used. It is
+// called with mu held.
+func (p *pool) evictUnused(now time.Time) {
+	for addr, e := range p.conns {
+		if e.conn.GetState() != connectivity.Ready && now.Sub(e.lastUsed) > recentUse {
+			e.conn.Close() //nolint:errcheck
+			delete(p.conns, addr)
+		}
+	}
 }
 
 func (p *pool) get(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
-	if c, ok := p.conns[addr]; ok {
-		return c, nil
+	now := time.Now()
+
+	if e, ok := p.conns[addr]; ok {
+		e.lastUsed = now
+
+		return e.conn, nil
+	}
+
+	if len(p.conns) >= p.max {
+		p.evictUnused(now)
 	}
 
 	c, err := grpc.NewClient("passthrough:///"+addr,
@@ -61,7 +95,7 @@ func (p *pool) get(addr string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
 	}
 
-	p.conns[addr] = c
+	p.conns[addr] = &pooled{conn: c, lastUsed: now}
 
 	return c, nil
 }
@@ -70,8 +104,8 @@ func (p *pool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
-	for addr, c := range p.conns {
-		c.Close() //nolint:errcheck
+	for addr, e := range p.conns {
+		e.conn.Close() //nolint:errcheck
 		delete(p.conns, addr)
 	}
 }
