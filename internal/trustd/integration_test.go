@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -552,6 +553,25 @@ func TestRotation(t *testing.T) {
 		return err == nil
 	})
 
+	// The same log, followed from the worker's apid: worker apid -> control plane apid, a
+	// node-to-node call with the worker's own (rotating) client certificate.
+	wkConn := dialAPID(t, c, apidAddr(wk), func(*x509.Certificate) {})
+	proxied := machine.NewMachineServiceClient(wkConn)
+
+	var viaWorker grpc.ServerStreamingClient[common.Data]
+
+	waitFor(t, "proxied log stream opened", wk, func() bool {
+		var err error
+		if viaWorker, err = proxied.Logs(metadata.AppendToOutgoingContext(ctx, "node", cpAddr),
+			&machine.LogsRequest{Namespace: "system", Id: "trustd", Follow: true, TailLines: 1}); err != nil {
+			return false
+		}
+
+		_, err = viaWorker.Recv()
+
+		return err == nil
+	})
+
 	mu.Lock()
 	firstSerials := len(serials)
 	mu.Unlock()
@@ -578,15 +598,17 @@ func TestRotation(t *testing.T) {
 		return readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt)).SerialNumber.Cmp(wkFirst) != 0
 	})
 
-	// The old stream is still delivering: a new signing line arrives after the rotation.
-	for {
-		msg, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("stream broke after the rotation: %v", err)
-		}
+	// Both old streams are still delivering: a signing logged after the rotations arrives.
+	rotated := time.Now()
 
-		if strings.Contains(string(msg.GetBytes()), "signed certificate") {
-			break
+	for name, s := range map[string]grpc.ServerStreamingClient[common.Data]{"direct": stream, "through the worker": viaWorker} {
+		for signed := false; !signed; {
+			msg, err := s.Recv()
+			if err != nil {
+				t.Fatalf("%s stream broke after the rotation: %v", name, err)
+			}
+
+			signed = signedAfter(string(msg.GetBytes()), rotated)
 		}
 	}
 
@@ -635,4 +657,25 @@ func testCSR(t *testing.T, cn string, ext []pkix.Extension) []byte {
 	}
 
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
+
+// signedAfter reports whether the trustd log text holds a signing logged after t (trustd logs
+// JSON lines whose ts is in seconds since the epoch).
+func signedAfter(text string, t time.Time) bool {
+	for _, line := range strings.Split(text, "\n") {
+		var entry struct {
+			TS  float64 `json:"ts"`
+			Msg string  `json:"msg"`
+		}
+
+		if json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != "signed certificate" {
+			continue
+		}
+
+		if time.Unix(0, int64(entry.TS*float64(time.Second))).After(t) {
+			return true
+		}
+	}
+
+	return false
 }
