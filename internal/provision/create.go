@@ -75,7 +75,13 @@ func GenerateConfigs(name string, endpoint netip.Addr, inputDir string) (*Config
 			return nil, fmt.Errorf("--input-dir: %w", err)
 		}
 
-		tc, err := clientconfig.Open(filepath.Join(inputDir, "talosconfig"))
+		// clientconfig.Open takes a missing file for an empty config: look first.
+		tcPath := filepath.Join(inputDir, "talosconfig")
+		if _, err = os.Stat(tcPath); err != nil {
+			return nil, fmt.Errorf("--input-dir: %w (it needs controlplane.yaml, worker.yaml and talosconfig, as `talosctl gen config` writes them)", err)
+		}
+
+		tc, err := clientconfig.Open(tcPath)
 		if err != nil {
 			return nil, fmt.Errorf("--input-dir: %w", err)
 		}

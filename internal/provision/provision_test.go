@@ -32,7 +32,9 @@ func TestCreateShowDestroy(t *testing.T) {
 	req := provision.Request{
 		Name: "t1", ControlPlanes: 1, Workers: 1, CIDR: netip.MustParsePrefix("127.5.20.0/24"),
 		StateRoot: root, Binary: testutil.Binary(t), Progress: &progress,
-		Patches: []string{`{"machine": {"certSANs": ["example.test"]}}`},
+		Patches:       []string{`{"machine": {"certSANs": ["example.test"]}}`},
+		CPPatches:     []string{`{"machine": {"env": {"ROLE_PATCH": "controlplane"}}}`},
+		WorkerPatches: []string{`{"machine": {"env": {"ROLE_PATCH": "worker"}}}`},
 	}
 
 	c, cfgs, err := provision.Create(context.Background(), req)
@@ -54,6 +56,13 @@ func TestCreateShowDestroy(t *testing.T) {
 	cfg, _ := os.ReadFile(c.Nodes[1].Config)
 	if !bytes.Contains(cfg, []byte("hostname: t1-worker-1")) || !bytes.Contains(cfg, []byte("example.test")) {
 		t.Fatalf("node config lacks hostname or patch:\n%s", cfg)
+	}
+
+	// Per-type patches reach only their type.
+	cpCfg, _ := os.ReadFile(c.Nodes[0].Config)
+	if !bytes.Contains(cpCfg, []byte("ROLE_PATCH: controlplane")) || bytes.Contains(cpCfg, []byte("ROLE_PATCH: worker")) ||
+		!bytes.Contains(cfg, []byte("ROLE_PATCH: worker")) || bytes.Contains(cfg, []byte("ROLE_PATCH: controlplane")) {
+		t.Fatalf("per-type patches misapplied:\n%s\n---\n%s", cpCfg, cfg)
 	}
 
 	// Each node serves its socket.
@@ -110,5 +119,40 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		if _, _, err := provision.Create(context.Background(), req); err == nil {
 			t.Errorf("request %+v accepted", req)
 		}
+	}
+}
+
+func TestInputDir(t *testing.T) {
+	endpoint := netip.MustParseAddr("127.5.21.2")
+
+	gen, err := provision.GenerateConfigs("in", endpoint, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+
+	for name, data := range map[string][]byte{"controlplane.yaml": gen.ControlPlane, "worker.yaml": gen.Worker} {
+		if err = os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if _, err = provision.GenerateConfigs("in", endpoint, dir); err == nil || !strings.Contains(err.Error(), "--input-dir") {
+		t.Fatalf("a missing talosconfig must name --input-dir: %v", err)
+	}
+
+	if err = gen.Talosconfig.Save(filepath.Join(dir, "talosconfig")); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := provision.GenerateConfigs("in", endpoint, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The given files are used as they are: same secrets, not new ones.
+	if !bytes.Equal(got.ControlPlane, gen.ControlPlane) || !bytes.Equal(got.Worker, gen.Worker) || got.Talosconfig.Context != gen.Talosconfig.Context {
+		t.Fatal("--input-dir configs were not used as given")
 	}
 }
