@@ -5,6 +5,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 var (
@@ -509,6 +514,76 @@ func TestProcessesWatch(t *testing.T) {
 
 	// Two redraws of a table that lists machined.
 	waitOutput(t, "processes --watch", frames, `(?s)\x1b\[H\x1b\[2J.*machined.*\x1b\[H\x1b\[2J.*machined`)
+}
+
+// TestKubeconfig: the admin kubeconfig from a control plane (as Talos sends it), written, then
+// merged again with index-suffixed names; a worker has no Kubernetes CA key.
+func TestKubeconfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config")
+	must(t, "-n", cp1, "kubeconfig", path)
+
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var kc struct {
+		Clusters []struct {
+			Name    string `yaml:"name"`
+			Cluster struct {
+				Server string `yaml:"server"`
+				CA     string `yaml:"certificate-authority-data"`
+			} `yaml:"cluster"`
+		} `yaml:"clusters"`
+		Users []struct {
+			User struct {
+				Crt string `yaml:"client-certificate-data"`
+			} `yaml:"user"`
+		} `yaml:"users"`
+		Contexts []struct {
+			Name string `yaml:"name"`
+		} `yaml:"contexts"`
+		Current string `yaml:"current-context"`
+	}
+
+	if err = yaml.Unmarshal(data, &kc); err != nil || len(kc.Clusters) != 1 || len(kc.Users) != 1 {
+		t.Fatalf("kubeconfig: %v\n%s", err, data)
+	}
+
+	if kc.Clusters[0].Cluster.Server != "https://"+cp1+":6443" || kc.Current != "admin@"+clusterName {
+		t.Fatalf("kubeconfig server %q, context %q", kc.Clusters[0].Cluster.Server, kc.Current)
+	}
+
+	caPEM, _ := base64.StdEncoding.DecodeString(kc.Clusters[0].Cluster.CA)
+	crtPEM, _ := base64.StdEncoding.DecodeString(kc.Users[0].User.Crt)
+
+	pool := x509.NewCertPool()
+	block, _ := pem.Decode(crtPEM)
+
+	if !pool.AppendCertsFromPEM(caPEM) || block == nil {
+		t.Fatal("kubeconfig lacks the CA or the client certificate")
+	}
+
+	crt, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = crt.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil ||
+		crt.Subject.CommonName != "admin" || len(crt.Subject.Organization) != 1 || crt.Subject.Organization[0] != "system:masters" {
+		t.Fatalf("admin certificate %v %v: %v", crt.Subject.CommonName, crt.Subject.Organization, err)
+	}
+
+	// Merged again: the clashing names get an index suffix.
+	must(t, "-n", cp1, "kubeconfig", path)
+
+	if data, _ = os.ReadFile(path); !strings.Contains(string(data), "admin@"+clusterName+"-1") {
+		t.Fatalf("second merge did not rename the clash:\n%s", data)
+	}
+
+	if _, stderr, code := talosctl(t, "-n", w1, "kubeconfig", filepath.Join(t.TempDir(), "w")); code == 0 || !strings.Contains(stderr, "control plane") {
+		t.Fatalf("kubeconfig from a worker: exit %d\n%s", code, stderr)
+	}
 }
 
 func TestPatchMachineConfig(t *testing.T) {

@@ -66,7 +66,7 @@ func (s *Machine) GenerateClientConfiguration(ctx context.Context, req *machine.
 		return nil, status.Error(codes.InvalidArgument, "crt_ttl must be positive")
 	}
 
-	crt, key, err := issueClient(ca.Crt, ca.Key, roles.Strings(), ttl, time.Now())
+	crt, key, err := issueClient(ca.Crt, ca.Key, "talosctl", roles.Strings(), ttl, time.Now())
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "issuing client certificate: %v", err)
 	}
@@ -107,21 +107,22 @@ func (s *Machine) GenerateClientConfiguration(ctx context.Context, req *machine.
 	}}}, nil
 }
 
-// issueClient signs a client certificate whose organizations are the roles.
-func issueClient(caPEM, caKeyPEM []byte, roles []string, ttl time.Duration, now time.Time) (crtPEM, keyPEM []byte, err error) {
+// issueClient signs a client certificate for cn whose organizations are orgs (Talos roles, or
+// Kubernetes groups), capped at the CA's own expiry.
+func issueClient(caPEM, caKeyPEM []byte, cn string, orgs []string, ttl time.Duration, now time.Time) (crtPEM, keyPEM []byte, err error) {
 	block, _ := pem.Decode(caPEM)
 	if block == nil {
-		return nil, nil, fmt.Errorf("machine.ca: no PEM certificate")
+		return nil, nil, fmt.Errorf("CA: no PEM certificate")
 	}
 
 	ca, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("machine.ca: %w", err)
+		return nil, nil, fmt.Errorf("CA: %w", err)
 	}
 
 	caKey, err := trustd.ParsePrivateKey(caKeyPEM)
 	if err != nil {
-		return nil, nil, fmt.Errorf("machine.ca key: %w", err)
+		return nil, nil, fmt.Errorf("CA key: %w", err)
 	}
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -141,7 +142,7 @@ func issueClient(caPEM, caKeyPEM []byte, roles []string, ttl time.Duration, now 
 
 	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "talosctl", Organization: roles},
+		Subject:               pkix.Name{CommonName: cn, Organization: orgs},
 		NotBefore:             now.Add(-time.Minute),
 		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,

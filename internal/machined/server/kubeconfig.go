@@ -1,0 +1,121 @@
+package server
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"gopkg.in/yaml.v3"
+)
+
+// Kubeconfig streams the admin kubeconfig as Talos does: a .tar.gz holding one file named
+// kubeconfig, for the cluster endpoint, trusting the Kubernetes CA, with an admin client
+// certificate (system:masters) signed by that CA. Only control planes hold the CA key; apid lets
+// only os:admin call it.
+func (s *Machine) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[common.Data]) error {
+	cfg := s.R.Config()
+	if cfg == nil || cfg.Cluster() == nil {
+		return status.Error(codes.FailedPrecondition, "the node has no config")
+	}
+
+	data, err := adminKubeconfig(cfg, time.Now())
+	if err != nil {
+		return err
+	}
+
+	archive, err := tarGz("kubeconfig", data)
+	if err != nil {
+		return status.Errorf(codes.Internal, "packing the kubeconfig: %v", err)
+	}
+
+	return srv.Send(&common.Data{Metadata: s.metadata(srv.Context()), Bytes: archive})
+}
+
+// adminKubeconfig builds the admin kubeconfig from the cluster part of a control plane's config.
+func adminKubeconfig(cfg config.Provider, now time.Time) ([]byte, error) {
+	cluster := cfg.Cluster()
+
+	ca := cluster.IssuingCA()
+	if ca == nil || len(ca.Crt) == 0 || len(ca.Key) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, "this node does not hold the Kubernetes CA key (cluster.ca): ask a control plane node")
+	}
+
+	if cluster.Endpoint() == nil {
+		return nil, status.Error(codes.FailedPrecondition, "the config has no cluster.controlPlane.endpoint")
+	}
+
+	admin := cluster.AdminKubeconfig()
+
+	crt, key, err := issueClient(ca.Crt, ca.Key, admin.CommonName(), []string{admin.CertOrganization()}, admin.CertLifetime(), now)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "issuing the admin certificate: %v", err)
+	}
+
+	bundle := bytes.TrimSpace(ca.Crt)
+	for _, acc := range cluster.AcceptedCAs() {
+		if acc != nil && len(acc.Crt) > 0 && !bytes.Equal(acc.Crt, ca.Crt) {
+			bundle = append(append(bundle, '\n'), bytes.TrimSpace(acc.Crt)...)
+		}
+	}
+
+	name := cluster.Name()
+	user := admin.CommonName() + "@" + name
+
+	type entry = map[string]any
+
+	out, err := yaml.Marshal(entry{
+		"apiVersion": "v1",
+		"kind":       "Config",
+		"clusters": []entry{{"name": name, "cluster": entry{
+			"server":                     cluster.Endpoint().String(),
+			"certificate-authority-data": b64(append(bundle, '\n')),
+		}}},
+		"users": []entry{{"name": user, "user": entry{
+			"client-certificate-data": b64(crt),
+			"client-key-data":         b64(key),
+		}}},
+		"contexts":        []entry{{"name": user, "context": entry{"cluster": name, "namespace": "default", "user": user}}},
+		"current-context": user,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the kubeconfig: %w", err)
+	}
+
+	return out, nil
+}
+
+func tarGz(name string, data []byte) ([]byte, error) {
+	var buf bytes.Buffer
+
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+		return nil, err
+	}
+
+	if _, err := tw.Write(data); err != nil {
+		return nil, err
+	}
+
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+
+	return buf.Bytes(), nil
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
