@@ -482,19 +482,22 @@ func TestServiceCommandsAndStreams(t *testing.T) {
 		t.Fatalf("service without an id:\n%s", out)
 	}
 
-	events := stream(t, "-n", cp2, "events")
-	logs := stream(t, "-n", cp2, "logs", "-f", "machined", "--tail", "0")
+	// Each stream starts with a line of history, which shows it is established on the node
+	// before the change is made.
+	events := stream(t, "-n", cp2, "events", "--tail", "1")
+	logs := stream(t, "-n", cp2, "logs", "-f", "machined", "--tail", "1")
 	watch := stream(t, "-n", cp2, "get", "services", "--watch")
 
+	waitOutput(t, "events", events, `(?m)^NODE\s+ID`)
+	waitOutput(t, "logs -f", logs, `\S`)
 	waitOutput(t, "get services --watch", watch, `trustd`)
-	time.Sleep(time.Second) // let the streams be established on the node before the change
 
 	out := must(t, "-n", cp2, "service", "trustd", "restart")
 	if !strings.Contains(out, "trustd") {
 		t.Fatalf("service restart:\n%s", out)
 	}
 
-	waitOutput(t, "events", events, `ServiceStateEvent\s+\S*\s*trustd\s+(STOPPING|FINISHED)`, `ServiceStateEvent\s+\S*\s*trustd\s+RUNNING`)
+	waitOutput(t, "events", events, `(?s)ServiceStateEvent\s+\S*\s*trustd\s+(STOPPING|FINISHED).*ServiceStateEvent\s+\S*\s*trustd\s+RUNNING`)
 	waitOutput(t, "logs -f", logs, `"service": "trustd".*Stopping`)
 
 	// The restarted service comes back healthy.
