@@ -30,3 +30,13 @@ func TestUsageErrorsSayWhatToDo(t *testing.T) {
 		t.Errorf("a work error must not point at --help: exit %d, %q", code, stderr.String())
 	}
 }
+
+func TestCompletion(t *testing.T) {
+	for shell, want := range map[string]string{"bash": "__start_talosctl", "zsh": "#compdef talosctl", "fish": "complete -c talosctl"} {
+		var stdout, stderr bytes.Buffer
+
+		if code := Execute([]string{"completion", shell}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), want) {
+			t.Errorf("completion %s: exit %d, %q not in the script (%s)", shell, code, want, stderr.String())
+		}
+	}
+}
