@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/apid/certs"
+	"github.com/talos-go/talos/internal/unixsock"
 )
 
 // Metadata keys of the Talos API.
@@ -167,6 +168,7 @@ func New(opts Options) (*Server, error) {
 // dialLocal opens the (lazy) connection to machined's socket.
 func dialLocal(socket string) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("unix://"+socket,
+		grpc.WithContextDialer(unixsock.GRPCDialer), // state folders can be deep
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
 		grpc.WithInitialWindowSize(windowSize),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/talos-go/talos/internal/unixsock"
 	"io"
 	"net"
 	"net/url"
@@ -122,6 +123,7 @@ func (g *Global) connect(ctx context.Context) (*session, error) {
 func connectSocket(ctx context.Context, path string) (*session, error) {
 	c, err := client.New(ctx,
 		client.WithUnixSocket(path),
+		client.WithGRPCDialOptions(grpc.WithContextDialer(unixsock.GRPCDialer)), // state folders can be deep
 		client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())),
 	)
 	if err != nil {

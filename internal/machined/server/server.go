@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/unixsock"
 )
 
 // Lifecycle is what the API asks of the running machined: config changes and power actions.
@@ -70,7 +70,7 @@ func Serve(ctx context.Context, s *Machine, socketPath string, extra ...func(*gr
 		return fmt.Errorf("removing stale socket: %w", err)
 	}
 
-	lis, err := net.Listen("unix", socketPath)
+	lis, err := unixsock.Listen(socketPath)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", socketPath, err)
 	}

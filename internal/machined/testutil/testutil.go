@@ -23,6 +23,8 @@ import (
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/talos-go/talos/internal/unixsock"
 )
 
 var (
@@ -191,7 +193,7 @@ func (n *Node) Client(t testing.TB) *client.Client {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	c, err := client.New(context.Background(), client.WithUnixSocket(n.Socket()), client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	c, err := client.New(context.Background(), client.WithUnixSocket(n.Socket()), client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(unixsock.GRPCDialer)))
 	if err != nil {
 		t.Fatal(err)
 	}

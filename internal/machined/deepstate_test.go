@@ -1,0 +1,76 @@
+package machined_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
+)
+
+// TestDeepStateFolder: a state folder so deep that the machine API socket's path passes the
+// kernel's limit for socket addresses (as under a long home folder or cluster name) still
+// serves, on the socket and through apid, which is sandboxed.
+func TestDeepStateFolder(t *testing.T) {
+	ctx := ctxT(t)
+
+	const addr = "127.5.1.9"
+
+	state := filepath.Join(t.TempDir(), strings.Repeat("a-deep-folder/", 6))
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfgPath, testutil.Config(t, machinetype.TypeControlPlane, addr), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	n := testutil.StartNodeArgs(t, state, "--platform", "container", "--state", state, "--address", addr, "--config", cfgPath)
+
+	if len(n.Socket()) <= 108 {
+		t.Fatalf("the test socket path is only %d bytes: make the folder deeper", len(n.Socket()))
+	}
+
+	c := n.Client(t)
+	n.WaitConfigured(t, c)
+
+	// A client config from the node itself, then Version through its apid.
+	resp, err := c.GenerateClientConfiguration(ctx, &machine.GenerateClientConfigurationRequest{Roles: []string{"os:reader"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := clientconfig.FromBytes(resp.GetMessages()[0].GetTalosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	remote, err := client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { remote.Close() }) //nolint:errcheck
+
+	deadline := time.Now().Add(30 * time.Second)
+
+	for {
+		if _, err = remote.Version(ctx); err == nil {
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("Version through apid: %v\n%s", err, n.Output.String())
+		}
+
+		time.Sleep(100 * time.Millisecond)
+	}
+}
