@@ -3,6 +3,7 @@
 package block
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -99,9 +100,9 @@ func ReadDisks(root string) (map[string]block.DiskSpec, error) {
 			Readonly:   read("ro") == "1",
 			CDROM:      strings.HasPrefix(e.Name(), "sr"),
 			Model:      read("device/model"),
-			Serial:     firstOf(read("serial"), read("device/serial")),
+			Serial:     cmp.Or(read("serial"), read("device/serial")),
 			Modalias:   read("device/modalias"),
-			WWID:       firstOf(read("wwid"), read("device/wwid")),
+			WWID:       cmp.Or(read("wwid"), read("device/wwid")),
 			Rotational: read("queue/rotational") == "1",
 		}
 		spec.SetSize(sectors * 512)
@@ -125,14 +126,4 @@ func ReadDisks(root string) (map[string]block.DiskSpec, error) {
 	}
 
 	return disks, nil
-}
-
-func firstOf(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-
-	return ""
 }

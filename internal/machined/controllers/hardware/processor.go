@@ -2,6 +2,7 @@ package hardware
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -85,7 +86,7 @@ func ParseCPUInfo(path string) ([]hardware.ProcessorSpec, error) {
 		s, ok := sockets[id]
 		if !ok {
 			s = &socket{spec: hardware.ProcessorSpec{
-				Socket:       "CPU " + firstNonEmpty(id, "0"),
+				Socket:       "CPU " + cmp.Or(id, "0"),
 				Manufacturer: cur["vendor_id"],
 				ProductName:  cur["model name"],
 			}}
@@ -140,14 +141,4 @@ func ParseCPUInfo(path string) ([]hardware.ProcessorSpec, error) {
 	}
 
 	return out, nil
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-
-	return ""
 }
