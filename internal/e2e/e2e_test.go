@@ -474,6 +474,12 @@ func TestHealth(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "all services to be healthy: OK") {
 		t.Fatalf("health: exit %d\n%s", code, stderr)
 	}
+
+	// Without nodes named, every cluster member is checked.
+	_, stderr, code = talosctl(t, "health", "--wait-timeout", "1m")
+	if code != 0 || !strings.Contains(stderr, "discovered 4 cluster members") || !strings.Contains(stderr, "all services to be healthy: OK") {
+		t.Fatalf("health of the discovered members: exit %d\n%s", code, stderr)
+	}
 }
 
 func TestServiceCommandsAndStreams(t *testing.T) {

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	clusterres "github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -31,10 +34,16 @@ func healthCmd(g *Global) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, s *session) error {
-				// The client-side checks cover the named cluster nodes when given, else -n.
+				// The client-side checks cover the named cluster nodes when given, else -n, else
+				// every member the node knows of (discovery), as upstream's checks do.
 				checked := *s
 				if named := slices.Concat(nonEmpty(initNode), controlPlanes, workers); len(named) > 0 && !s.local {
 					checked.nodes = named
+				} else if len(g.Nodes) == 0 && !s.local {
+					if members := memberAddresses(ctx, s); len(members) > 0 {
+						fmt.Fprintf(cmd.ErrOrStderr(), "discovered %d cluster members: %s\n", len(members), strings.Join(members, ", "))
+						checked.nodes = members
+					}
 				}
 
 				if !server {
@@ -154,4 +163,25 @@ func nonEmpty(s string) []string {
 	}
 
 	return []string{s}
+}
+
+// memberAddresses lists the first address of every cluster member the session's node knows of;
+// none when it cannot tell.
+func memberAddresses(ctx context.Context, s *session) []string {
+	members, err := safe.StateListAll[*clusterres.Member](s.nodeCtx(ctx, s.nodes[0]), s.c.COSI)
+	if err != nil {
+		return nil
+	}
+
+	var addrs []string
+
+	for m := range members.All() {
+		if a := m.TypedSpec().Addresses; len(a) > 0 {
+			addrs = append(addrs, a[0].String())
+		}
+	}
+
+	slices.Sort(addrs)
+
+	return addrs
 }
