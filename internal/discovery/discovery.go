@@ -106,8 +106,8 @@ func Register(srv *grpc.Server, reg *Registry, authorize func(ctx context.Contex
 			MethodName: "Exchange",
 			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 				if err := authorize(ctx); err != nil {
-					if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted {
-						return nil, err
+					if _, ok := status.FromError(err); ok {
+						return nil, err // the authorizer chose the code (PermissionDenied, ResourceExhausted)
 					}
 
 					return nil, status.Error(codes.PermissionDenied, "discovery: not authorized: the cluster token is missing or wrong")

@@ -28,13 +28,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/apid"
-	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
-	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
 
 	"github.com/talos-go/talos/internal/machined/boot"
+	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
 	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
+	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/events"

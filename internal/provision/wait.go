@@ -186,7 +186,6 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 	return nil
 }
 
-// unhealthy names the services that are neither up nor deliberately off.
 // Unhealthy fails when a service of any node in resp is neither running (with a passing or not
 // yet known health check), finished nor skipped (e.g. etcd on a worker).
 func Unhealthy(resp *machine.ServiceListResponse) error {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -34,15 +35,18 @@ var System = Policy{
 	Exec:      []string{"/lib", "/lib64", "/usr/lib", "/usr/lib64"},
 }
 
-// Merge returns p with the entries of others added.
+// Merge returns a new policy with the entries of p and of others (p itself, often the shared
+// System, is left as it is).
 func (p Policy) Merge(others ...Policy) Policy {
+	out := Policy{ReadOnly: slices.Clone(p.ReadOnly), ReadWrite: slices.Clone(p.ReadWrite), Exec: slices.Clone(p.Exec)}
+
 	for _, o := range others {
-		p.ReadOnly = append(p.ReadOnly, o.ReadOnly...)
-		p.ReadWrite = append(p.ReadWrite, o.ReadWrite...)
-		p.Exec = append(p.Exec, o.Exec...)
+		out.ReadOnly = append(out.ReadOnly, o.ReadOnly...)
+		out.ReadWrite = append(out.ReadWrite, o.ReadWrite...)
+		out.Exec = append(out.Exec, o.Exec...)
 	}
 
-	return p
+	return out
 }
 
 // Filesystem rights by Landlock ABI version.

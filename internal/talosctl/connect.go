@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/talos-go/talos/internal/unixsock"
 	"io"
 	"net"
 	"net/url"
@@ -18,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/unixsock"
 )
 
 // session is an open connection to apid plus the nodes a command targets.

@@ -12,8 +12,8 @@ import (
 	"github.com/talos-go/talos/internal/machined/events"
 )
 
-// EventTypeURLPrefix starts the type URL of every event's payload, as on Talos.
-const EventTypeURLPrefix = "talos/runtime/"
+// eventTypeURLPrefix starts the type URL of every event's payload, as on Talos.
+const eventTypeURLPrefix = "talos/runtime/"
 
 // Events streams the node's events, starting with the requested tail.
 func (s *Machine) Events(req *machine.EventsRequest, srv grpc.ServerStreamingServer[machine.Event]) error {
@@ -31,7 +31,7 @@ func (s *Machine) Events(req *machine.EventsRequest, srv grpc.ServerStreamingSer
 		}
 
 		// Talos's clients recognize events by this type URL (client.UnmarshalEvent).
-		data.TypeUrl = EventTypeURLPrefix + string(ev.Payload.ProtoReflect().Descriptor().FullName())
+		data.TypeUrl = eventTypeURLPrefix + string(ev.Payload.ProtoReflect().Descriptor().FullName())
 
 		return srv.Send(&machine.Event{Metadata: md, Data: data, Id: ev.ID, ActorId: ev.ActorID})
 	})

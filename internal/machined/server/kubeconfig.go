@@ -57,15 +57,10 @@ func adminKubeconfig(cfg config.Provider, now time.Time) ([]byte, error) {
 
 	crt, key, err := issueClient(ca.Crt, ca.Key, admin.CommonName(), []string{admin.CertOrganization()}, admin.CertLifetime(), now)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "issuing the admin certificate: %v", err)
+		return nil, status.Errorf(codes.Internal, "issuing the admin certificate from cluster.ca: %v", err)
 	}
 
-	bundle := bytes.TrimSpace(ca.Crt)
-	for _, acc := range cluster.AcceptedCAs() {
-		if acc != nil && len(acc.Crt) > 0 && !bytes.Equal(acc.Crt, ca.Crt) {
-			bundle = append(append(bundle, '\n'), bytes.TrimSpace(acc.Crt)...)
-		}
-	}
+	bundle := caBundle(ca.Crt, cluster.AcceptedCAs())
 
 	name := cluster.Name()
 	user := admin.CommonName() + "@" + name
@@ -77,7 +72,7 @@ func adminKubeconfig(cfg config.Provider, now time.Time) ([]byte, error) {
 		"kind":       "Config",
 		"clusters": []entry{{"name": name, "cluster": entry{
 			"server":                     cluster.Endpoint().String(),
-			"certificate-authority-data": b64(append(bundle, '\n')),
+			"certificate-authority-data": b64(bundle),
 		}}},
 		"users": []entry{{"name": user, "user": entry{
 			"client-certificate-data": b64(crt),

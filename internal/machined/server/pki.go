@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"slices"
 	"time"
 
 	cx509 "github.com/siderolabs/crypto/x509"
@@ -68,15 +69,10 @@ func (s *Machine) GenerateClientConfiguration(ctx context.Context, req *machine.
 
 	crt, key, err := issueClient(ca.Crt, ca.Key, "talosctl", roles.Strings(), ttl, time.Now())
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "issuing client certificate: %v", err)
+		return nil, status.Errorf(codes.Internal, "issuing client certificate from machine.ca: %v", err)
 	}
 
-	bundle := append(bytes.TrimSpace(append([]byte(nil), ca.Crt...)), '\n')
-	for _, acc := range sec.AcceptedCAs() {
-		if acc != nil && len(acc.Crt) > 0 && !bytes.Equal(acc.Crt, ca.Crt) {
-			bundle = append(append(bundle, bytes.TrimSpace(acc.Crt)...), '\n')
-		}
-	}
+	bundle := caBundle(ca.Crt, sec.AcceptedCAs())
 
 	contextName := "talos"
 	if cfg.Cluster() != nil && cfg.Cluster().Name() != "" {
@@ -105,6 +101,20 @@ func (s *Machine) GenerateClientConfiguration(ctx context.Context, req *machine.
 		Key:         key,
 		Talosconfig: talosconfig,
 	}}}, nil
+}
+
+// caBundle is the issuing CA followed by the accepted ones (without repeats), one PEM block
+// after another, each ending in a newline.
+func caBundle(issuing []byte, accepted []*cx509.PEMEncodedCertificate) []byte {
+	bundle := append(bytes.TrimSpace(slices.Clone(issuing)), '\n')
+
+	for _, acc := range accepted {
+		if acc != nil && len(acc.Crt) > 0 && !bytes.Equal(acc.Crt, issuing) {
+			bundle = append(append(bundle, bytes.TrimSpace(acc.Crt)...), '\n')
+		}
+	}
+
+	return bundle
 }
 
 // issueClient signs a client certificate for cn whose organizations are orgs (Talos roles, or
