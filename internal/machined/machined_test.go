@@ -96,6 +96,9 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A generated hostname exists in maintenance mode too: wait for the config itself.
+	n.WaitConfigured(t, c)
+
 	hostname := waitHostname(ctx, t, c, func(h string) bool { return strings.HasPrefix(h, "talos-") })
 
 	resp, err := c.MachineClient.Hostname(ctx, &emptypb.Empty{})
@@ -262,7 +265,8 @@ func TestApplyModes(t *testing.T) {
 	n := testutil.StartNode(t, "127.5.1.3", valid)
 	c := n.Client(t)
 
-	waitHostname(ctx, t, c, func(h string) bool { return strings.HasPrefix(h, "talos-") })
+	// The hostname is generated before the config loads: wait for the config itself.
+	n.WaitConfigured(t, c)
 
 	withHostname := func(name string) []byte {
 		return bytes.Replace(valid, []byte("network: {}"), []byte("network:\n        hostname: "+name), 1)
