@@ -179,7 +179,7 @@ func TestBootStage(t *testing.T) {
 		{name: "new slot reboots before reporting: fallback", a: "good", b: "reboot-before-ok", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
 			wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}, fallback: true},
 		{name: "new slot hangs: watchdog fallback", a: "good", b: "hang", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
-			extra: []string{"--boot-timeout", "300ms"}, wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}, fallback: true},
+			extra: []string{"--boot-timeout", "5s"}, wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}, fallback: true},
 		{name: "interrupted trial found on next start", a: "good", b: "good", meta: []string{meta.ActiveSlot, SlotA, meta.TrialSlot, SlotB},
 			wantBoots: "A", wantMeta: map[string]string{meta.ActiveSlot: SlotA, meta.TrialSlot: ""}, fallback: true},
 	} {

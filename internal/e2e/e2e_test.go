@@ -181,10 +181,27 @@ func TestMemoryManyNodesOneTable(t *testing.T) {
 }
 
 func TestServices(t *testing.T) {
-	out := must(t, "-n", cp1, "services")
-	for _, svc := range []string{"apid", "etcd", "trustd"} {
-		if !regexp.MustCompile(`(?m)^\S+\s+` + svc + `\s+Running\s+OK`).MatchString(out) {
-			t.Errorf("service %s not running and healthy on cp1:\n%s", svc, out)
+	// Health checks run periodically: a check may still be pending (`?`) or catch an etcd
+	// leader election, so poll until every one has passed.
+	var out string
+
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		out = must(t, "-n", cp1, "services")
+
+		healthy := 0
+
+		for _, svc := range []string{"apid", "etcd", "trustd"} {
+			if regexp.MustCompile(`(?m)^\S+\s+` + svc + `\s+Running\s+OK`).MatchString(out) {
+				healthy++
+			}
+		}
+
+		if healthy == 3 {
+			break
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("apid, etcd and trustd not all running and healthy on cp1:\n%s", out)
 		}
 	}
 

@@ -45,7 +45,13 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 	}
 
-	// Certificates are private.
+	// Certificates are private (they are written in the background: wait for them).
+	waitFor(t, "etcd certificates", 30*time.Second, func() error {
+		_, err := os.Stat(CertPaths{Dir: n1.opts.SecretsDir}.Path(FilePeerCert))
+
+		return err
+	})
+
 	for _, f := range []string{FileCA, FilePeerKey, FileServerKey, FileClientKey, FilePeerCert} {
 		st, err := os.Stat(CertPaths{Dir: n1.opts.SecretsDir}.Path(f))
 		if err != nil {
@@ -57,7 +63,8 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// A guard against hangs only: each step below has its own, shorter wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	start := time.Now()
@@ -164,11 +171,22 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatalf("removing own member by ID: got %v, want ErrInvalid", err)
 	}
 
+	// Hand leadership off first, so the two left need no election for the quorum check.
+	if _, err := n3.m.ForfeitLeadership(ctx); err != nil {
+		t.Logf("forfeit leadership before stopping member 3: %v (removal retries below)", err)
+	}
+
 	n3.stop()
 
-	if err := n1.m.RemoveMember(ctx, st3.Header.MemberId); err != nil {
-		t.Fatalf("remove member: %v", err)
-	}
+	// The quorum check wants both remaining voters to see a leader: elections can still churn.
+	waitFor(t, "member 3 removed", 30*time.Second, func() error {
+		err := n1.m.RemoveMember(ctx, st3.Header.MemberId)
+		if err != nil && !errorIs(err, ErrQuorum) {
+			t.Fatalf("remove member: %v", err)
+		}
+
+		return err
+	})
 
 	members, err := n1.m.Members(ctx, false)
 	if err != nil {
@@ -185,20 +203,31 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatalf("%d members after removal, want 2", len(members))
 	}
 
-	// Forfeit leadership: whoever leads hands over.
-	leader := n1
-	if mustStatus(t, n1).Leader != mustStatus(t, n1).Header.MemberId {
-		leader = n2
-	}
+	// Forfeit leadership: whoever leads hands over. The leader may change between the look
+	// and the call (an election), so both are tried again together.
+	var newLeader string
 
-	newLeader, err := leader.m.ForfeitLeadership(ctx)
-	if err != nil {
-		t.Fatalf("forfeit leadership: %v", err)
-	}
+	waitFor(t, "leadership handed over", 30*time.Second, func() error {
+		st := mustStatus(t, n1)
 
-	if newLeader == "" || newLeader == leader.opts.Name {
-		t.Fatalf("forfeit leadership: new leader %q", newLeader)
-	}
+		leader := n1
+		if st.Leader != st.Header.MemberId {
+			leader = n2
+		}
+
+		name, err := leader.m.ForfeitLeadership(ctx)
+		if err != nil {
+			return err
+		}
+
+		if name == "" || name == leader.opts.Name {
+			return fmt.Errorf("new leader %q", name)
+		}
+
+		newLeader = name
+
+		return nil
+	})
 
 	t.Logf("%s: forfeited to %s; quorum refusal", time.Since(start).Round(time.Millisecond), newLeader)
 

@@ -25,7 +25,7 @@ func TestSnapshotRecover(t *testing.T) {
 	src := newTestCluster(t, 1, caCert, caKey).nodes[0]
 	src.start()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	if err := src.m.Bootstrap(ctx, BootstrapOptions{}); err != nil {

@@ -26,8 +26,11 @@ import (
 	"github.com/talos-go/talos/internal/machined/testutil"
 )
 
+// ctxT guards a test against hangs. The machined build comes first, outside the deadline.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	testutil.Binary(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 
 	return ctx
@@ -160,26 +163,35 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 		}
 	}
 
-	// Logs: machined's own log has the boot in it.
-	logs, err := c.Logs(ctx, "system", 0, "machined", false, 50)
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	// Logs: machined's own log has the boot in it (its last line comes after the config loads).
 	var logText bytes.Buffer
-	for {
-		d, err := logs.Recv()
-		if err == io.EOF {
-			break
-		}
+
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		logs, err := c.Logs(ctx, "system", 0, "machined", false, 50)
 		if err != nil {
 			t.Fatal(err)
 		}
-		logText.Write(d.Bytes)
-	}
 
-	if !strings.Contains(logText.String(), "node is running") {
-		t.Fatalf("machined log lacks the boot: %q", logText.String())
+		logText.Reset()
+
+		for {
+			d, err := logs.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			logText.Write(d.Bytes)
+		}
+
+		if strings.Contains(logText.String(), "node is running") {
+			break
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("machined log lacks the boot: %q", logText.String())
+		}
 	}
 
 	// ls and read through the node's paths.
@@ -291,7 +303,7 @@ func TestApplyModes(t *testing.T) {
 
 	// Try: applied now, reverted after the timeout.
 	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{
-		Data: withHostname("trying"), Mode: machine.ApplyConfigurationRequest_TRY, TryModeTimeout: durationpb.New(time.Second),
+		Data: withHostname("trying"), Mode: machine.ApplyConfigurationRequest_TRY, TryModeTimeout: durationpb.New(5 * time.Second),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -311,9 +323,15 @@ func TestApplyModes(t *testing.T) {
 
 	// A second try replaces the first: the first one's timeout does not revert it.
 	try("first", time.Second)
-	try("second", 4*time.Second)
-	time.Sleep(1500 * time.Millisecond)
+	try("second", time.Minute)
+	time.Sleep(2 * time.Second) // past the first one's timeout
 	waitHostname(ctx, t, c, func(h string) bool { return h == "second" })
+
+	// A new apply ends the pending try.
+	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: withHostname("applied"), Mode: machine.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
+		t.Fatal(err)
+	}
+
 	waitHostname(ctx, t, c, func(h string) bool { return h == "applied" })
 
 	// A staged config does not end a try: the try still reverts to the saved config.

@@ -1,6 +1,7 @@
 package machined_test
 
 import (
+	"context"
 	"crypto/tls"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -44,13 +46,18 @@ func TestMaintenanceOverNetwork(t *testing.T) {
 
 	c := insecure()
 
+	// The listener comes up after the socket: wait for it (WaitForReady rides out the
+	// client's reconnect backoff).
 	var err error
-	for range 100 {
-		if _, err = c.Version(ctx); err == nil {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		vctx, vcancel := context.WithTimeout(ctx, time.Second)
+		_, err = c.MachineClient.Version(vctx, &emptypb.Empty{}, grpc.WaitForReady(true))
+
+		vcancel()
+
+		if err == nil {
 			break
 		}
-
-		time.Sleep(50 * time.Millisecond)
 	}
 
 	if err != nil {

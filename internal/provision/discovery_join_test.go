@@ -46,7 +46,7 @@ func TestWorkerRenewsThroughDiscoveredControlPlane(t *testing.T) {
 	cp1, worker := c.Nodes[0], c.Nodes[2]
 	crtPath := filepath.Join(worker.State, "system", "secrets", "apid", "server.crt")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	waitUntil := func(what string, cond func() bool) {

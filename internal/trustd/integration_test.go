@@ -535,7 +535,7 @@ func TestRotation(t *testing.T) {
 	conn := dialAPID(t, c, addr, func(crt *x509.Certificate) { mu.Lock(); serials[crt.SerialNumber.String()] = true; mu.Unlock() })
 	api := machine.NewMachineServiceClient(conn)
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a stalled stream fails, not hangs
 	defer cancel()
 
 	// The long-lived stream: the control plane's trustd log, followed. Each worker renewal is a

@@ -19,17 +19,21 @@ func TestTailAndFollow(t *testing.T) {
 
 	var got []string
 	done := make(chan error, 1)
+	tailed := make(chan struct{}) // the tail is delivered: the watch is past its snapshot
 	go func() {
 		done <- b.Watch(ctx, TailOptions{Events: 2}, func(ev Event) error {
 			got = append(got, ev.Payload.(*machine.PhaseEvent).Phase)
-			if len(got) == 3 {
+			switch len(got) {
+			case 2:
+				close(tailed)
+			case 3:
 				cancel()
 			}
 			return nil
 		})
 	}()
 
-	time.Sleep(50 * time.Millisecond)
+	<-tailed
 	b.Publish(&machine.PhaseEvent{Phase: "z"}, "")
 	<-done
 

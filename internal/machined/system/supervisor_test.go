@@ -231,7 +231,10 @@ func TestHealthTransitionsGateDependents(t *testing.T) {
 	if err := s.WaitFor(ctx, "base", func(i system.Info) bool { return !i.Health.Unknown && !i.Health.Healthy }); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	if err := s.WaitFor(ctx, "dependent", func(i system.Info) bool { return i.State == system.StateWaiting }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // and it stays there while base is unhealthy
 	if info, _ := s.Get("dependent"); info.State != system.StateWaiting {
 		t.Fatalf("dependent must wait for an unhealthy dependency, state %s", info.State)
 	}

@@ -5,6 +5,7 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -211,14 +212,21 @@ func (n *Node) WaitConfigured(t testing.TB, c *client.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	if err := AwaitConfig(ctx, c); err != nil {
+		t.Fatalf("%v\n%s", err, n.Output.String())
+	}
+}
+
+// AwaitConfig polls until the node behind c has loaded its machine config, or ctx ends.
+func AwaitConfig(ctx context.Context, c *client.Client) error {
 	for {
 		if _, err := safe.StateGetByID[*configres.MachineType](ctx, c.COSI, configres.MachineTypeID); err == nil {
-			return
+			return nil
 		}
 
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the node did not load its config\n%s", n.Output.String())
+			return errors.New("the node did not load its config")
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

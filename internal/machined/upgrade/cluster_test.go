@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talos-go/talos/internal/etcd"
+	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/provision"
 	"github.com/talos-go/talos/internal/talosctl"
@@ -79,6 +80,12 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	bc := nodes[0].client(t)
 
 	bctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+
+	// The socket answers before the boot has loaded the config.
+	if err = testutil.AwaitConfig(bctx, bc); err != nil {
+		t.Fatal(err)
+	}
+
 	if err = bc.Bootstrap(bctx, &machine.BootstrapRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +98,20 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	}
 
 	cli := etcdClient(t, c.Nodes[0].State, c.Nodes[0].Address, c.Nodes[1].Address, c.Nodes[2].Address)
-	kctx, kcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 
-	defer kcancel()
+	// Each etcd call gets its own deadline: the upgrades between them take minutes.
+	kctx := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		t.Cleanup(cancel)
 
-	if _, err = cli.Put(kctx, "/upgrade-test/key", "before"); err != nil {
+		return ctx
+	}
+
+	if _, err = cli.Put(kctx(), "/upgrade-test/key", "before"); err != nil {
 		t.Fatal(err)
 	}
 
-	membersBefore := memberIDs(t, kctx, cli)
+	membersBefore := memberIDs(t, kctx(), cli)
 
 	endpoint := c.Nodes[0].Address
 	ctl := func(args ...string) (string, error) {
@@ -184,12 +196,12 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	}
 
 	// etcd kept its data and its members.
-	resp, err := cli.Get(kctx, "/upgrade-test/key")
+	resp, err := cli.Get(kctx(), "/upgrade-test/key")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
 		t.Fatalf("etcd data after the upgrades: %v %v", resp, err)
 	}
 
-	if after := memberIDs(t, kctx, cli); after != membersBefore {
+	if after := memberIDs(t, kctx(), cli); after != membersBefore {
 		t.Fatalf("etcd members changed: %s -> %s", membersBefore, after)
 	}
 
@@ -209,27 +221,37 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Fatal("upgrade without --preserve did not leave etcd and wipe EPHEMERAL")
 	}
 
-	resp, err = cli.Get(kctx, "/upgrade-test/key")
+	resp, err = cli.Get(kctx(), "/upgrade-test/key")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
 		t.Fatalf("etcd data after a member rejoined: %v %v", resp, err)
 	}
 
-	if after := memberIDs(t, kctx, cli); after == membersBefore || strings.Count(after, ",") != 2 {
+	if after := memberIDs(t, kctx(), cli); after == membersBefore || strings.Count(after, ",") != 2 {
 		t.Fatalf("etcd members after a member rejoined: %s -> %s (want three, one new)", membersBefore, after)
 	}
 
 	// A graceful reset of a control plane that wipes EPHEMERAL leaves etcd first; after the
 	// reboot the node joins again (its config in STATE is kept) and the data is still there.
-	membersBefore = memberIDs(t, kctx, cli)
+	membersBefore = memberIDs(t, kctx(), cli)
 
 	if _, err = ctl("-n", c.Nodes[2].Address, "reset", "--graceful", "--reboot", "--system-labels-to-wipe", "EPHEMERAL", "--wait=false"); err != nil {
 		t.Fatal(err)
 	}
 
 	nodes[2].waitFor(t, "reset node rejoined etcd as a new member", func() (bool, string) {
-		ids := memberIDs(t, kctx, cli)
+		resp, err := cli.MemberList(kctx())
+		if err != nil { // the reset node may be the one the client asks
+			return false, err.Error()
+		}
 
-		return ids != membersBefore && strings.Count(ids, ",") == 2, ids
+		ids := make([]string, 0, len(resp.Members))
+		for _, m := range resp.Members {
+			ids = append(ids, fmt.Sprintf("%x", m.ID))
+		}
+
+		joined := strings.Join(sortStrings(ids), ",")
+
+		return joined != membersBefore && len(ids) == 3, joined
 	})
 	nodes[2].waitEtcdHealthy(t)
 
@@ -237,7 +259,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Fatal("graceful reset did not leave etcd and wipe EPHEMERAL")
 	}
 
-	resp, err = cli.Get(kctx, "/upgrade-test/key")
+	resp, err = cli.Get(kctx(), "/upgrade-test/key")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
 		t.Fatalf("etcd data after a reset member rejoined: %v %v", resp, err)
 	}
@@ -347,7 +369,8 @@ func logTime(t *testing.T, path, msg string) time.Time {
 			continue
 		}
 
-		if at, err := time.Parse(time.RFC3339Nano, strings.Fields(line)[0]); err == nil {
+		// zap's ISO8601 layout: "Z" in UTC, a numeric offset elsewhere.
+		if at, err := time.Parse("2006-01-02T15:04:05.000Z0700", strings.Fields(line)[0]); err == nil {
 			return at
 		}
 	}
