@@ -253,7 +253,7 @@ func TestConcurrentControlPlaneUpgrades(t *testing.T) {
 	for _, name := range []string{"n1", "n2"} {
 		e := newEnv(t, true)
 		etcd := &fakeEtcdNode{ep: ep}
-		e.m.Etcd = &ClusterGuard{Etcd: etcd, TTL: time.Second}
+		e.m.Etcd = &ClusterGuard{Etcd: etcd, TTL: 5 * time.Second} // keepalives must survive a loaded machine
 		e.m.Node = &loggingNode{recorder: e.rec, name: name, log: func(s string) {
 			mu.Lock()
 			log = append(log, s)
