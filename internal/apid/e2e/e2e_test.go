@@ -37,7 +37,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -518,59 +517,4 @@ func TestStoppedNodePartialReply(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), cl.addrs[2]) || good == nil || len(good.Messages) != 2 {
 		t.Errorf("filtered reply: %v %v", good, err)
 	}
-}
-
-// BenchmarkVersionRealMachined compares Version on the control plane's machined socket with
-// Version through its apid, interleaved in one run (goal: median ratio at most 1.5).
-func BenchmarkVersionRealMachined(b *testing.B) {
-	cl := getCluster(b)
-
-	direct, err := grpc.NewClient("unix://"+cl.c.Nodes[0].State+"/system/run/machined/machined.sock", grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer direct.Close() //nolint:errcheck
-
-	ac, err := grpc.NewClient(cl.addrs[0]+":50000", grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		RootCAs: cl.pool(), Certificates: []tls.Certificate{cl.roleCert(b, "os:reader")},
-	})))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ac.Close() //nolint:errcheck
-
-	dc := machine.NewMachineServiceClient(direct)
-	viaAPID := machine.NewMachineServiceClient(ac)
-	ctx := context.Background()
-
-	call := func(c machine.MachineServiceClient) time.Duration {
-		start := time.Now()
-
-		if _, err := c.Version(ctx, &emptypb.Empty{}); err != nil {
-			b.Fatal(err)
-		}
-
-		return time.Since(start)
-	}
-
-	for range 100 {
-		call(dc)
-		call(viaAPID)
-	}
-
-	var ds, as []time.Duration
-
-	for b.Loop() {
-		ds = append(ds, call(dc))
-		as = append(as, call(viaAPID))
-	}
-
-	slices.Sort(ds)
-	slices.Sort(as)
-
-	md, ma := ds[len(ds)/2], as[len(as)/2]
-
-	b.ReportMetric(float64(md.Microseconds()), "direct-median-µs")
-	b.ReportMetric(float64(ma.Microseconds()), "apid-median-µs")
-	b.ReportMetric(float64(ma)/float64(md), "ratio")
 }
