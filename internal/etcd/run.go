@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -265,12 +266,8 @@ func (m *Manager) tryPromote(ctx context.Context, o Options, started time.Time) 
 // Health checks this node's member: it answers, it is a voting member, it has a leader, it has
 // no alarm, a recovery is not in progress, and a quorum read succeeds.
 func (m *Manager) Health(ctx context.Context) error {
-	m.mu.Lock()
-	recovering := m.recovering
-	m.mu.Unlock()
-
-	if recovering {
-		return fmt.Errorf("recovering from a snapshot")
+	if err := m.notRecovering(); err != nil {
+		return err
 	}
 
 	o, err := m.opts()
@@ -304,6 +301,19 @@ func (m *Manager) Health(ctx context.Context) error {
 	// A linearizable read proves the member reaches quorum.
 	if _, err := cli.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
 		return fmt.Errorf("etcd quorum read: %w", err)
+	}
+
+	// Again: the calls above can outlast a start that began recovering while they waited.
+	return m.notRecovering()
+}
+
+// notRecovering fails while a recovery snapshot is still being imported.
+func (m *Manager) notRecovering() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if m.recovering {
+		return errors.New("recovering from a snapshot")
 	}
 
 	return nil
