@@ -280,6 +280,8 @@ func TestEverydayCommandsThroughApid(t *testing.T) {
 		{[]string{"-n", w1, "get", "cpus"}, "CPU_0"},
 		{[]string{"-n", w1, "get", "systeminformation"}, "systeminformation"},
 		{[]string{"-n", w1, "get", "disks", "-o", "yaml"}, "dev_path: /dev/"},
+		{[]string{"-n", cp2, "usage", "-d", "1", "/var"}, "/var/log"},
+		{[]string{"-n", cp1 + "," + cp2, "du", "/var/log"}, cp2},
 	} {
 		// Some resources (etcd members) are polled by their controllers: allow them a moment.
 		deadline := time.Now().Add(20 * time.Second)
@@ -298,6 +300,22 @@ func TestEverydayCommandsThroughApid(t *testing.T) {
 
 			time.Sleep(500 * time.Millisecond)
 		}
+	}
+}
+
+// TestCopyThroughApid: copy streams a .tar.gz through apid from another node.
+func TestCopyThroughApid(t *testing.T) {
+	dest := t.TempDir()
+	must(t, "-n", cp2, "copy", "/var/log/machined.log", dest)
+
+	data, err := os.ReadFile(filepath.Join(dest, "machined.log"))
+	if err != nil || !strings.Contains(string(data), "node is running") {
+		t.Fatalf("copied machined.log: %v\n%.300s", err, data)
+	}
+
+	// One node at a time, as upstream.
+	if _, stderr, code := talosctl(t, "-n", cp1+","+cp2, "copy", "/var/log", dest); code == 0 || !strings.Contains(stderr, "one node") {
+		t.Fatalf("copy from two nodes: code %d, %s", code, stderr)
 	}
 }
 

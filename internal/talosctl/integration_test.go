@@ -3,6 +3,8 @@ package talosctl
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +80,68 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 
 	if code, out, stderr := run(t, append(sock, "apply-config", "-f", cfgFile, "--dry-run")...); code != 0 {
 		t.Errorf("apply-config --dry-run: %s %s", out, stderr)
+	}
+
+	// usage: each file under /var/log with -a, and the folder's total is at least their sum.
+	out, _ = waitFor(t, ok, append(sock, "usage", "-a", "-d", "1", "/var/log")...)
+	mustContain(t, out, "NODE", "SIZE", "/var/log/machined.log")
+
+	sizes := map[string]int64{}
+
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			t.Fatalf("usage row %q", line)
+		}
+
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			t.Fatalf("usage row %q: %v", line, err)
+		}
+
+		sizes[f[2]] = n
+	}
+
+	var files int64
+
+	for name, n := range sizes {
+		if name != "/var/log" {
+			files += n
+		}
+	}
+
+	if sizes["/var/log/machined.log"] == 0 || sizes["/var/log"] < files {
+		t.Fatalf("usage sizes: %v", sizes)
+	}
+
+	// Depth 0 is the path's own total only.
+	out, _ = waitFor(t, ok, append(sock, "du", "/var/log")...)
+	if rows := strings.Split(strings.TrimSpace(out), "\n"); len(rows) != 2 || !strings.HasSuffix(rows[1], " /var/log") {
+		t.Fatalf("usage at depth 0:\n%s", out)
+	}
+
+	if code, _, stderr := run(t, append(sock, "usage", "/var/no-such-folder")...); code == 0 || !strings.Contains(stderr, "no-such-folder") {
+		t.Fatalf("usage of a missing folder: code %d, %s", code, stderr)
+	}
+
+	// copy: extracted under the folder's own name, the same bytes as read (up to the length
+	// at copy time: the log grows).
+	dest := t.TempDir()
+	waitFor(t, ok, append(sock, "copy", "/var/log", dest)...)
+
+	copied, err := os.ReadFile(filepath.Join(dest, "log", "machined.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	read, _ := waitFor(t, ok, append(sock, "read", "/var/log/machined.log")...)
+	if len(copied) == 0 || !strings.HasPrefix(read, string(copied)) {
+		t.Fatalf("copied machined.log (%d bytes) is not a prefix of the node's (%d bytes)", len(copied), len(read))
+	}
+
+	// "-" streams the archive itself.
+	out, _ = waitFor(t, ok, append(sock, "cp", "/var/log/machined.log", "-")...)
+	if !strings.HasPrefix(out, "\x1f\x8b") {
+		t.Fatalf("copy to stdout is not gzip: %q", out[:min(len(out), 8)])
 	}
 }

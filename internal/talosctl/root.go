@@ -63,6 +63,8 @@ func NewRootCommand() *cobra.Command {
 		mountsCmd(g),
 		lsCmd(g),
 		readCmd(g),
+		copyCmd(g),
+		usageCmd(g),
 		servicesCmd(g),
 		serviceCmd(g),
 		logsCmd(g),

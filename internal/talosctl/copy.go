@@ -1,0 +1,246 @@
+package talosctl
+
+import (
+	"archive/tar"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/dustin/go-humanize"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/spf13/cobra"
+)
+
+func usageCmd(g *Global) *cobra.Command {
+	var (
+		human, all bool
+		threshold  int64
+		depth      int32
+	)
+
+	cmd := &cobra.Command{
+		Use:     "usage [path1] [path2] ... [pathN]",
+		Aliases: []string{"du"},
+		Short:   "Retrieve a disk usage",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			paths := args
+			if len(paths) == 0 {
+				paths = []string{"/"}
+			}
+
+			if depth < 0 {
+				return fmt.Errorf("--depth must be 0 or more, got %d", depth)
+			}
+
+			return g.run(cmd, func(ctx context.Context, s *session) error {
+				// Depth 0 is each path's own total, as du -d 0; the API counts the path as 1.
+				stream, err := s.c.DiskUsage(s.ctx(ctx), &machineapi.DiskUsageRequest{RecursionDepth: depth + 1, All: all, Threshold: threshold, Paths: paths})
+				if err != nil {
+					return nodeErrors(cmd.ErrOrStderr(), err)
+				}
+
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 3, ' ', 0)
+				fmt.Fprintln(tw, "NODE\tSIZE\tNAME")
+
+				failed := false
+
+				for {
+					info, err := stream.Recv()
+					if errors.Is(err, io.EOF) {
+						break
+					}
+
+					if err != nil {
+						tw.Flush() //nolint:errcheck
+
+						return nodeErrors(cmd.ErrOrStderr(), err)
+					}
+
+					node := info.GetMetadata().GetHostname()
+
+					if e := cmp.Or(info.GetMetadata().GetError(), info.GetError()); e != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %s\n", node, e)
+
+						failed = true
+
+						continue
+					}
+
+					size := strconv.FormatInt(info.GetSize(), 10)
+					if human {
+						size = humanize.Bytes(uint64(max(info.GetSize(), 0)))
+					}
+
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", node, size, info.GetRelativeName())
+				}
+
+				tw.Flush() //nolint:errcheck
+
+				if failed {
+					return errSilent
+				}
+
+				return nil
+			})
+		},
+	}
+
+	f := cmd.Flags()
+	f.BoolVarP(&human, "humanize", "H", false, "humanize size and time in the output")
+	f.BoolVarP(&all, "all", "a", false, "write counts for all files, not just directories")
+	f.Int64VarP(&threshold, "threshold", "t", 0, "threshold exclude entries smaller than SIZE if positive, or entries greater than SIZE if negative")
+	f.Int32VarP(&depth, "depth", "d", 0, "maximum recursion depth")
+
+	return cmd
+}
+
+func copyCmd(g *Global) *cobra.Command {
+	return &cobra.Command{
+		Use:     "copy <src-path> -|<local-path>",
+		Aliases: []string{"cp"},
+		Short:   "Copy data out from the node",
+		Long: `Creates a .tar.gz archive of a file or folder of the node and streams it back: with "-" as
+the local path the archive goes to stdout, otherwise it is extracted into the local folder
+(created when missing).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, dest := args[0], args[1]
+
+			return g.run(cmd, func(ctx context.Context, s *session) error {
+				ctx, err := s.single(ctx, "copy")
+				if err != nil {
+					return err
+				}
+
+				r, err := s.c.Copy(ctx, src)
+				if err != nil {
+					return fmt.Errorf("copying %s: %w%s", src, err, hint(err))
+				}
+
+				defer r.Close() //nolint:errcheck
+
+				if dest == "-" {
+					_, err = io.Copy(cmd.OutOrStdout(), r)
+				} else {
+					err = extractTarGz(r, dest)
+				}
+
+				if err != nil {
+					return fmt.Errorf("copying %s: %w%s", src, err, hint(err))
+				}
+
+				return nil
+			})
+		},
+	}
+}
+
+// extractTarGz unpacks an archive into dest. Entries that would land outside dest, directly
+// or through a symlink the archive made, are refused.
+func extractTarGz(r io.Reader, dest string) error {
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return err
+	}
+
+	root, err := filepath.EvalSymlinks(dest)
+	if err != nil {
+		return err
+	}
+
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("reading the archive: %w", err)
+	}
+
+	tr := tar.NewReader(gz)
+
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+
+		if err != nil {
+			return fmt.Errorf("reading the archive: %w", err)
+		}
+
+		target, err := inside(root, hdr.Name)
+		if err != nil {
+			return err
+		}
+
+		mode := os.FileMode(hdr.Mode).Perm()
+
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(target, mode|0o700)
+		case tar.TypeReg:
+			err = writeEntry(tr, target, mode)
+		case tar.TypeSymlink:
+			err = os.Symlink(hdr.Linkname, target)
+		default:
+			continue // nothing else is sent
+		}
+
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// inside resolves an archive entry below root, refusing one that escapes it.
+func inside(root, name string) (string, error) {
+	clean := filepath.Clean(filepath.FromSlash(name))
+	if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("archive entry %q points outside the destination", name)
+	}
+
+	target := filepath.Join(root, clean)
+
+	// The nearest existing ancestor must resolve inside root: a symlink the archive made earlier
+	// must not redirect writes (what is missing below it is created as real folders).
+	for dir := filepath.Dir(target); ; dir = filepath.Dir(dir) {
+		resolved, err := filepath.EvalSymlinks(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+
+		if err != nil {
+			return "", err
+		}
+
+		if resolved != root && !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
+			return "", fmt.Errorf("archive entry %q points outside the destination", name)
+		}
+
+		return target, nil
+	}
+}
+
+func writeEntry(r io.Reader, target string, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+	if err != nil {
+		return err
+	}
+
+	if _, err = io.Copy(f, r); err != nil {
+		f.Close() //nolint:errcheck
+
+		return err
+	}
+
+	return f.Close()
+}
