@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,7 +123,7 @@ func TestEtcdCommands(t *testing.T) {
 	if _, err := os.Lstat(next); err != nil {
 		if etcdBin := os.Getenv("TALOS_ETCD_BINARY"); etcdBin != "" {
 			err = os.Symlink(etcdBin, next)
-		} else if out, berr := exec.Command("go", "build", "-o", next, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); berr != nil {
+		} else if out, berr := testutil.GoBuild("-o", next, "github.com/talos-go/talos/cmd/etcd"); berr != nil {
 			err = fmt.Errorf("building etcd: %v\n%s", berr, out)
 		} else {
 			err = nil

@@ -82,6 +82,33 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 		t.Errorf("apply-config --dry-run: %s %s", out, stderr)
 	}
 
+	// edit: the editor's change is applied; an untouched file applies nothing.
+	editor := filepath.Join(t.TempDir(), "editor.sh")
+	writeFile(t, editor, "#!/bin/sh\nsed -i 's/network: {}/network:\\n        hostname: edited-node/' \"$1\"\n")
+
+	if err := os.Chmod(editor, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("TALOS_EDITOR", "true")
+
+	out, _ = waitFor(t, ok, append(sock, "edit", "machineconfig")...)
+	mustContain(t, out, "no changes detected")
+
+	t.Setenv("TALOS_EDITOR", editor)
+	waitFor(t, ok, append(sock, "edit", "mc", "--mode", "no-reboot")...)
+	waitFor(t, func(code int, out, _ string) bool { return code == 0 && strings.Contains(out, "edited-node") }, append(sock, "get", "hostnamestatus")...)
+
+	// A broken edit is refused, the node keeps its config, and the edit is kept for a retry.
+	writeFile(t, editor, "#!/bin/sh\nsed -i 's/^version: v1alpha1/version: v1alpha1\\nbogus: [/' \"$1\"\n")
+
+	if code, _, stderr := run(t, append(sock, "edit", "mc")...); code == 0 || !strings.Contains(stderr, "apply-config -f") {
+		t.Fatalf("broken edit: code %d, %s", code, stderr)
+	}
+
+	out, _ = waitFor(t, ok, append(sock, "get", "hostnamestatus")...)
+	mustContain(t, out, "edited-node")
+
 	// usage: each file under /var/log with -a, and the folder's total is at least their sum.
 	out, _ = waitFor(t, ok, append(sock, "usage", "-a", "-d", "1", "/var/log")...)
 	mustContain(t, out, "NODE", "SIZE", "/var/log/machined.log")

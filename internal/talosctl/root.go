@@ -64,6 +64,7 @@ func NewRootCommand() *cobra.Command {
 		lsCmd(g),
 		readCmd(g),
 		copyCmd(g),
+		editCmd(g),
 		usageCmd(g),
 		servicesCmd(g),
 		serviceCmd(g),

@@ -34,6 +34,18 @@ var (
 	buildErr  error
 )
 
+// The caches of the user who started the tests: tests point HOME elsewhere (t.Setenv), which
+// must not send go build to an empty cache and module folder.
+var startHome, startCache = os.Getenv("HOME"), os.Getenv("XDG_CACHE_HOME")
+
+// GoBuild runs `go build args...` with the Go caches of the user who started the tests.
+func GoBuild(args ...string) ([]byte, error) {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+startHome, "XDG_CACHE_HOME="+startCache)
+
+	return cmd.CombinedOutput()
+}
+
 // Binary builds the multi-call binary (once) and returns its path.
 func Binary(t testing.TB) string {
 	t.Helper()
@@ -46,7 +58,7 @@ func Binary(t testing.TB) string {
 		}
 
 		binPath = filepath.Join(dir, "machined")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/talos-go/talos/cmd/machined").CombinedOutput()
+		out, err := GoBuild("-o", binPath, "github.com/talos-go/talos/cmd/machined")
 		if err != nil {
 			buildErr = fmt.Errorf("building machined: %v\n%s", err, out)
 		}
