@@ -156,9 +156,6 @@ func (s *Machine) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdForf
 	return &machine.EtcdForfeitLeadershipResponse{Messages: []*machine.EtcdForfeitLeadership{{Metadata: s.metadata(ctx), Member: leader}}}, nil
 }
 
-// snapshotChunk is the size of one EtcdSnapshot message.
-const snapshotChunk = 64 * 1024
-
 // EtcdSnapshot streams a snapshot of this member's database (ending with its SHA-256).
 func (s *Machine) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.ServerStreamingServer[common.Data]) error {
 	m, err := s.etcdManager()
@@ -172,24 +169,7 @@ func (s *Machine) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.ServerSt
 	}
 	defer rc.Close() //nolint:errcheck
 
-	buf := make([]byte, snapshotChunk)
-
-	for {
-		n, err := rc.Read(buf)
-		if n > 0 {
-			if serr := srv.Send(&common.Data{Bytes: append([]byte(nil), buf[:n]...)}); serr != nil {
-				return serr
-			}
-		}
-
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-
-		if err != nil {
-			return etcdError(err)
-		}
-	}
+	return sendChunks(rc, srv.Send, etcdError)
 }
 
 // EtcdRecover receives a snapshot for a following Bootstrap with recover_etcd.

@@ -158,12 +158,20 @@ func (s *Machine) Read(req *machine.ReadRequest, srv grpc.ServerStreamingServer[
 		return status.Errorf(codes.InvalidArgument, "%s is a directory: use ls", req.Path)
 	}
 
+	return sendChunks(f, srv.Send, func(err error) error {
+		return status.Errorf(codes.Internal, "reading %s: %v", req.Path, err)
+	})
+}
+
+// sendChunks streams r as common.Data messages of up to 64 KiB until EOF. A read error is
+// returned through readErr; a send error as it is.
+func sendChunks(r io.Reader, send func(*common.Data) error, readErr func(error) error) error {
 	buf := make([]byte, 64<<10)
 
 	for {
-		n, err := f.Read(buf)
+		n, err := r.Read(buf)
 		if n > 0 {
-			if sendErr := srv.Send(&common.Data{Bytes: append([]byte(nil), buf[:n]...)}); sendErr != nil {
+			if sendErr := send(&common.Data{Bytes: append([]byte(nil), buf[:n]...)}); sendErr != nil {
 				return sendErr
 			}
 		}
@@ -173,7 +181,7 @@ func (s *Machine) Read(req *machine.ReadRequest, srv grpc.ServerStreamingServer[
 		}
 
 		if err != nil {
-			return status.Errorf(codes.Internal, "reading %s: %v", req.Path, err)
+			return readErr(err)
 		}
 	}
 }

@@ -120,24 +120,9 @@ func (s *Machine) Copy(req *machine.CopyRequest, srv grpc.ServerStreamingServer[
 
 	defer pr.Close() //nolint:errcheck
 
-	buf := make([]byte, 64<<10)
-
-	for {
-		n, err := pr.Read(buf)
-		if n > 0 {
-			if sendErr := srv.Send(&common.Data{Bytes: append([]byte(nil), buf[:n]...)}); sendErr != nil {
-				return sendErr
-			}
-		}
-
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-
-		if err != nil {
-			return status.Errorf(codes.Internal, "archiving %s: %v", req.RootPath, err)
-		}
-	}
+	return sendChunks(pr, srv.Send, func(err error) error {
+		return status.Errorf(codes.Internal, "archiving %s: %v", req.RootPath, err)
+	})
 }
 
 // writeArchive writes hostRoot as a gzipped tar whose entries start with name.
