@@ -147,7 +147,7 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 		t.Fatalf("usage at depth 0:\n%s", out)
 	}
 
-	if code, _, stderr := run(t, append(sock, "usage", "/var/no-such-folder")...); code == 0 || !strings.Contains(stderr, "no-such-folder") {
+	if code, _, stderr := run(t, append(sock, "usage", "/var/no-such-folder")...); code == 0 || !strings.Contains(stderr, "/var/no-such-folder: no such file") || strings.Contains(stderr, "EPHEMERAL") {
 		t.Fatalf("usage of a missing folder: code %d, %s", code, stderr)
 	}
 

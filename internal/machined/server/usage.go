@@ -55,7 +55,7 @@ type usageWalk struct {
 func (u *usageWalk) walk(hostPath, nodePath string, depth int32) (int64, error) {
 	fi, err := os.Lstat(hostPath)
 	if err != nil {
-		return 0, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Error: err.Error()}, depth, true)
+		return 0, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Error: nodeError(nodePath, err)}, depth, true)
 	}
 
 	var size int64
@@ -66,7 +66,7 @@ func (u *usageWalk) walk(hostPath, nodePath string, depth int32) (int64, error) 
 	case fi.IsDir():
 		entries, err := os.ReadDir(hostPath)
 		if err != nil {
-			return 0, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Error: err.Error()}, depth, true)
+			return 0, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Error: nodeError(nodePath, err)}, depth, true)
 		}
 
 		for _, e := range entries {
@@ -84,6 +84,16 @@ func (u *usageWalk) walk(hostPath, nodePath string, depth int32) (int64, error) 
 	}
 
 	return size, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Size: size}, depth, false)
+}
+
+// nodeError names the node's path, not the host folder behind it.
+func nodeError(nodePath string, err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return nodePath + ": " + pe.Err.Error()
+	}
+
+	return nodePath + ": " + err.Error()
 }
 
 // report sends an entry that is within the depth and passes the threshold.
