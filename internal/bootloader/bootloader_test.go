@@ -1,18 +1,17 @@
 package bootloader
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/meta"
 )
 
@@ -75,32 +74,13 @@ func fakeMachined(role string) int {
 
 type testNode struct {
 	state string
-	log   *syncBuf
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.String()
+	log   *testutil.SyncBuffer
 }
 
 func newTestNode(t *testing.T) *testNode {
 	t.Helper()
 
-	return &testNode{state: t.TempDir(), log: &syncBuf{}}
+	return &testNode{state: t.TempDir(), log: &testutil.SyncBuffer{}}
 }
 
 func slotScript(t *testing.T, path, role string) {

@@ -14,11 +14,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
 )
 
 var (
@@ -366,7 +367,7 @@ func stream(t *testing.T, args ...string) func() string {
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
 	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 
-	out := &lockedBuffer{}
+	out := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 
 	if err := cmd.Start(); err != nil {
@@ -379,25 +380,6 @@ func stream(t *testing.T, args ...string) func() string {
 	})
 
 	return out.String
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-
-	return b.buf.String()
 }
 
 // waitOutput waits until every pattern matches the output of a streaming command.

@@ -1,6 +1,7 @@
 package talosctl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -197,4 +198,87 @@ func readCmd(g *Global) *cobra.Command {
 			})
 		},
 	}
+}
+
+func usageCmd(g *Global) *cobra.Command {
+	var (
+		human, all bool
+		threshold  int64
+		depth      int32
+	)
+
+	cmd := &cobra.Command{
+		Use:     "usage [path1] [path2] ... [pathN]",
+		Aliases: []string{"du"},
+		Short:   "Retrieve a disk usage",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			paths := args
+			if len(paths) == 0 {
+				paths = []string{"/"}
+			}
+
+			if depth < 0 {
+				return fmt.Errorf("--depth must be 0 or more, got %d", depth)
+			}
+
+			return g.run(cmd, func(ctx context.Context, s *session) error {
+				// Depth 0 is each path's own total, as du -d 0; the API counts the path as 1.
+				stream, err := s.c.DiskUsage(s.ctx(ctx), &machineapi.DiskUsageRequest{RecursionDepth: depth + 1, All: all, Threshold: threshold, Paths: paths})
+				if err != nil {
+					return nodeErrors(cmd.ErrOrStderr(), err)
+				}
+
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 3, ' ', 0)
+				fmt.Fprintln(tw, "NODE\tSIZE\tNAME")
+
+				failed := false
+
+				for {
+					info, err := stream.Recv()
+					if errors.Is(err, io.EOF) {
+						break
+					}
+
+					if err != nil {
+						tw.Flush() //nolint:errcheck
+
+						return nodeErrors(cmd.ErrOrStderr(), err)
+					}
+
+					node := info.GetMetadata().GetHostname()
+
+					if e := cmp.Or(info.GetMetadata().GetError(), info.GetError()); e != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %s\n", node, e)
+
+						failed = true
+
+						continue
+					}
+
+					size := strconv.FormatInt(info.GetSize(), 10)
+					if human {
+						size = humanize.Bytes(uint64(max(info.GetSize(), 0)))
+					}
+
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", node, size, info.GetRelativeName())
+				}
+
+				tw.Flush() //nolint:errcheck
+
+				if failed {
+					return errSilent
+				}
+
+				return nil
+			})
+		},
+	}
+
+	f := cmd.Flags()
+	f.BoolVarP(&human, "humanize", "H", false, "humanize size and time in the output")
+	f.BoolVarP(&all, "all", "a", false, "write counts for all files, not just directories")
+	f.Int64VarP(&threshold, "threshold", "t", 0, "threshold exclude entries smaller than SIZE if positive, or entries greater than SIZE if negative")
+	f.Int32VarP(&depth, "depth", "d", 0, "maximum recursion depth")
+
+	return cmd
 }

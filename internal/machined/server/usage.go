@@ -53,9 +53,14 @@ type usageWalk struct {
 // walk returns the size of hostPath and everything below it, sending the entries within the
 // requested depth (0 is the requested path itself).
 func (u *usageWalk) walk(hostPath, nodePath string, depth int32) (int64, error) {
+	// An unreadable entry is reported (whatever its size) and counts as empty.
+	fail := func(err error) (int64, error) {
+		return 0, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Error: nodeError(nodePath, err)}, depth, true)
+	}
+
 	fi, err := os.Lstat(hostPath)
 	if err != nil {
-		return 0, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Error: nodeError(nodePath, err)}, depth, true)
+		return fail(err)
 	}
 
 	var size int64
@@ -66,7 +71,7 @@ func (u *usageWalk) walk(hostPath, nodePath string, depth int32) (int64, error) 
 	case fi.IsDir():
 		entries, err := os.ReadDir(hostPath)
 		if err != nil {
-			return 0, u.report(&machine.DiskUsageInfo{Metadata: u.md, Name: nodePath, RelativeName: nodePath, Error: nodeError(nodePath, err)}, depth, true)
+			return fail(err)
 		}
 
 		for _, e := range entries {

@@ -98,7 +98,7 @@ type Node struct {
 	Address string
 	State   string
 	Cmd     *exec.Cmd
-	Output  *bytes.Buffer
+	Output  *SyncBuffer
 	Exited  chan error
 }
 
@@ -131,7 +131,7 @@ func StartNode(t testing.TB, addr string, config []byte, extraArgs ...string) *N
 func StartNodeArgs(t testing.TB, state string, args ...string) *Node {
 	t.Helper()
 
-	n := &Node{State: state, Output: &bytes.Buffer{}, Exited: make(chan error, 1)}
+	n := &Node{State: state, Output: &SyncBuffer{}, Exited: make(chan error, 1)}
 
 	for i, a := range args {
 		if a == "--address" && i+1 < len(args) {
@@ -140,7 +140,7 @@ func StartNodeArgs(t testing.TB, state string, args ...string) *Node {
 	}
 
 	n.Cmd = exec.Command(Binary(t), args...)
-	n.Cmd.Stdout, n.Cmd.Stderr = &syncWriter{w: n.Output}, &syncWriter{w: n.Output}
+	n.Cmd.Stdout, n.Cmd.Stderr = n.Output, n.Output
 
 	if err := n.Cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -153,16 +153,24 @@ func StartNodeArgs(t testing.TB, state string, args ...string) *Node {
 	return n
 }
 
-type syncWriter struct {
+// SyncBuffer collects a process's output; tests may read it while the process writes.
+type SyncBuffer struct {
 	mu sync.Mutex
-	w  *bytes.Buffer
+	b  bytes.Buffer
 }
 
-func (s *syncWriter) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	return s.w.Write(p)
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.String()
 }
 
 // Stop sends SIGTERM and waits for the node to exit.

@@ -72,7 +72,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 
 	nodes := make([]*bootNode, len(c.Nodes))
 	for i, n := range c.Nodes {
-		nodes[i] = &bootNode{state: n.State, out: &syncBuf{}, exited: make(chan error, 1)}
+		nodes[i] = &bootNode{state: n.State, out: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
 		nodes[i].waitSettled(t, vX)
 	}
 

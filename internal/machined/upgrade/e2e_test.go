@@ -197,37 +197,18 @@ func makeImages(t *testing.T, etcd string) *images {
 	return im
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.String()
-}
-
 // bootNode starts a node through the boot stage.
 type bootNode struct {
 	state  string
 	cmd    *exec.Cmd
-	out    *syncBuf
+	out    *testutil.SyncBuffer
 	exited chan error
 }
 
 func startBootNode(t *testing.T, bin, state string, args ...string) *bootNode {
 	t.Helper()
 
-	n := &bootNode{state: state, out: &syncBuf{}, exited: make(chan error, 1)}
+	n := &bootNode{state: state, out: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
 	n.cmd = exec.Command(bin, append([]string{"boot", "--state", state}, args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 

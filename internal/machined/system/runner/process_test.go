@@ -1,28 +1,16 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func TestProcessOutputAndExitCode(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	p := &Process{Args: []string{"/bin/sh", "-c", "echo hello; echo err >&2; exit 3"}, Output: &out}
 	err := p.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
@@ -34,7 +22,7 @@ func TestProcessOutputAndExitCode(t *testing.T) {
 }
 
 func TestProcessGracefulStop(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	p := &Process{
 		Args:   []string{"/bin/sh", "-c", "trap 'echo got-term; exit 0' TERM; echo ready; while true; do sleep 0.05; done"},
 		Output: &out, GracefulTimeout: 5 * time.Second,
@@ -55,7 +43,7 @@ func TestProcessGracefulStop(t *testing.T) {
 }
 
 func TestProcessKilledAfterTimeout(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	p := &Process{
 		Args:   []string{"/bin/sh", "-c", "trap '' TERM; echo ready; while true; do sleep 0.05; done"},
 		Output: &out, GracefulTimeout: 100 * time.Millisecond,
