@@ -26,15 +26,13 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/apid/certs"
+	"github.com/talos-go/talos/internal/apid/h2relay"
 	"github.com/talos-go/talos/internal/unixsock"
 )
 
@@ -69,9 +67,14 @@ type Options struct {
 type Server struct {
 	opts  Options
 	log   *zap.Logger
-	grpc  *grpc.Server
+	relay *h2relay.Server // the listener side: mTLS, roles, local calls frame by frame
+	grpc  *grpc.Server    // the router: calls for other nodes, fan-out, inspected reads
+	pipes *pipeListener   // the relay's connections to the router
 	local *grpc.ClientConn
 	pool  *pool
+
+	serveRouter sync.Once
+	routerDone  chan struct{}
 
 	// Fan-out workers: long-lived goroutines keep their grown stacks between calls.
 	work    chan func()
@@ -136,12 +139,14 @@ func New(opts Options) (*Server, error) {
 	}
 
 	s := &Server{
-		opts:  opts,
-		log:   opts.Log,
-		local: local,
-		pool:  newPool(credentials.NewTLS(opts.Certs.ClientTLS()), opts.DialTimeout),
-		work:  make(chan func()),
-		quit:  make(chan struct{}),
+		opts:       opts,
+		log:        opts.Log,
+		local:      local,
+		pipes:      newPipeListener(),
+		routerDone: make(chan struct{}),
+		pool:       newPool(credentials.NewTLS(opts.Certs.ClientTLS()), opts.DialTimeout),
+		work:       make(chan func()),
+		quit:       make(chan struct{}),
 	}
 
 	s.workers.Add(fanOutWorkers)
@@ -150,8 +155,18 @@ func New(opts Options) (*Server, error) {
 		go s.worker()
 	}
 
+	s.relay = &h2relay.Server{
+		TLS: opts.Certs.ServerTLS(),
+		Backends: []h2relay.Dialer{
+			backendMachined: func(ctx context.Context) (net.Conn, error) { return unixsock.Dial(ctx, opts.MachinedSocket) },
+			backendRouter:   s.pipes.Dial,
+		},
+		Route:  s.route,
+		Window: windowSize,
+		Log:    opts.Log,
+	}
+
 	s.grpc = grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(opts.Certs.ServerTLS())),
 		grpc.ForceServerCodecV2(rawCodec{}),
 		// Static flow-control windows turn off BDP probing, which costs a ping round per call.
 		grpc.InitialWindowSize(windowSize),
@@ -185,11 +200,24 @@ func dialLocal(socket string) (*grpc.ClientConn, error) {
 
 // Serve serves l until Stop.
 func (s *Server) Serve(l net.Listener) error {
-	return s.grpc.Serve(l)
+	s.serveRouter.Do(func() {
+		go func() {
+			defer close(s.routerDone)
+
+			s.grpc.Serve(s.pipes) //nolint:errcheck
+		}()
+	})
+
+	return s.relay.Serve(l)
 }
 
 // Stop drains calls for up to timeout, then closes everything.
 func (s *Server) Stop(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+
+	s.relay.Stop(timeout)
+	s.pipes.Close() //nolint:errcheck
+
 	done := make(chan struct{})
 
 	go func() {
@@ -199,48 +227,19 @@ func (s *Server) Stop(timeout time.Duration) {
 
 	select {
 	case <-done:
-	case <-time.After(timeout):
+	case <-time.After(time.Until(deadline)):
 		s.grpc.Stop()
 		<-done
 	}
+
+	s.serveRouter.Do(func() { close(s.routerDone) })
+	<-s.routerDone
 
 	close(s.quit)
 	s.workers.Wait()
 
 	s.pool.close()
 	s.local.Close() //nolint:errcheck
-}
-
-// callerRoles returns the roles a call acts with: those of the client certificate, or, for a
-// peer holding os:impersonator that asserts roles in metadata, the asserted roles. Asserting
-// roles without os:impersonator is refused.
-func callerRoles(ctx context.Context) (role.Set, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return role.Zero, status.Error(codes.Unauthenticated, "no peer")
-	}
-
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return role.Zero, status.Error(codes.Unauthenticated, "no verified client certificate")
-	}
-
-	certRoles, _ := role.Parse(info.State.VerifiedChains[0][0].Subject.Organization)
-
-	md, _ := metadata.FromIncomingContext(ctx)
-	asserted := md.Get(mdRole)
-
-	if len(asserted) == 0 {
-		return certRoles, nil
-	}
-
-	if !certRoles.Includes(role.Impersonator) {
-		return role.Zero, status.Errorf(codes.PermissionDenied, "asserting roles in %q metadata requires role %s", mdRole, role.Impersonator)
-	}
-
-	roles, _ := role.Parse(asserted)
-
-	return roles, nil
 }
 
 // targets reads the routing metadata: nil for a local call; one target with many=false for

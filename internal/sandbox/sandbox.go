@@ -98,19 +98,22 @@ func handledRights(abi int) uint64 {
 // forking thread stays with the child until it exits: Pdeathsig is tied to that thread.
 // Without Landlock it returns ErrUnsupported and starts nothing.
 func Start(cmd *exec.Cmd, p Policy) (<-chan error, error) {
-	abi := ABI()
-	if abi == 0 {
-		return nil, ErrUnsupported
-	}
+	return StartOnThread(cmd, func() error { return RestrictThread(p) })
+}
 
+// StartOnThread starts cmd from a goroutine locked to a fresh OS thread that prepare sets up
+// first (the child inherits the thread's confinement and scheduling settings), and returns
+// the channel that receives cmd.Wait's result. The thread stays with the child until it
+// exits (Pdeathsig is tied to it) and is thrown away afterwards.
+func StartOnThread(cmd *exec.Cmd, prepare func() error) (<-chan error, error) {
 	started := make(chan error, 1)
 	exited := make(chan error, 1)
 
 	go func() {
-		// Never unlocked: when this goroutine returns, the restricted thread ends with it.
+		// Never unlocked: when this goroutine returns, the prepared thread ends with it.
 		runtime.LockOSThread()
 
-		if err := restrictThread(p, abi); err != nil {
+		if err := prepare(); err != nil {
 			started <- err
 
 			return
@@ -132,6 +135,17 @@ func Start(cmd *exec.Cmd, p Policy) (<-chan error, error) {
 	}
 
 	return exited, nil
+}
+
+// RestrictThread confines the calling OS thread, which must be locked, and what it starts to
+// p. Without Landlock it returns ErrUnsupported.
+func RestrictThread(p Policy) error {
+	abi := ABI()
+	if abi == 0 {
+		return ErrUnsupported
+	}
+
+	return restrictThread(p, abi)
 }
 
 // restrictThread confines the calling OS thread (and what it starts) to p.

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
 )
 
 // relayEnv makes the test binary a bare byte relay: it accepts on one unix socket and copies
@@ -116,6 +118,11 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 	order := []string{"direct", "relay", "apid"}
 	ctx := context.Background()
 
+	apidPID, err := testutil.FindProcess("apid", cl.addrs[0]+":50000")
+	if err != nil {
+		b.Fatal(err)
+	}
+
 	call := func(c machine.MachineServiceClient) time.Duration {
 		start := time.Now()
 
@@ -124,6 +131,29 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 		}
 
 		return time.Since(start)
+	}
+
+	// apid's own cost: CPU and context switches of its threads, read around each apid call.
+	var apidSched testutil.Sched
+
+	measured := func(c machine.MachineServiceClient) time.Duration {
+		before, err := testutil.ProcessSched(apidPID)
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		d := call(c)
+
+		after, err := testutil.ProcessSched(apidPID)
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		delta := after.Sub(before)
+		apidSched.CPU += delta.CPU
+		apidSched.Slices += delta.Slices
+
+		return d
 	}
 
 	for range 100 {
@@ -136,7 +166,11 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 
 	for b.Loop() {
 		for _, k := range order {
-			samples[k] = append(samples[k], call(clients[k]))
+			if k == "apid" {
+				samples[k] = append(samples[k], measured(clients[k]))
+			} else {
+				samples[k] = append(samples[k], call(clients[k]))
+			}
 		}
 	}
 
@@ -151,4 +185,8 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 
 	b.ReportMetric(float64(med["relay"])/float64(med["direct"]), "relay/direct")
 	b.ReportMetric(float64(med["apid"])/float64(med["direct"]), "apid/direct")
+
+	n := float64(len(samples["apid"]))
+	b.ReportMetric(float64(apidSched.CPU.Microseconds())/n, "apid-cpu-µs/call")
+	b.ReportMetric(float64(apidSched.Slices)/n, "apid-switches/call")
 }
