@@ -243,6 +243,7 @@ type peer struct {
 	sendConn int64 // connection window towards this peer
 	initWin  int64 // this peer's initial stream window for what we send
 	credit   int64 // connection-level bytes received from this peer and not yet credited
+	recvConn int64 // connection window this peer may still send into
 }
 
 type hpackSink struct{ p *peer }
@@ -254,7 +255,7 @@ func (h hpackSink) Write(b []byte) (int, error) {
 }
 
 func newPeer(c net.Conn) *peer {
-	p := &peer{conn: c, maxFrame: defaultMaxFrame, sendConn: defaultWindow, initWin: defaultWindow}
+	p := &peer{conn: c, maxFrame: defaultMaxFrame, sendConn: defaultWindow, initWin: defaultWindow, recvConn: defaultWindow}
 	p.bw = bufio.NewWriterSize(c, 32<<10)
 	p.fw = http2.NewFramer(p.bw, nil)
 	p.enc = hpack.NewEncoder(hpackSink{p})

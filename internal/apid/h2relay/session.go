@@ -139,6 +139,7 @@ func (ss *session) writeSettings(p *peer, extra ...http2.Setting) {
 
 	if w > defaultWindow {
 		p.check(p.fw.WriteWindowUpdate(0, w-defaultWindow))
+		p.recvConn = int64(w)
 	}
 }
 
@@ -294,6 +295,15 @@ func (ss *session) upstream(i int) (*upstream, error) {
 func (ss *session) clientFrame(f http2.Frame) {
 	switch f := f.(type) {
 	case *http2.DataFrame:
+		// What a client sends past its window would be queued without bound: end it.
+		if ss.client.recvConn -= int64(f.Length); ss.client.recvConn < 0 {
+			ss.client.check(ss.client.fw.WriteGoAway(ss.lastID, http2.ErrCodeFlowControl, nil))
+			ss.client.check(ss.client.flush())
+			ss.closeLocked()
+
+			return
+		}
+
 		st := ss.streams[f.StreamID]
 		data := f.Data()
 		pad := int64(f.Length) - int64(len(data))
@@ -571,6 +581,7 @@ func (ss *session) creditClient(st *stream, n int64) {
 
 	if c.credit >= ss.thresh {
 		c.check(c.fw.WriteWindowUpdate(0, uint32(c.credit))) //nolint:gosec
+		c.recvConn += c.credit
 		c.credit = 0
 	}
 
