@@ -2,6 +2,11 @@
 // authorizes each call by the roles in the client certificate, and routes it to the local
 // machined, to one other node's apid, or to many nodes at once, merging their replies.
 //
+// The listener is a frame-level HTTP/2 relay (package h2relay) whose route (route.go) decides
+// each new stream's roles and destination from its headers: calls for this node go to
+// machined frame by frame; the rest go to the router, an in-process gRPC server (proxy.go)
+// reached over socket pairs, which trusts the roles the relay put in the metadata.
+//
 // apid reads only its certificate folder (package certs: ca.crt, server.crt/key,
 // client.crt/key, reloaded when they change) and reaches machined only through its socket.
 // Before a node has a config, machined runs ServeMaintenance on the same port instead.
