@@ -31,7 +31,7 @@ func (s *Server) route(state *tls.ConnectionState, header []hpack.HeaderField) h
 	var (
 		method   string
 		asserted []string
-		md       = metadata.MD{}
+		md       metadata.MD // routing keys only; nil for most calls
 	)
 
 	for _, f := range header {
@@ -41,6 +41,10 @@ func (s *Server) route(state *tls.ConnectionState, header []hpack.HeaderField) h
 		case mdRole:
 			asserted = append(asserted, f.Value)
 		case mdNode, mdNodes:
+			if md == nil {
+				md = metadata.MD{}
+			}
+
 			md[f.Name] = append(md[f.Name], f.Value)
 		}
 	}

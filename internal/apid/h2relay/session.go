@@ -31,6 +31,10 @@ type stream struct {
 	up      *upstream
 
 	toBackend, toClient []item
+	// A unary call's frames (request headers and data; response headers, data and trailers)
+	// queue in these without allocating.
+	backendBuf [2]item
+	clientBuf  [3]item
 
 	upWin   int64 // stream window towards the backend
 	sendWin int64 // stream window towards the client
@@ -239,6 +243,7 @@ func (ss *session) clientHeaders(f *http2.MetaHeadersFrame) {
 		sendWin:    ss.client.initWin,
 		reqEndSeen: f.StreamEnded(),
 	}
+	st.toBackend, st.toClient = st.backendBuf[:0], st.clientBuf[:0]
 	up.nextID += 2
 	ss.streams[id] = st
 	up.streams[st.bid] = st
@@ -524,6 +529,10 @@ func (ss *session) pumpToBackend(st *stream) {
 		}
 
 		st.toBackend = st.toBackend[1:]
+
+		if len(st.toBackend) == 0 {
+			st.toBackend = st.backendBuf[:0]
+		}
 	}
 
 	ss.maybeDone(st)
@@ -564,6 +573,10 @@ func (ss *session) pumpToClient(st *stream) {
 		}
 
 		st.toClient = st.toClient[1:]
+
+		if len(st.toClient) == 0 {
+			st.toClient = st.clientBuf[:0]
+		}
 	}
 
 	ss.maybeDone(st)
