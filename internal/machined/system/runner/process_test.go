@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/sandbox"
 )
 
 func TestProcessOutputAndExitCode(t *testing.T) {
@@ -63,5 +64,26 @@ func TestProcessKilledAfterTimeout(t *testing.T) {
 	}
 	if time.Since(start) < 100*time.Millisecond {
 		t.Fatal("SIGKILL came before the graceful timeout")
+	}
+}
+
+// TimerSlack reaches the child (and every thread it starts), confined or not.
+func TestProcessTimerSlack(t *testing.T) {
+	for _, sandboxed := range []bool{false, true} {
+		var out testutil.SyncBuffer
+
+		p := &Process{Args: []string{"/bin/cat", "/proc/self/timerslack_ns"}, Output: &out, TimerSlack: 3 * time.Millisecond}
+		if sandboxed {
+			policy := sandbox.System.Merge(sandbox.Policy{Exec: []string{"/bin", "/usr/bin"}})
+			p.Sandbox = &policy
+		}
+
+		if err := p.Run(context.Background()); err != nil {
+			t.Fatalf("sandboxed=%v: %v (output %q)", sandboxed, err, out.String())
+		}
+
+		if got := strings.TrimSpace(out.String()); !strings.HasSuffix(got, "3000000") {
+			t.Fatalf("sandboxed=%v: child's timer slack %q, want 3000000", sandboxed, got)
+		}
 	}
 }
