@@ -271,19 +271,16 @@ func TestLargeMessagesAndConcurrentStreams(t *testing.T) {
 	}
 }
 
-// A reader slower than the backend still gets every message in order.
-func TestSlowReaderServerStream(t *testing.T) {
-	b := startBackend(t)
-	_, addr := startRelay(t, toFirst, 64<<10, b.sock)
-	c := client(t, addr)
-	ctx := ctxT(t)
+// download opens /t/Download for n messages.
+func download(t *testing.T, ctx context.Context, c *grpc.ClientConn, n byte) grpc.ClientStream {
+	t.Helper()
 
 	s, err := c.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/t/Download")
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	req := []byte{12}
+	req := []byte{n}
 	if err = s.SendMsg(&req); err != nil {
 		t.Fatal(err)
 	}
@@ -291,6 +288,20 @@ func TestSlowReaderServerStream(t *testing.T) {
 	if err = s.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
+
+	return s
+}
+
+// A reader slower than the backend still gets every message in order.
+func TestSlowReaderServerStream(t *testing.T) {
+	b := startBackend(t)
+	_, addr := startRelay(t, toFirst, 64<<10, b.sock)
+	c := client(t, addr)
+	ctx := ctxT(t)
+
+	s := download(t, ctx, c, 12)
+
+	var err error
 
 	for i := 0; ; i++ {
 		var m []byte
@@ -479,19 +490,9 @@ func TestStopDrains(t *testing.T) {
 	c := client(t, addr)
 	ctx := ctxT(t)
 
-	st, err := c.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/t/Download")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := download(t, ctx, c, 3)
 
-	req := []byte{3}
-	if err = st.SendMsg(&req); err != nil {
-		t.Fatal(err)
-	}
-
-	if err = st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
+	var err error
 
 	var first []byte
 	if err = st.RecvMsg(&first); err != nil {

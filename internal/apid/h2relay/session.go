@@ -25,25 +25,36 @@ type item struct {
 	end    bool
 }
 
+// half is one direction of a stream: the request (client to backend) or the response.
+type half struct {
+	queue   []item // frames waiting for the receiving side's window
+	win     int64  // the receiving side's stream window
+	endSeen bool   // END_STREAM received from the sending side
+	done    bool   // END_STREAM sent on
+	credit  int64  // stream-level bytes to credit back to the sending side
+}
+
 // stream is one call: id on the client connection, bid on its backend connection.
 type stream struct {
-	id, bid uint32
-	up      *upstream
+	id, bid     uint32
+	up          *upstream
+	req, resp   half
+	headersSent bool // response headers queued for the client
 
-	toBackend, toClient []item
 	// A unary call's frames (request headers and data; response headers, data and trailers)
 	// queue in these without allocating.
-	backendBuf [2]item
-	clientBuf  [3]item
+	reqBuf  [2]item
+	respBuf [3]item
+}
 
-	upWin   int64 // stream window towards the backend
-	sendWin int64 // stream window towards the client
+// ends returns a direction's sending and receiving connections, the stream's id on each, and
+// its queue's own storage.
+func (ss *session) ends(st *stream, h *half) (src, dst *peer, srcID, dstID uint32, buf []item) {
+	if h == &st.req {
+		return ss.client, st.up.peer, st.id, st.bid, st.reqBuf[:0]
+	}
 
-	reqEndSeen, respEndSeen bool // END_STREAM received from the client / the backend
-	reqDone, respDone       bool // END_STREAM sent on to the backend / the client
-	headersSent             bool // response headers queued for the client
-
-	reqCredit, respCredit int64 // stream-level bytes to credit back to the client / backend
+	return st.up.peer, ss.client, st.bid, st.id, st.respBuf[:0]
 }
 
 // upstream is one backend connection of a session.
@@ -175,10 +186,8 @@ func (ss *session) clientHeaders(f *http2.MetaHeadersFrame) {
 	ss.mu.Lock()
 
 	if st, ok := ss.streams[id]; ok {
-		if !st.reqEndSeen {
-			st.reqEndSeen = f.StreamEnded()
-			st.toBackend = append(st.toBackend, item{header: f.Fields, isHdr: true, end: f.StreamEnded()})
-			ss.pumpToBackend(st)
+		if !st.req.endSeen {
+			ss.push(st, &st.req, item{header: f.Fields, isHdr: true, end: f.StreamEnded()})
 		}
 
 		ss.mu.Unlock()
@@ -223,7 +232,7 @@ func (ss *session) clientHeaders(f *http2.MetaHeadersFrame) {
 
 	if d.Code != 0 || up.dead {
 		if d.Code == 0 {
-			d.Code, d.Message = 14, "backend connection lost"
+			d.Code, d.Message = 14, "apid lost its connection to the backend before the call started; retry it"
 		}
 
 		ss.client.check(ss.client.writeHeaders(id, statusFields(true, d.Code, d.Message), true))
@@ -235,21 +244,14 @@ func (ss *session) clientHeaders(f *http2.MetaHeadersFrame) {
 		return
 	}
 
-	st := &stream{
-		id:         id,
-		bid:        up.nextID,
-		up:         up,
-		upWin:      up.initWin,
-		sendWin:    ss.client.initWin,
-		reqEndSeen: f.StreamEnded(),
-	}
-	st.toBackend, st.toClient = st.backendBuf[:0], st.clientBuf[:0]
+	st := &stream{id: id, bid: up.nextID, up: up}
+	st.req.win, st.resp.win = up.initWin, ss.client.initWin
+	st.req.queue, st.resp.queue = st.reqBuf[:0], st.respBuf[:0]
 	up.nextID += 2
 	ss.streams[id] = st
 	up.streams[st.bid] = st
 
-	st.toBackend = append(st.toBackend, item{header: d.Header, isHdr: true, end: f.StreamEnded()})
-	ss.pumpToBackend(st)
+	ss.push(st, &st.req, item{header: d.Header, isHdr: true, end: f.StreamEnded()})
 }
 
 // upstream returns the session's live connection to backend i, dialing it when needed.
@@ -310,23 +312,14 @@ func (ss *session) clientFrame(f http2.Frame) {
 		}
 
 		st := ss.streams[f.StreamID]
-		data := f.Data()
-		pad := int64(f.Length) - int64(len(data))
-
-		if st == nil || st.reqEndSeen || st.reqDone {
-			ss.creditClient(nil, int64(f.Length))
+		if st == nil || st.req.endSeen || st.req.done {
+			ss.credit(ss.client, 0, nil, int64(f.Length))
 
 			return
 		}
 
-		ss.creditClient(st, pad)
-		st.reqEndSeen = f.StreamEnded()
-		st.toBackend = append(st.toBackend, item{data: data, end: f.StreamEnded()})
-		ss.pumpToBackend(st)
-
-		if n := len(st.toBackend); n > 0 && !st.toBackend[n-1].isHdr {
-			st.toBackend[n-1].data = bytes.Clone(st.toBackend[n-1].data) // the framer reuses its buffer
-		}
+		ss.credit(ss.client, st.id, &st.req, int64(f.Length)-int64(len(f.Data()))) // padding
+		ss.push(st, &st.req, item{data: f.Data(), end: f.StreamEnded()})
 	case *http2.RSTStreamFrame:
 		ss.resetFromClient(f.StreamID, f.ErrCode)
 	case *http2.WindowUpdateFrame:
@@ -334,11 +327,11 @@ func (ss *session) clientFrame(f http2.Frame) {
 			ss.client.sendConn += int64(f.Increment)
 
 			for _, st := range ss.streams {
-				ss.pumpToClient(st)
+				ss.pump(st, &st.resp)
 			}
 		} else if st := ss.streams[f.StreamID]; st != nil {
-			st.sendWin += int64(f.Increment)
-			ss.pumpToClient(st)
+			st.resp.win += int64(f.Increment)
+			ss.pump(st, &st.resp)
 		}
 	case *http2.SettingsFrame:
 		if f.IsAck() {
@@ -347,13 +340,13 @@ func (ss *session) clientFrame(f http2.Frame) {
 
 		ss.applySettings(ss.client, f, func(delta int64) {
 			for _, st := range ss.streams {
-				st.sendWin += delta
+				st.resp.win += delta
 			}
 		})
 		ss.client.check(ss.client.fw.WriteSettingsAck())
 
 		for _, st := range ss.streams {
-			ss.pumpToClient(st)
+			ss.pump(st, &st.resp)
 		}
 	case *http2.PingFrame:
 		if !f.IsAck() {
@@ -421,32 +414,22 @@ func (ss *session) backendFrame(up *upstream, f http2.Frame) {
 	switch f := f.(type) {
 	case *http2.MetaHeadersFrame:
 		st := up.streams[f.StreamID]
-		if st == nil || st.respEndSeen {
+		if st == nil || st.resp.endSeen {
 			return
 		}
 
-		st.respEndSeen = f.StreamEnded()
 		st.headersSent = true
-		st.toClient = append(st.toClient, item{header: f.Fields, isHdr: true, end: f.StreamEnded()})
-		ss.pumpToClient(st)
+		ss.push(st, &st.resp, item{header: f.Fields, isHdr: true, end: f.StreamEnded()})
 	case *http2.DataFrame:
 		st := up.streams[f.StreamID]
-		data := f.Data()
-
-		if st == nil || st.respEndSeen {
-			ss.creditBackend(up, nil, int64(f.Length))
+		if st == nil || st.resp.endSeen {
+			ss.credit(up.peer, 0, nil, int64(f.Length))
 
 			return
 		}
 
-		ss.creditBackend(up, st, int64(f.Length)-int64(len(data)))
-		st.respEndSeen = f.StreamEnded()
-		st.toClient = append(st.toClient, item{data: data, end: f.StreamEnded()})
-		ss.pumpToClient(st)
-
-		if n := len(st.toClient); n > 0 && !st.toClient[n-1].isHdr {
-			st.toClient[n-1].data = bytes.Clone(st.toClient[n-1].data)
-		}
+		ss.credit(up.peer, st.bid, &st.resp, int64(f.Length)-int64(len(f.Data()))) // padding
+		ss.push(st, &st.resp, item{data: f.Data(), end: f.StreamEnded()})
 	case *http2.RSTStreamFrame:
 		ss.resetFromBackend(up, f.StreamID, f.ErrCode)
 	case *http2.WindowUpdateFrame:
@@ -454,11 +437,11 @@ func (ss *session) backendFrame(up *upstream, f http2.Frame) {
 			up.sendConn += int64(f.Increment)
 
 			for _, st := range up.streams {
-				ss.pumpToBackend(st)
+				ss.pump(st, &st.req)
 			}
 		} else if st := up.streams[f.StreamID]; st != nil {
-			st.upWin += int64(f.Increment)
-			ss.pumpToBackend(st)
+			st.req.win += int64(f.Increment)
+			ss.pump(st, &st.req)
 		}
 	case *http2.SettingsFrame:
 		if f.IsAck() {
@@ -467,13 +450,13 @@ func (ss *session) backendFrame(up *upstream, f http2.Frame) {
 
 		ss.applySettings(up.peer, f, func(delta int64) {
 			for _, st := range up.streams {
-				st.upWin += delta
+				st.req.win += delta
 			}
 		})
 		up.check(up.fw.WriteSettingsAck())
 
 		for _, st := range up.streams {
-			ss.pumpToBackend(st)
+			ss.pump(st, &st.req)
 		}
 	case *http2.PingFrame:
 		if !f.IsAck() {
@@ -494,17 +477,30 @@ func (ss *session) backendFrame(up *upstream, f http2.Frame) {
 	}
 }
 
-// pumpToBackend sends a stream's queued request frames as far as the backend's windows allow.
-func (ss *session) pumpToBackend(st *stream) {
-	up := st.up
+// push queues one frame of a direction and sends what the windows allow. Data still queued
+// afterwards is copied out of the framer's buffer, which the next read reuses.
+func (ss *session) push(st *stream, h *half, it item) {
+	h.endSeen = h.endSeen || it.end
+	h.queue = append(h.queue, it)
+	ss.pump(st, h)
 
-	for len(st.toBackend) > 0 && !up.dead {
-		it := &st.toBackend[0]
+	if n := len(h.queue); n > 0 && !h.queue[n-1].isHdr {
+		h.queue[n-1].data = bytes.Clone(h.queue[n-1].data)
+	}
+}
+
+// pump sends a direction's queued frames as far as the receiving side's windows allow, and
+// credits what it sent back to the sending side.
+func (ss *session) pump(st *stream, h *half) {
+	src, dst, srcID, dstID, buf := ss.ends(st, h)
+
+	for len(h.queue) > 0 && !dst.dead {
+		it := &h.queue[0]
 
 		if it.isHdr {
-			up.check(up.writeHeaders(st.bid, it.header, it.end))
+			dst.check(dst.writeHeaders(dstID, it.header, it.end))
 		} else {
-			n := min(int64(len(it.data)), up.sendConn, st.upWin, int64(up.maxFrame))
+			n := min(int64(len(it.data)), dst.sendConn, h.win, int64(dst.maxFrame))
 			if n <= 0 && len(it.data) > 0 {
 				break
 			}
@@ -512,10 +508,10 @@ func (ss *session) pumpToBackend(st *stream) {
 			n = max(n, 0)
 			last := n == int64(len(it.data))
 
-			up.check(up.fw.WriteData(st.bid, it.end && last, it.data[:n]))
-			up.sendConn -= n
-			st.upWin -= n
-			ss.creditClient(st, n)
+			dst.check(dst.fw.WriteData(dstID, it.end && last, it.data[:n]))
+			dst.sendConn -= n
+			h.win -= n
+			ss.credit(src, srcID, h, n)
 
 			if !last {
 				it.data = it.data[n:]
@@ -525,108 +521,38 @@ func (ss *session) pumpToBackend(st *stream) {
 		}
 
 		if it.end {
-			st.reqDone = true
+			h.done = true
 		}
 
-		st.toBackend = st.toBackend[1:]
-
-		if len(st.toBackend) == 0 {
-			st.toBackend = st.backendBuf[:0]
+		if h.queue = h.queue[1:]; len(h.queue) == 0 {
+			h.queue = buf
 		}
 	}
 
 	ss.maybeDone(st)
 }
 
-// pumpToClient sends a stream's queued response frames as far as the client's windows allow.
-func (ss *session) pumpToClient(st *stream) {
-	c := ss.client
-
-	for len(st.toClient) > 0 && !c.dead {
-		it := &st.toClient[0]
-
-		if it.isHdr {
-			c.check(c.writeHeaders(st.id, it.header, it.end))
-		} else {
-			n := min(int64(len(it.data)), c.sendConn, st.sendWin, int64(c.maxFrame))
-			if n <= 0 && len(it.data) > 0 {
-				break
-			}
-
-			n = max(n, 0)
-			last := n == int64(len(it.data))
-
-			c.check(c.fw.WriteData(st.id, it.end && last, it.data[:n]))
-			c.sendConn -= n
-			st.sendWin -= n
-			ss.creditBackend(st.up, st, n)
-
-			if !last {
-				it.data = it.data[n:]
-
-				continue
-			}
-		}
-
-		if it.end {
-			st.respDone = true
-		}
-
-		st.toClient = st.toClient[1:]
-
-		if len(st.toClient) == 0 {
-			st.toClient = st.clientBuf[:0]
-		}
-	}
-
-	ss.maybeDone(st)
-}
-
-// creditClient returns n received bytes to the client's windows (st nil: connection only),
-// in updates of at least a quarter window.
-func (ss *session) creditClient(st *stream, n int64) {
-	if n <= 0 {
+// credit returns n bytes received from src to its windows (h nil: the connection's only), in
+// updates of at least a quarter window.
+func (ss *session) credit(src *peer, id uint32, h *half, n int64) {
+	if n <= 0 || src.dead {
 		return
 	}
 
-	c := ss.client
-	c.credit += n
+	src.credit += n
 
-	if c.credit >= ss.thresh {
-		c.check(c.fw.WriteWindowUpdate(0, uint32(c.credit))) //nolint:gosec
-		c.recvConn += c.credit
-		c.credit = 0
+	if src.credit >= ss.thresh {
+		src.check(src.fw.WriteWindowUpdate(0, uint32(src.credit))) //nolint:gosec
+		src.recvConn += src.credit
+		src.credit = 0
 	}
 
-	if st != nil && !st.reqEndSeen {
-		st.reqCredit += n
+	if h != nil && !h.endSeen {
+		h.credit += n
 
-		if st.reqCredit >= ss.thresh {
-			c.check(c.fw.WriteWindowUpdate(st.id, uint32(st.reqCredit))) //nolint:gosec
-			st.reqCredit = 0
-		}
-	}
-}
-
-// creditBackend returns n received bytes to a backend's windows.
-func (ss *session) creditBackend(up *upstream, st *stream, n int64) {
-	if n <= 0 || up.dead {
-		return
-	}
-
-	up.credit += n
-
-	if up.credit >= ss.thresh {
-		up.check(up.fw.WriteWindowUpdate(0, uint32(up.credit))) //nolint:gosec
-		up.credit = 0
-	}
-
-	if st != nil && !st.respEndSeen {
-		st.respCredit += n
-
-		if st.respCredit >= ss.thresh {
-			up.check(up.fw.WriteWindowUpdate(st.bid, uint32(st.respCredit))) //nolint:gosec
-			st.respCredit = 0
+		if h.credit >= ss.thresh {
+			src.check(src.fw.WriteWindowUpdate(id, uint32(h.credit))) //nolint:gosec
+			h.credit = 0
 		}
 	}
 }
@@ -634,11 +560,11 @@ func (ss *session) creditBackend(up *upstream, st *stream, n int64) {
 // maybeDone forgets a stream both sides have finished. A reply that ended while the client
 // was still sending ends the call: the client's stream is reset with NO_ERROR, as gRPC does.
 func (ss *session) maybeDone(st *stream) {
-	if !st.respDone {
+	if !st.resp.done {
 		return
 	}
 
-	if !st.reqDone {
+	if !st.req.done {
 		if !st.up.dead && st.up.streams[st.bid] == st {
 			return // the backend resets its side itself
 		}
@@ -651,15 +577,8 @@ func (ss *session) maybeDone(st *stream) {
 
 // forget drops a stream, crediting back every byte still queued for either side.
 func (ss *session) forget(st *stream) {
-	for _, it := range st.toBackend {
-		ss.creditClient(nil, int64(len(it.data)))
-	}
-
-	for _, it := range st.toClient {
-		ss.creditBackend(st.up, nil, int64(len(it.data)))
-	}
-
-	st.toBackend, st.toClient = nil, nil
+	ss.drop(st, &st.req)
+	ss.drop(st, &st.resp)
 
 	delete(ss.streams, st.id)
 
@@ -671,6 +590,17 @@ func (ss *session) forget(st *stream) {
 		ss.flushAll()
 		ss.closeLocked()
 	}
+}
+
+// drop discards a direction's queue, crediting its bytes back to the sending connection.
+func (ss *session) drop(st *stream, h *half) {
+	src, _, _, _, _ := ss.ends(st, h)
+
+	for _, it := range h.queue {
+		ss.credit(src, 0, nil, int64(len(it.data)))
+	}
+
+	h.queue = nil
 }
 
 func (ss *session) resetFromClient(id uint32, code http2.ErrCode) {
@@ -707,20 +637,16 @@ func (ss *session) failUpstream(up *upstream) {
 	}
 
 	for _, st := range up.streams {
-		for _, it := range st.toBackend {
-			ss.creditClient(nil, int64(len(it.data)))
-		}
-
-		st.toBackend = nil
-		st.reqDone = true
-
-		if !st.respEndSeen {
-			st.respEndSeen = true
-			st.toClient = append(st.toClient, item{header: statusFields(!st.headersSent, 14, "backend connection lost"), isHdr: true, end: true})
-		}
+		ss.drop(st, &st.req)
+		st.req.done = true
 
 		delete(up.streams, st.bid)
-		ss.pumpToClient(st)
+
+		if !st.resp.endSeen {
+			ss.push(st, &st.resp, item{header: statusFields(!st.headersSent, 14, "apid lost its connection to the backend during the call; retry it"), isHdr: true, end: true})
+		} else {
+			ss.pump(st, &st.resp)
+		}
 	}
 }
 

@@ -57,33 +57,31 @@ func (p *Process) start(cmd *exec.Cmd) (<-chan error, error) {
 	}
 
 	confine := p.Sandbox != nil
-
-	for {
-		exited, err := sandbox.StartOnThread(cmd, func() error {
-			if p.TimerSlack > 0 {
-				if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(p.TimerSlack.Nanoseconds()), 0, 0, 0); err != nil {
-					return fmt.Errorf("setting timer slack: %w", err)
-				}
+	prepare := func() error {
+		if p.TimerSlack > 0 {
+			if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(p.TimerSlack.Nanoseconds()), 0, 0, 0); err != nil {
+				return fmt.Errorf("setting timer slack: %w", err)
 			}
-
-			if confine {
-				return sandbox.RestrictThread(*p.Sandbox)
-			}
-
-			return nil
-		})
-		if confine && errors.Is(err, sandbox.ErrUnsupported) {
-			if p.Output != nil {
-				fmt.Fprintf(p.Output, "sandbox: %v: %s runs unconfined\n", err, p.Args[0])
-			}
-
-			confine = false
-
-			continue
 		}
 
-		return exited, err
+		if confine {
+			return sandbox.RestrictThread(*p.Sandbox)
+		}
+
+		return nil
 	}
+
+	exited, err := sandbox.StartOnThread(cmd, prepare)
+	if confine && errors.Is(err, sandbox.ErrUnsupported) {
+		if p.Output != nil {
+			fmt.Fprintf(p.Output, "sandbox: %v: %s runs unconfined\n", err, p.Args[0])
+		}
+
+		confine = false
+		exited, err = sandbox.StartOnThread(cmd, prepare)
+	}
+
+	return exited, err
 }
 
 // Run starts the process and waits for it. When ctx ends, the process group gets SIGTERM and,
