@@ -13,8 +13,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configdiff"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/machined/errkind"
 )
 
 // DefaultTryTimeout is how long a config applied in try mode lasts before it is reverted.
@@ -160,7 +160,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 
 	if old == nil { // maintenance mode: the config completes the boot
 		if mode == machine.ApplyConfigurationRequest_TRY {
-			return "", mode, status.Error(codes.InvalidArgument, "try mode needs a running node: apply the config with --mode=auto in maintenance mode")
+			return "", mode, errkind.New(errkind.Invalid, "try mode needs a running node: apply the config with --mode=auto in maintenance mode")
 		}
 
 		if req.DryRun {
@@ -168,11 +168,11 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 		}
 
 		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
-			return "", mode, status.Errorf(codes.Internal, "saving config: %v", err)
+			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
 		}
 
 		if err := n.activate(ctx, cfg); err != nil {
-			return "", mode, status.Errorf(codes.Internal, "%v", err)
+			return "", mode, errkind.Wrap(errkind.Internal, err)
 		}
 
 		n.readyOnce.Do(func() { close(n.configReady) })
@@ -192,7 +192,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 	if req.DryRun {
 		diff, err := configdiff.DiffToString(old, cfg)
 		if err != nil {
-			return "", mode, status.Errorf(codes.Internal, "computing diff: %v", err)
+			return "", mode, errkind.Errorf(errkind.Internal, "computing diff: %w", err)
 		}
 
 		if diff == "" {
@@ -203,7 +203,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 	}
 
 	if (mode == machine.ApplyConfigurationRequest_NO_REBOOT || mode == machine.ApplyConfigurationRequest_TRY) && len(rebootFor) > 0 {
-		return "", mode, status.Errorf(codes.FailedPrecondition,
+		return "", mode, errkind.Errorf(errkind.Precondition,
 			"changes to %v cannot be applied without a reboot: use --mode=reboot or --mode=staged", rebootFor)
 	}
 
@@ -216,7 +216,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 	switch mode {
 	case machine.ApplyConfigurationRequest_STAGED:
 		if err := writeFileAtomic(n.r.Paths.StagedConfig(), raw); err != nil {
-			return "", mode, status.Errorf(codes.Internal, "staging config: %v", err)
+			return "", mode, errkind.Errorf(errkind.Internal, "staging config: %w", err)
 		}
 
 		return "Staged configuration to be applied after the next reboot", mode, nil
@@ -227,7 +227,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 		}
 
 		if err := n.activate(ctx, cfg); err != nil {
-			return "", mode, status.Errorf(codes.Internal, "%v", err)
+			return "", mode, errkind.Wrap(errkind.Internal, err)
 		}
 
 		// The timer knows itself: a revert that fired while a newer apply held the lock finds
@@ -239,31 +239,31 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 		return fmt.Sprintf("Applied configuration in try mode: it is reverted in %s unless applied again in another mode", timeout), mode, nil
 	case machine.ApplyConfigurationRequest_NO_REBOOT:
 		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
-			return "", mode, status.Errorf(codes.Internal, "saving config: %v", err)
+			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
 		}
 
 		os.Remove(n.r.Paths.StagedConfig()) //nolint:errcheck
 
 		if err := n.activate(ctx, cfg); err != nil {
-			return "", mode, status.Errorf(codes.Internal, "%v", err)
+			return "", mode, errkind.Wrap(errkind.Internal, err)
 		}
 
 		return "Applied configuration without a reboot", mode, nil
 	case machine.ApplyConfigurationRequest_REBOOT:
 		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
-			return "", mode, status.Errorf(codes.Internal, "saving config: %v", err)
+			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
 		}
 
 		os.Remove(n.r.Paths.StagedConfig()) //nolint:errcheck
 
 		if err := n.Reboot(""); err != nil {
-			return "", mode, status.Errorf(codes.FailedPrecondition, "%v", err)
+			return "", mode, errkind.Wrap(errkind.Precondition, err)
 		}
 
 		return "Applied configuration with a reboot", mode, nil
 	}
 
-	return "", mode, status.Errorf(codes.InvalidArgument, "unknown apply mode %v", req.Mode)
+	return "", mode, errkind.Errorf(errkind.Invalid, "unknown apply mode %v", req.Mode)
 }
 
 func (n *node) cancelTry() {

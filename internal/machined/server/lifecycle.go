@@ -24,7 +24,7 @@ func (s *Machine) ApplyConfiguration(ctx context.Context, req *machine.ApplyConf
 
 	details, mode, err := s.Lifecycle.ApplyConfig(ctx, cfg, req.Data, req)
 	if err != nil {
-		return nil, err
+		return nil, apiError(err)
 	}
 
 	return &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{

@@ -29,7 +29,8 @@ import (
 // Lifecycle is what the API asks of the running machined: config changes and power actions.
 type Lifecycle interface {
 	// ApplyConfig validates and applies a config in the given mode and returns warnings and
-	// a description of what happened (or would happen, for a dry run).
+	// a description of what happened (or would happen, for a dry run). Its errors say their
+	// kind (internal/machined/errkind).
 	ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte, req *machine.ApplyConfigurationRequest) (modeDetails string, mode machine.ApplyConfigurationRequest_Mode, err error)
 	Reboot(actorID string) error
 	Shutdown(actorID string) error

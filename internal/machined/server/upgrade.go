@@ -9,7 +9,8 @@ import (
 )
 
 // Upgrades is what the API asks of machined for upgrades, rollbacks and resets
-// (internal/machined/upgrade.Manager). Errors carry gRPC codes.
+// (internal/machined/upgrade.Manager). Errors say their kind (internal/machined/errkind);
+// apiError turns them into gRPC statuses.
 type Upgrades interface {
 	// Upgrade verifies the image and starts the upgrade; it returns the acknowledgement.
 	Upgrade(ctx context.Context, req *machine.UpgradeRequest, actor string) (string, error)
@@ -31,7 +32,7 @@ func (s *Machine) Upgrade(ctx context.Context, req *machine.UpgradeRequest) (*ma
 
 	ack, err := s.Upgrades.Upgrade(ctx, req, actor)
 	if err != nil {
-		return nil, err
+		return nil, apiError(err)
 	}
 
 	return &machine.UpgradeResponse{Messages: []*machine.Upgrade{{Metadata: s.metadata(ctx), Ack: ack, ActorId: actor}}}, nil
@@ -44,7 +45,7 @@ func (s *Machine) Rollback(ctx context.Context, _ *machine.RollbackRequest) (*ma
 	}
 
 	if err := s.Upgrades.Rollback(ctx); err != nil {
-		return nil, err
+		return nil, apiError(err)
 	}
 
 	return &machine.RollbackResponse{Messages: []*machine.Rollback{{Metadata: s.metadata(ctx)}}}, nil
@@ -59,7 +60,7 @@ func (s *Machine) Reset(ctx context.Context, req *machine.ResetRequest) (*machin
 	actor := newActorID()
 
 	if err := s.Upgrades.Reset(ctx, req, actor); err != nil {
-		return nil, err
+		return nil, apiError(err)
 	}
 
 	return &machine.ResetResponse{Messages: []*machine.Reset{{Metadata: s.metadata(ctx), ActorId: actor}}}, nil

@@ -13,12 +13,11 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/etcd"
 	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/errkind"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/meta"
@@ -71,6 +70,13 @@ func (r *recorder) Leave(context.Context) error { r.add("leave"); return nil }
 func (r *recorder) MarkRejoining(context.Context, string) error { r.add("mark"); return nil }
 func (r *recorder) Rejoined(context.Context, string) error      { r.add("rejoined"); return nil }
 func (r *recorder) Rejoining(context.Context) ([]string, error) { return r.rejoining, nil }
+
+// kindOf is err's kind, 0 for none.
+func kindOf(err error) errkind.Kind {
+	k, _ := errkind.Of(err)
+
+	return k
+}
 
 type env struct {
 	m     *Manager
@@ -255,22 +261,22 @@ func TestUpgradeRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		req  *machine.UpgradeRequest
-		code codes.Code
+		kind errkind.Kind
 		want string
 	}{
-		{"relative", &machine.UpgradeRequest{Image: "img"}, codes.InvalidArgument, "absolute path"},
-		{"container ref", &machine.UpgradeRequest{Image: "ghcr.io/siderolabs/installer:v1.11.1"}, codes.InvalidArgument, "absolute path"},
-		{"stage without preserve on a control plane", &machine.UpgradeRequest{Image: e.image, Stage: true}, codes.InvalidArgument, "needs --preserve"},
-		{"powercycle", &machine.UpgradeRequest{Image: e.image, RebootMode: machine.UpgradeRequest_POWERCYCLE}, codes.InvalidArgument, "powercycle"},
+		{"relative", &machine.UpgradeRequest{Image: "img"}, errkind.Invalid, "absolute path"},
+		{"container ref", &machine.UpgradeRequest{Image: "ghcr.io/siderolabs/installer:v1.11.1"}, errkind.Invalid, "absolute path"},
+		{"stage without preserve on a control plane", &machine.UpgradeRequest{Image: e.image, Stage: true}, errkind.Invalid, "needs --preserve"},
+		{"powercycle", &machine.UpgradeRequest{Image: e.image, RebootMode: machine.UpgradeRequest_POWERCYCLE}, errkind.Invalid, "powercycle"},
 	} {
 		_, err := e.m.Upgrade(context.Background(), tc.req, "a")
-		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+		if kindOf(err) != tc.kind || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 	}
 
 	e.m.Slot = ""
-	if _, err := e.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: e.image}, "a"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "machined boot") {
+	if _, err := e.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: e.image}, "a"); kindOf(err) != errkind.Precondition || !strings.Contains(err.Error(), "machined boot") {
 		t.Fatalf("without boot stage: %v", err)
 	}
 
@@ -282,11 +288,11 @@ func TestUpgradeRefusals(t *testing.T) {
 func TestRollbackAndReset(t *testing.T) {
 	e := newEnv(t, false)
 
-	if err := e.m.Rollback(context.Background()); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "no previous version") {
+	if err := e.m.Rollback(context.Background()); kindOf(err) != errkind.Precondition || !strings.Contains(err.Error(), "no previous version") {
 		t.Fatalf("rollback without slot B: %v", err)
 	}
 
-	if err := e.m.Reset(context.Background(), &machine.ResetRequest{UserDisksToWipe: []string{"/dev/sdb"}}, "a"); status.Code(err) != codes.InvalidArgument {
+	if err := e.m.Reset(context.Background(), &machine.ResetRequest{UserDisksToWipe: []string{"/dev/sdb"}}, "a"); kindOf(err) != errkind.Invalid {
 		t.Fatalf("reset of user disks: %v", err)
 	}
 
@@ -333,7 +339,7 @@ func TestGracefulResetOfControlPlane(t *testing.T) {
 
 			err := e.m.Reset(context.Background(), &machine.ResetRequest{Graceful: true}, "a")
 			if tc.want != "" {
-				if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.want) {
+				if kindOf(err) != errkind.Precondition || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("want FailedPrecondition naming %q, got %v", tc.want, err)
 				}
 

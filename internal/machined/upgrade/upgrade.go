@@ -19,12 +19,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/etcd"
 	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/errkind"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/meta"
@@ -101,11 +100,11 @@ func (m *Manager) spawn(fn func(ctx context.Context)) {
 	}()
 }
 
-var errBusy = status.Error(codes.FailedPrecondition, "another upgrade, rollback or reset is in progress on this node: wait for it to finish")
+var errBusy = errkind.New(errkind.Precondition, "another upgrade, rollback or reset is in progress on this node: wait for it to finish")
 
 func (m *Manager) needSlots() error {
 	if m.Slot == "" {
-		return status.Error(codes.FailedPrecondition, "this node was not started through the boot stage, so it has no A/B slots: start it with `machined boot --state DIR ...`")
+		return errkind.New(errkind.Precondition, "this node was not started through the boot stage, so it has no A/B slots: start it with `machined boot --state DIR ...`")
 	}
 
 	return nil
@@ -177,17 +176,17 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 	}
 
 	if req.Image == "" || !filepath.IsAbs(req.Image) {
-		return "", status.Errorf(codes.InvalidArgument, "image %q: give the absolute path of a signed image file on the node's host (built with `make image VERSION=...`)", req.Image)
+		return "", errkind.Errorf(errkind.Invalid, "image %q: give the absolute path of a signed image file on the node's host (built with `make image VERSION=...`)", req.Image)
 	}
 
 	if req.RebootMode == machine.UpgradeRequest_POWERCYCLE && m.R.Platform == runtime.PlatformContainer {
-		return "", status.Error(codes.InvalidArgument, "powercycle needs real hardware: use the default reboot mode in container mode")
+		return "", errkind.New(errkind.Invalid, "powercycle needs real hardware: use the default reboot mode in container mode")
 	}
 
 	cp := m.Node.IsControlPlane()
 
 	if req.Stage && !req.Preserve && cp {
-		return "", status.Error(codes.InvalidArgument, "a staged upgrade of a control plane needs --preserve: etcd must be left before EPHEMERAL is wiped, which cannot wait for the next reboot; add --preserve or drop --stage")
+		return "", errkind.New(errkind.Invalid, "a staged upgrade of a control plane needs --preserve: etcd must be left before EPHEMERAL is wiped, which cannot wait for the next reboot; add --preserve or drop --stage")
 	}
 
 	if !m.busy.TryLock() {
@@ -203,24 +202,24 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 
 	keys, err := m.TrustedKeys()
 	if err != nil {
-		return "", status.Errorf(codes.FailedPrecondition, "%v", err)
+		return "", errkind.Wrap(errkind.Precondition, err)
 	}
 
 	target := bootloader.Other(m.Slot)
 	staging := filepath.Join(m.R.Paths.Boot(), ".staging-"+target)
 
 	if err = os.RemoveAll(staging); err != nil {
-		return "", status.Errorf(codes.Internal, "clearing %s: %v", staging, err)
+		return "", errkind.Errorf(errkind.Internal, "clearing %s: %w", staging, err)
 	}
 
 	man, err := imager.Extract(req.Image, keys, staging)
 	if err != nil {
-		code := codes.InvalidArgument
+		kind := errkind.Invalid
 		if errors.Is(err, os.ErrNotExist) {
-			code = codes.NotFound
+			kind = errkind.NotFound
 		}
 
-		return "", status.Errorf(code, "upgrade refused, nothing was changed: %v", err)
+		return "", errkind.Errorf(kind, "upgrade refused, nothing was changed: %w", err)
 	}
 
 	log := m.log().With(zap.String("actor", actor), zap.String("from", version.Tag), zap.String("to", man.Version), zap.String("slot", target))
@@ -486,7 +485,7 @@ func (m *Manager) Rollback(context.Context) error {
 	dir := bootloader.SlotDir(m.R.Paths.Boot(), other)
 
 	if !bootloader.SlotInstalled(m.R.Paths.Boot(), other) {
-		return status.Errorf(codes.FailedPrecondition, "no previous version to roll back to: slot %s is empty (the node has not been upgraded)", other)
+		return errkind.Errorf(errkind.Precondition, "no previous version to roll back to: slot %s is empty (the node has not been upgraded)", other)
 	}
 
 	prev := "unknown"
@@ -494,12 +493,12 @@ func (m *Manager) Rollback(context.Context) error {
 	if _, err := os.Stat(filepath.Join(dir, imager.ManifestName)); err == nil {
 		keys, err := m.TrustedKeys()
 		if err != nil {
-			return status.Errorf(codes.FailedPrecondition, "%v", err)
+			return errkind.Wrap(errkind.Precondition, err)
 		}
 
 		man, err := imager.VerifyDir(dir, keys)
 		if err != nil {
-			return status.Errorf(codes.FailedPrecondition, "rollback refused, nothing was changed: slot %s: %v", other, err)
+			return errkind.Errorf(errkind.Precondition, "rollback refused, nothing was changed: slot %s: %w", other, err)
 		}
 
 		prev = man.Version
@@ -512,7 +511,7 @@ func (m *Manager) Rollback(context.Context) error {
 
 	if err = store.Set(meta.ActiveSlot, other, meta.BootOnce, "", meta.TrialSlot, "", meta.WipeEphemeral, "",
 		meta.UpgradeFrom, version.Tag, meta.UpgradeTo, prev); err != nil {
-		return status.Errorf(codes.Internal, "rollback: %v", err)
+		return errkind.Errorf(errkind.Internal, "rollback: %w", err)
 	}
 
 	m.log().Info("rollback: slot is active again, rebooting", zap.String("slot", other), zap.String("version", prev))
@@ -529,14 +528,14 @@ var (
 // Reset validates the request synchronously, then wipes and reboots or shuts down.
 func (m *Manager) Reset(ctx context.Context, req *machine.ResetRequest, actor string) error {
 	if len(req.UserDisksToWipe) > 0 || req.Mode == machine.ResetRequest_USER_DISKS {
-		return status.Error(codes.InvalidArgument, "container mode has no user disks: reset only the system partitions (STATE, EPHEMERAL)")
+		return errkind.New(errkind.Invalid, "container mode has no user disks: reset only the system partitions (STATE, EPHEMERAL)")
 	}
 
 	wipe := []string{}
 
 	for _, p := range req.SystemPartitionsToWipe {
 		if !resettable[p.Label] {
-			return status.Errorf(codes.InvalidArgument, "partition %q cannot be wiped: choose STATE and/or EPHEMERAL", p.Label)
+			return errkind.Errorf(errkind.Invalid, "partition %q cannot be wiped: choose STATE and/or EPHEMERAL", p.Label)
 		}
 
 		if p.Wipe {
@@ -603,9 +602,9 @@ func (m *Manager) checkLeave(ctx context.Context) (bool, error) {
 	case errors.Is(err, etcd.ErrNotRunning):
 		return false, nil
 	case errors.Is(err, ErrLastMember):
-		return false, status.Error(codes.FailedPrecondition, "reset refused, nothing was changed: this node is the only etcd voting member and leaving would lose the cluster's data; reset it with --graceful=false, or add control planes first")
+		return false, errkind.New(errkind.Precondition, "reset refused, nothing was changed: this node is the only etcd voting member and leaving would lose the cluster's data; reset it with --graceful=false, or add control planes first")
 	default:
-		return false, status.Errorf(codes.FailedPrecondition, "reset refused, nothing was changed: leaving etcd now would risk quorum: %v; wait until the other members are healthy, or reset with --graceful=false to skip leaving etcd", err)
+		return false, errkind.Errorf(errkind.Precondition, "reset refused, nothing was changed: leaving etcd now would risk quorum: %v; wait until the other members are healthy, or reset with --graceful=false to skip leaving etcd", err)
 	}
 }
 
