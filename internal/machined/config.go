@@ -20,9 +20,9 @@ import (
 // DefaultTryTimeout is how long a config applied in try mode lasts before it is reverted.
 const DefaultTryTimeout = time.Minute
 
-// loadConfig picks the config to boot with: a staged config first, then the saved one, then
+// LoadConfig picks the config to boot with: a staged config first, then the saved one, then
 // --config on first boot. Without any, the node stays in maintenance mode.
-func (n *node) loadConfig(ctx context.Context) error {
+func (n *node) LoadConfig(ctx context.Context) error {
 	p := n.r.Paths
 
 	if _, err := os.Stat(p.StagedConfig()); err == nil {

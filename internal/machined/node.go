@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -16,10 +13,8 @@ import (
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
-	"github.com/google/uuid"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
@@ -27,9 +22,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
-	"github.com/talos-go/talos/internal/apid"
-
-	"github.com/talos-go/talos/internal/machined/boot"
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
@@ -40,10 +32,12 @@ import (
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/sequencer"
 	"github.com/talos-go/talos/internal/machined/server"
 	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/logging"
+	"github.com/talos-go/talos/internal/machined/upgrade"
 )
 
 type powerAction int
@@ -67,6 +61,10 @@ type node struct {
 	tryRevert *time.Timer
 
 	svcUpdates chan system.Info
+
+	owned       *group           // goroutines started by the sequences
+	upgrades    *upgrade.Manager // upgrades, rollbacks and resets
+	interrupted powerAction      // a power action that ended maintenance mode
 }
 
 func newNode(opts Options) (*node, error) {
@@ -139,7 +137,8 @@ func (n *node) setupLogging() error {
 	return nil
 }
 
-// run boots the node and serves until a shutdown, reboot or signal.
+// run boots the node and serves until a shutdown, reboot or signal. The sequences are declared
+// in internal/machined/sequencer; their tasks are in tasks.go.
 func (n *node) run(ctx context.Context) (powerAction, error) {
 	if err := n.lock(); err != nil {
 		return actionNone, err
@@ -150,122 +149,32 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 	}
 	defer n.r.Logs.Close() //nolint:errcheck
 
-	log := n.r.Log
+	// Everything the sequences start is owned by this group and ends with it.
+	n.owned = newGroup(n.r.Log)
+	defer n.owned.stop()
 
-	// Everything started below is owned by this group and ends with runCtx.
-	runCtx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	n.r.Supervisor = system.NewSupervisor(n.r.Log.Named("supervisor"), n.onServiceState)
 
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
+	n.upgrades = n.newUpgrades()
+	defer n.upgrades.Close()
 
-	goOwned := func(name string, fn func(ctx context.Context) error) {
-		wg.Add(1)
-
-		go func() {
-			defer wg.Done()
-
-			if err := fn(runCtx); err != nil && runCtx.Err() == nil {
-				log.Error("component failed", zap.String("component", name), zap.Error(err))
-			}
-		}()
-	}
-
-	if err := os.MkdirAll(filepath.Dir(n.r.Paths.PIDFile()), 0o700); err != nil {
-		log.Warn("creating the run folder", zap.Error(err))
-	}
-
-	if err := os.WriteFile(n.r.Paths.PIDFile(), fmt.Appendf(nil, "%d\n", os.Getpid()), 0o600); err != nil {
-		log.Warn("writing pid file", zap.Error(err))
-	}
-
-	if err := os.WriteFile(n.r.Paths.BootIDFile(), []byte(uuid.NewString()+"\n"), 0o644); err != nil {
-		log.Warn("writing boot id", zap.Error(err))
-	}
-
-	n.r.Supervisor = system.NewSupervisor(log.Named("supervisor"), n.onServiceState)
-
-	upg := n.newUpgrades()
-	defer upg.Close()
-
-	api := &server.Machine{R: n.r, Lifecycle: n, Upgrades: upg}
-
-	bootSeq := boot.Sequence{Name: "boot", Phases: []boot.Phase{
-		{Name: "initialize", Tasks: []boot.Task{
-			{Name: "startResourceRuntime", Run: func(ctx context.Context) error { return n.startResources(ctx, goOwned) }},
-			{Name: "startMachineAPI", Run: func(context.Context) error {
-				goOwned("machine API", func(ctx context.Context) error { return server.Serve(ctx, api, n.r.Paths.MachinedSocket()) })
-
-				return nil
-			}},
-		}},
-		{Name: "config", Tasks: []boot.Task{
-			{Name: "loadConfig", Run: n.loadConfig},
-		}},
-	}}
-
-	if err := bootSeq.Run(ctx, n.r.Events, log, ""); err != nil {
+	if err := n.runSequence(ctx, sequencer.Boot(n)); err != nil {
 		return actionNone, err
 	}
 
 	if n.r.Config() == nil {
-		n.setMachineStage(runCtx, runtimeres.MachineStageMaintenance, false)
-		log.Info("no config: waiting in maintenance mode for apply-config")
-		upg.BootSucceeded()
-
-		// The maintenance API (port 50000, server certificate only) takes configs from the
-		// network until apid, with full mTLS, takes the port over.
-		mctx, stopMaintenance := context.WithCancel(runCtx)
-		maintenanceDone := make(chan struct{})
-
-		go func() {
-			defer close(maintenanceDone)
-
-			if err := apid.ServeMaintenance(mctx, apid.MaintenanceOptions{
-				Listen:         net.JoinHostPort(n.opts.Address, strconv.Itoa(constants.ApidPort)),
-				MachinedSocket: n.r.Paths.MachinedSocket(),
-				Log:            log.Named("maintenance"),
-			}); err != nil && mctx.Err() == nil {
-				log.Error("maintenance API failed", zap.Error(err))
-			}
-		}()
-
-		endMaintenance := func() {
-			stopMaintenance()
-			<-maintenanceDone
+		if err := n.runSequence(ctx, sequencer.Maintenance(n)); err != nil {
+			return actionNone, err
 		}
 
-		select {
-		case <-ctx.Done():
-			endMaintenance()
-
-			return n.stop(actionShutdown)
-		case action := <-n.power:
-			endMaintenance()
-
-			return n.stop(action)
-		case <-n.configReady:
-			endMaintenance()
+		if n.interrupted != actionNone {
+			return n.stop(n.interrupted)
 		}
 	}
 
-	start := boot.Sequence{Name: "start", Phases: []boot.Phase{
-		{Name: "services", Tasks: []boot.Task{{Name: "startServices", Run: func(context.Context) error {
-			n.r.Supervisor.Load(services.All(n.r)...)
-
-			return n.r.Supervisor.Start()
-		}}}},
-	}}
-
-	if err := start.Run(ctx, n.r.Events, log, ""); err != nil {
+	if err := n.runSequence(ctx, sequencer.Start(n)); err != nil {
 		return actionNone, err
 	}
-
-	n.setMachineStage(runCtx, runtimeres.MachineStageRunning, true)
-	log.Info("node is running", zap.String("address", n.opts.Address))
-	upg.BootSucceeded()
 
 	select {
 	case <-ctx.Done():
@@ -275,11 +184,15 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 	}
 }
 
+func (n *node) runSequence(ctx context.Context, seq sequencer.Sequence) error {
+	return seq.Run(ctx, n.r.Events, n.r.Log, "")
+}
+
 // stop runs the shutdown (or reboot) sequence: services stop in reverse dependency order.
 func (n *node) stop(action powerAction) (powerAction, error) {
-	name, stage := "shutdown", runtimeres.MachineStageShuttingDown
+	seq, stage := sequencer.Shutdown(n), runtimeres.MachineStageShuttingDown
 	if action == actionReboot {
-		name, stage = "reboot", runtimeres.MachineStageRebooting
+		seq, stage = sequencer.Reboot(n), runtimeres.MachineStageRebooting
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -287,19 +200,43 @@ func (n *node) stop(action powerAction) (powerAction, error) {
 
 	n.setMachineStage(ctx, stage, false)
 
-	seq := boot.Sequence{Name: name, Phases: []boot.Phase{
-		{Name: "stopServices", Tasks: []boot.Task{{Name: "stopAllServices", Run: n.r.Supervisor.StopAll}}},
-	}}
-
-	if err := seq.Run(ctx, n.r.Events, n.r.Log, ""); err != nil {
-		return action, err
-	}
-
-	return action, nil
+	return action, n.runSequence(ctx, seq)
 }
 
-// startResources creates the resource state and runs the controllers.
-func (n *node) startResources(ctx context.Context, goOwned func(string, func(context.Context) error)) error {
+// group owns the node's long-running goroutines: stop cancels them and waits for them.
+type group struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	log    *zap.Logger
+}
+
+func newGroup(log *zap.Logger) *group {
+	ctx, cancel := context.WithCancel(context.Background())
+
+	return &group{ctx: ctx, cancel: cancel, log: log}
+}
+
+// goOwned runs fn until the group stops; a failure before that is logged.
+func (g *group) goOwned(name string, fn func(ctx context.Context) error) {
+	g.wg.Add(1)
+
+	go func() {
+		defer g.wg.Done()
+
+		if err := fn(g.ctx); err != nil && g.ctx.Err() == nil {
+			g.log.Error("component failed", zap.String("component", name), zap.Error(err))
+		}
+	}()
+}
+
+func (g *group) stop() {
+	g.cancel()
+	g.wg.Wait()
+}
+
+// StartResources creates the resource state and runs the controllers.
+func (n *node) StartResources(ctx context.Context) error {
 	st, err := resources.NewState(ctx)
 	if err != nil {
 		return err
@@ -339,8 +276,8 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		}
 	}
 
-	goOwned("controller runtime", rt.Run)
-	goOwned("service resources", n.writeServiceResources)
+	n.owned.goOwned("controller runtime", rt.Run)
+	n.owned.goOwned("service resources", n.writeServiceResources)
 
 	return nil
 }

@@ -15,9 +15,7 @@ func (u upgradeNode) Reboot() error                          { return u.n.Reboot
 func (u upgradeNode) Shutdown() error                        { return u.n.Shutdown("") }
 
 func (u upgradeNode) IsControlPlane() bool {
-	cfg := u.n.r.Config()
-
-	return cfg != nil && cfg.Machine() != nil && cfg.Machine().Type().IsControlPlane()
+	return u.n.r.MachineType(context.Background()).IsControlPlane()
 }
 
 // newUpgrades returns the node's upgrade manager; on control planes it guards upgrades and

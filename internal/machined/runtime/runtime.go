@@ -1,11 +1,15 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/machined/events"
@@ -64,6 +68,33 @@ func (r *Runtime) SetConfig(cfg config.Provider) {
 	defer r.mu.Unlock()
 
 	r.cfg = cfg
+}
+
+// MachineType is the node's machine type as the MachineType resource says: TypeUnknown while
+// the node has no config (maintenance mode).
+func (r *Runtime) MachineType(ctx context.Context) machine.Type {
+	if r.State == nil {
+		return machine.TypeUnknown
+	}
+
+	res, err := safe.StateGetByID[*configres.MachineType](ctx, r.State, configres.MachineTypeID)
+	if err != nil {
+		return machine.TypeUnknown
+	}
+
+	return res.MachineType()
+}
+
+// WaitMachineType blocks until the MachineType resource exists (a config is active) and
+// returns the type.
+func (r *Runtime) WaitMachineType(ctx context.Context) (machine.Type, error) {
+	res, err := safe.StateWatchFor[*configres.MachineType](ctx, r.State, configres.NewMachineType().Metadata(),
+		state.WithEventTypes(state.Created, state.Updated))
+	if err != nil {
+		return machine.TypeUnknown, fmt.Errorf("waiting for the machine type: %w", err)
+	}
+
+	return res.MachineType(), nil
 }
 
 // Validate checks a config for this node's mode and returns an error naming each failing field.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,14 +19,12 @@ import (
 )
 
 // etcdManager returns the node's etcd manager, refusing nodes that do not run etcd.
-func (s *Machine) etcdManager() (*etcd.Manager, error) {
-	cfg := s.R.Config()
-	if cfg == nil || cfg.Machine() == nil {
+func (s *Machine) etcdManager(ctx context.Context) (*etcd.Manager, error) {
+	switch t := s.R.MachineType(ctx); {
+	case t == machinetype.TypeUnknown:
 		return nil, status.Error(codes.FailedPrecondition, "the node has no machine config (maintenance mode)")
-	}
-
-	if !cfg.Machine().Type().IsControlPlane() {
-		return nil, status.Error(codes.FailedPrecondition, "etcd runs on control plane nodes only; this node is a "+cfg.Machine().Type().String())
+	case !t.IsControlPlane():
+		return nil, status.Error(codes.FailedPrecondition, "etcd runs on control plane nodes only; this node is a "+t.String())
 	}
 
 	return services.EtcdManager(s.R), nil
@@ -66,7 +65,7 @@ func etcdError(err error) error {
 // snapshot uploaded with EtcdRecover). Refused (AlreadyExists) on a node with etcd data, a
 // second time, or when a cluster already answers at a peer.
 func (s *Machine) Bootstrap(ctx context.Context, req *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +79,7 @@ func (s *Machine) Bootstrap(ctx context.Context, req *machine.BootstrapRequest) 
 
 // EtcdMemberList lists the cluster's members (query_local: this member's own view).
 func (s *Machine) EtcdMemberList(ctx context.Context, req *machine.EtcdMemberListRequest) (*machine.EtcdMemberListResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +108,7 @@ func (s *Machine) EtcdMemberList(ctx context.Context, req *machine.EtcdMemberLis
 // EtcdLeaveCluster removes this node from the cluster (refused if that loses quorum), stops
 // its etcd service and wipes its etcd data.
 func (s *Machine) EtcdLeaveCluster(ctx context.Context, _ *machine.EtcdLeaveClusterRequest) (*machine.EtcdLeaveClusterResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +124,7 @@ func (s *Machine) EtcdLeaveCluster(ctx context.Context, _ *machine.EtcdLeaveClus
 
 // EtcdRemoveMemberByID removes another member (e.g. of a dead node).
 func (s *Machine) EtcdRemoveMemberByID(ctx context.Context, req *machine.EtcdRemoveMemberByIDRequest) (*machine.EtcdRemoveMemberByIDResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +142,7 @@ func (s *Machine) EtcdRemoveMemberByID(ctx context.Context, req *machine.EtcdRem
 
 // EtcdForfeitLeadership hands leadership to another member if this one leads.
 func (s *Machine) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdForfeitLeadershipRequest) (*machine.EtcdForfeitLeadershipResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +157,7 @@ func (s *Machine) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdForf
 
 // EtcdSnapshot streams a snapshot of this member's database (ending with its SHA-256).
 func (s *Machine) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.ServerStreamingServer[common.Data]) error {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(srv.Context())
 	if err != nil {
 		return err
 	}
@@ -174,7 +173,7 @@ func (s *Machine) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.ServerSt
 
 // EtcdRecover receives a snapshot for a following Bootstrap with recover_etcd.
 func (s *Machine) EtcdRecover(srv grpc.ClientStreamingServer[common.Data, machine.EtcdRecoverResponse]) error {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(srv.Context())
 	if err != nil {
 		return err
 	}
@@ -214,7 +213,7 @@ func (s *Machine) EtcdRecover(srv grpc.ClientStreamingServer[common.Data, machin
 
 // EtcdStatus is this member's status.
 func (s *Machine) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +256,7 @@ func toMemberAlarms(alarms []*etcdserverpb.AlarmMember) []*machine.EtcdMemberAla
 
 // EtcdAlarmList lists the cluster's alarms.
 func (s *Machine) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmListResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +271,7 @@ func (s *Machine) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machine
 
 // EtcdAlarmDisarm disarms every alarm of the cluster.
 func (s *Machine) EtcdAlarmDisarm(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmDisarmResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +286,7 @@ func (s *Machine) EtcdAlarmDisarm(ctx context.Context, _ *emptypb.Empty) (*machi
 
 // EtcdDefragment defragments this member's database (it blocks the member meanwhile).
 func (s *Machine) EtcdDefragment(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdDefragmentResponse, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -13,14 +13,13 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 
 	"github.com/talos-go/talos/internal/apid/certs"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
 )
-
-func init() { register(APID) }
 
 // APID is the node's API gateway: its own process on the node address, port 50000, serving
 // mutual TLS with the certificates in its folder (written by the secrets controllers) and
@@ -34,7 +33,11 @@ func APID(r *runtime.Runtime) *system.Service {
 		ID:                   "apid",
 		ConditionDescription: "apid certificates",
 		Condition: func(ctx context.Context) error {
-			return waitAPIDFiles(ctx, dir)
+			if err := waitResource(ctx, r.State, secrets.NewAPI().Metadata()); err != nil {
+				return err
+			}
+
+			return waitFiles(ctx, dir, certs.All)
 		},
 		Runner: func() (system.Runner, error) {
 			out, err := r.Logs.Writer("apid")
@@ -96,32 +99,4 @@ func apidHealth(ctx context.Context, dir, addr string) error {
 	}
 
 	return conn.Close()
-}
-
-// waitAPIDFiles blocks until apid's folder holds every file it needs.
-func waitAPIDFiles(ctx context.Context, dir string) error {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-
-	for {
-		ready := true
-
-		for _, name := range certs.All {
-			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-				ready = false
-
-				break
-			}
-		}
-
-		if ready {
-			return nil
-		}
-
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }

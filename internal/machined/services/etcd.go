@@ -21,8 +21,6 @@ import (
 	"github.com/talos-go/talos/internal/machined/system"
 )
 
-func init() { register(Etcd) }
-
 // EtcdServiceID is the supervisor ID of the etcd service.
 const EtcdServiceID = "etcd"
 
@@ -46,22 +44,14 @@ func EtcdManager(r *runtime.Runtime) *etcd.Manager {
 	return m
 }
 
-// Etcd is the etcd service, on control planes only. It starts from its data, or after the
+// Etcd is the etcd service (control planes run it). It starts from its data, or after the
 // Bootstrap API, or by joining a cluster found at the peers (see EtcdPeers) as a learner;
 // it is healthy when it is a voting member reaching quorum.
 func Etcd(r *runtime.Runtime) *system.Service {
 	m := EtcdManager(r)
 
 	return &system.Service{
-		ID:                   EtcdServiceID,
-		ConditionDescription: "control plane config",
-		Condition: func(context.Context) error {
-			if !isControlPlane(r) {
-				return errors.New("etcd runs on control planes only")
-			}
-
-			return nil
-		},
+		ID:     EtcdServiceID,
 		Runner: func() (system.Runner, error) { return m.Runner(), nil },
 		HealthFunc: func(ctx context.Context) error {
 			return m.Health(ctx)
@@ -72,12 +62,6 @@ func Etcd(r *runtime.Runtime) *system.Service {
 			Timeout:      4 * time.Second,
 		},
 	}
-}
-
-func isControlPlane(r *runtime.Runtime) bool {
-	cfg := r.Config()
-
-	return cfg != nil && cfg.Machine() != nil && cfg.Machine().Type().IsControlPlane()
 }
 
 // EtcdBinary finds the etcd command: next to machined's own binary, else on PATH.

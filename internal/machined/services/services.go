@@ -1,27 +1,22 @@
-// Package services declares the node's system services, one file each; the boot starts the
-// ones All returns.
+// Package services declares the node's system services, one file each; For lists the ones a
+// node of a given machine type runs.
 package services
 
 import (
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 )
 
-// All returns the services of a configured node.
-func All(r *runtime.Runtime) []*system.Service {
-	var svcs []*system.Service
+// For returns the services a configured node of machine type t runs: apid on every node,
+// trustd and etcd on control planes. As upstream, a worker does not list etcd or trustd at all.
+func For(r *runtime.Runtime, t machine.Type) []*system.Service {
+	svcs := []*system.Service{APID(r)}
 
-	for _, build := range registry {
-		svcs = append(svcs, build(r))
+	if t.IsControlPlane() {
+		svcs = append(svcs, Trustd(r), Etcd(r))
 	}
 
 	return svcs
-}
-
-// registry lists the service constructors; each service file adds itself in an init.
-var registry []func(r *runtime.Runtime) *system.Service
-
-// register adds a service constructor to All.
-func register(build func(r *runtime.Runtime) *system.Service) {
-	registry = append(registry, build)
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/runtime"
@@ -19,9 +20,7 @@ import (
 	"github.com/talos-go/talos/internal/trustd"
 )
 
-func init() { register(Trustd) }
-
-// Trustd is the certificate endpoint for joining nodes, on control planes only. It runs as its
+// Trustd is the certificate endpoint for joining nodes (control planes run it). It runs as its
 // own process and sees only its folder: the CA, the token and its serving certificate, which
 // the secrets controllers write.
 func Trustd(r *runtime.Runtime) *system.Service {
@@ -32,9 +31,8 @@ func Trustd(r *runtime.Runtime) *system.Service {
 		ID:                   "trustd",
 		ConditionDescription: "trustd certificates",
 		Condition: func(ctx context.Context) error {
-			cfg := r.Config()
-			if cfg == nil || cfg.Machine() == nil || !cfg.Machine().Type().IsControlPlane() {
-				return errors.New("trustd runs on control planes only")
+			if err := waitResource(ctx, r.State, secrets.NewTrustd().Metadata()); err != nil {
+				return err
 			}
 
 			return waitFiles(ctx, dir, trustd.Files)
@@ -63,34 +61,6 @@ func Trustd(r *runtime.Runtime) *system.Service {
 			Period:       5 * time.Second,
 			Timeout:      2 * time.Second,
 		},
-	}
-}
-
-// waitFiles blocks until every file exists in dir.
-func waitFiles(ctx context.Context, dir string, names []string) error {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-
-	for {
-		missing := false
-
-		for _, name := range names {
-			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-				missing = true
-
-				break
-			}
-		}
-
-		if !missing {
-			return nil
-		}
-
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
 	}
 }
 

@@ -1,10 +1,13 @@
-// Package boot runs machined's sequences (boot, shutdown, reboot) as named phases of named
-// tasks; each start, stop and failure is logged and published as an event.
-package boot
+// Package sequencer declares machined's sequences (sequences.go: boot, maintenance, start,
+// shutdown, reboot, upgrade) as named phases of named tasks, and runs them: each start, stop
+// and failure is logged and published as an event. The tasks live with the code they drive;
+// a sequence names them through a small interface.
+package sequencer
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
@@ -30,6 +33,28 @@ type Phase struct {
 type Sequence struct {
 	Name   string
 	Phases []Phase
+}
+
+// T declares a task.
+func T(name string, run func(ctx context.Context) error) Task { return Task{Name: name, Run: run} }
+
+// New starts the declaration of a sequence.
+func New(name string) Sequence { return Sequence{Name: name} }
+
+// Append adds a phase of tasks, run in order.
+func (s Sequence) Append(phase string, tasks ...Task) Sequence {
+	s.Phases = append(slices.Clip(s.Phases), Phase{Name: phase, Tasks: tasks})
+
+	return s
+}
+
+// AppendWhen adds the phase only when cond holds (a phase of one machine type or mode).
+func (s Sequence) AppendWhen(cond bool, phase string, tasks ...Task) Sequence {
+	if !cond {
+		return s
+	}
+
+	return s.Append(phase, tasks...)
 }
 
 // Run runs every task in order and stops at the first failure.
