@@ -1,0 +1,151 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/etcd"
+	"github.com/talos-go/talos/internal/machined/errkind"
+)
+
+// Partitions a reset may wipe in container mode, and the default set.
+var (
+	resettable   = map[string]bool{"STATE": true, "EPHEMERAL": true}
+	defaultReset = []string{"STATE", "EPHEMERAL"}
+)
+
+// Reset validates the request synchronously, then wipes and reboots or shuts down.
+func (m *Manager) Reset(ctx context.Context, req *machine.ResetRequest, actor string) error {
+	if len(req.UserDisksToWipe) > 0 || req.Mode == machine.ResetRequest_USER_DISKS {
+		return errkind.New(errkind.Invalid, "container mode has no user disks: reset only the system partitions (STATE, EPHEMERAL)")
+	}
+
+	wipe := []string{}
+
+	for _, p := range req.SystemPartitionsToWipe {
+		if !resettable[p.Label] {
+			return errkind.Errorf(errkind.Invalid, "partition %q cannot be wiped: choose STATE and/or EPHEMERAL", p.Label)
+		}
+
+		if p.Wipe {
+			wipe = append(wipe, p.Label)
+		}
+	}
+
+	if len(req.SystemPartitionsToWipe) == 0 {
+		wipe = defaultReset
+	}
+
+	if !m.busy.TryLock() {
+		return errBusy
+	}
+
+	log := m.log().With(zap.String("actor", actor), zap.Strings("wipe", wipe), zap.Bool("graceful", req.Graceful), zap.Bool("reboot", req.Reboot))
+	cp := m.Node.IsControlPlane()
+
+	// A graceful reset of a control plane leaves etcd: refuse it now, to the caller, when that
+	// would lose quorum, rather than failing in the background after the caller was told OK.
+	leave := false
+
+	if req.Graceful && cp && m.Etcd != nil {
+		var err error
+
+		if leave, err = m.checkLeave(ctx); err != nil {
+			m.busy.Unlock()
+
+			return err
+		}
+	}
+
+	m.spawn(func(ctx context.Context) {
+		defer m.busy.Unlock()
+
+		m.R.Events.Publish(&machine.SequenceEvent{Sequence: "reset", Action: machine.SequenceEvent_START}, actor)
+
+		err := m.reset(ctx, log, req, wipe, cp, leave)
+
+		done := &machine.SequenceEvent{Sequence: "reset", Action: machine.SequenceEvent_STOP}
+		if err != nil {
+			log.Error("reset failed", zap.Error(err))
+			done.Error = &common.Error{Code: common.Code_FATAL, Message: err.Error()}
+		}
+
+		m.R.Events.Publish(done, actor)
+	})
+
+	return nil
+}
+
+// checkLeave tells whether a graceful reset must leave etcd (false when etcd does not run
+// here: the node is no member), and refuses with FailedPrecondition when leaving would lose
+// quorum or the cluster's last voting member.
+func (m *Manager) checkLeave(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	err := m.Etcd.CheckHealthyWithout(ctx)
+
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, etcd.ErrNotRunning):
+		return false, nil
+	case errors.Is(err, ErrLastMember):
+		return false, errkind.New(errkind.Precondition, "reset refused, nothing was changed: this node is the only etcd voting member and leaving would lose the cluster's data; reset it with --graceful=false, or add control planes first")
+	default:
+		return false, errkind.Errorf(errkind.Precondition, "reset refused, nothing was changed: leaving etcd now would risk quorum: %v; wait until the other members are healthy, or reset with --graceful=false to skip leaving etcd", err)
+	}
+}
+
+func (m *Manager) reset(ctx context.Context, log *zap.Logger, req *machine.ResetRequest, wipe []string, cp, leave bool) error {
+	log.Info("reset started")
+
+	if req.Graceful {
+		log.Info("cordon and drain skipped: Kubernetes is not present on this node")
+
+		switch {
+		case !cp:
+		case m.Etcd == nil:
+			log.Warn("etcd is not wired into this machined: not leaving etcd")
+		case !leave:
+			log.Info("etcd does not run on this node: nothing to leave")
+		default:
+			if err := m.Etcd.Leave(ctx); err != nil {
+				return fmt.Errorf("leaving etcd (use a non-graceful reset to skip): %w", err)
+			}
+
+			log.Info("left etcd")
+		}
+	}
+
+	if err := m.Node.StopServices(ctx); err != nil {
+		log.Warn("stopping services", zap.Error(err))
+	}
+
+	var wipeErr error
+
+	for _, label := range wipe {
+		if err := bootloader.WipeFolder(m.R.Paths.Root, label); err != nil {
+			// Services are stopped already: still carry out the power action, and report.
+			wipeErr = errors.Join(wipeErr, fmt.Errorf("wiping %s: %w", label, err))
+
+			continue
+		}
+
+		log.Info("wiped", zap.String("partition", label))
+	}
+
+	power := m.Node.Shutdown
+	if req.Reboot {
+		power = m.Node.Reboot
+	}
+
+	return errors.Join(wipeErr, power())
+}
