@@ -1,6 +1,7 @@
 package imager
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
@@ -12,118 +13,169 @@ import (
 	"strings"
 )
 
-// Main is the imager command: keygen, build, verify.
-func Main(args []string, stdout io.Writer) error {
-	usage := errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE --out FILE | verify --pub FILE IMAGE")
+// Options are one imager command and its settings.
+type Options struct {
+	Command string // keygen, build, pubkey or verify
 
-	if len(args) == 0 {
-		return usage
+	Out      string // keygen: folder for the key pair; build: the image file
+	Key      string // build: the private signing key
+	Version  string // build: the image version
+	Machined string // build: the multi-call binary
+	Etcd     string // build: the etcd binary
+	Gzip     bool   // build: compress the image
+	Pub      string // verify: trusted public key(s); pubkey: the PEM file to print
+	Image    string // verify: the image file
+}
+
+var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE --out FILE | verify --pub FILE IMAGE")
+
+// Main is the imager command: keygen, pubkey, build, verify.
+func Main(args []string, stdout io.Writer) error {
+	opts, err := parseArgs(args)
+	if err != nil {
+		return err
 	}
 
-	switch args[0] {
+	return run(context.Background(), stdout, opts)
+}
+
+// parseArgs reads a command line into Options, refusing one that lacks what its command needs.
+func parseArgs(args []string) (Options, error) {
+	if len(args) == 0 {
+		return Options{}, errUsage
+	}
+
+	opts := Options{Command: args[0]}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+
+	switch opts.Command {
 	case "keygen":
-		fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-		out := fs.String("out", ".", "folder for image-signing.key (private, 0600) and image-signing.pub")
-
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-
-		priv, pub := filepath.Join(*out, "image-signing.key"), filepath.Join(*out, "image-signing.pub")
-
-		k, err := GenerateKey(priv, pub)
-		if err != nil {
-			return err
-		}
-
-		fmt.Fprintf(stdout, "key %s: private %s (keep it secret), public %s (give it to nodes)\n", KeyID(k), priv, pub)
-
-		return nil
+		fs.StringVar(&opts.Out, "out", ".", "folder for image-signing.key (private, 0600) and image-signing.pub")
 	case "build":
-		fs := flag.NewFlagSet("build", flag.ContinueOnError)
-		key := fs.String("key", "", "private signing key (imager keygen)")
-		version := fs.String("version", "", "image version, e.g. v1.11.1 (must match the Tag built into machined)")
-		machined := fs.String("machined", "", "multi-call binary")
-		etcd := fs.String("etcd", "", "etcd binary")
-		out := fs.String("out", "", "image file to write")
-		compress := fs.Bool("gzip", true, "compress the image")
-
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-
-		if *key == "" || *version == "" || *machined == "" || *etcd == "" || *out == "" {
-			return errors.New("build needs --key, --version, --machined, --etcd and --out")
-		}
-
-		priv, err := LoadPrivateKey(*key)
-		if err != nil {
-			return err
-		}
-
-		m, err := BuildFile(*out, BuildOptions{
-			Version: *version, Key: priv, Compress: *compress,
-			Files: map[string]string{MachinedName: *machined, EtcdName: *etcd},
-		})
-		if err != nil {
-			return err
-		}
-
-		fmt.Fprintf(stdout, "image %s: version %s, %d files, signed by key %s\n", *out, m.Version, len(m.Files), KeyID(priv.Public().(ed25519.PublicKey)))
-
-		return nil
+		fs.StringVar(&opts.Key, "key", "", "private signing key (imager keygen)")
+		fs.StringVar(&opts.Version, "version", "", "image version, e.g. v1.11.1 (must match the Tag built into machined)")
+		fs.StringVar(&opts.Machined, "machined", "", "multi-call binary")
+		fs.StringVar(&opts.Etcd, "etcd", "", "etcd binary")
+		fs.StringVar(&opts.Out, "out", "", "image file to write")
+		fs.BoolVar(&opts.Gzip, "gzip", true, "compress the image")
 	case "pubkey":
 		// Prints the public keys of a PEM file as the comma-separated base64 that TrustedKeys
 		// takes, for -ldflags "-X github.com/talos-go/talos/internal/imager.TrustedKeys=...".
 		if len(args) != 2 {
-			return errors.New("usage: imager pubkey FILE.pub")
+			return opts, errors.New("usage: imager pubkey FILE.pub")
 		}
 
-		keys, err := LoadPublicKeys(args[1])
-		if err != nil {
-			return err
-		}
+		opts.Pub = args[1]
 
-		enc := make([]string, 0, len(keys))
-		for _, k := range keys {
-			enc = append(enc, base64.StdEncoding.EncodeToString(k))
-		}
-
-		fmt.Fprintln(stdout, strings.Join(enc, ","))
-
-		return nil
+		return opts, nil
 	case "verify":
-		fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-		pub := fs.String("pub", "", "trusted public key(s), PEM")
-
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-
-		if *pub == "" || fs.NArg() != 1 {
-			return errors.New("verify needs --pub FILE and one image")
-		}
-
-		keys, err := LoadPublicKeys(*pub)
-		if err != nil {
-			return err
-		}
-
-		m, err := VerifyFile(fs.Arg(0), keys)
-		if err != nil {
-			return err
-		}
-
-		fmt.Fprintf(stdout, "image %s: OK, version %s\n", fs.Arg(0), m.Version)
-
-		for _, f := range m.Files {
-			fmt.Fprintf(stdout, "  %s %d bytes sha256:%s\n", f.Name, f.Size, f.SHA256)
-		}
-
-		return nil
+		fs.StringVar(&opts.Pub, "pub", "", "trusted public key(s), PEM")
+	default:
+		return opts, errUsage
 	}
 
-	return usage
+	if err := fs.Parse(args[1:]); err != nil {
+		return opts, err
+	}
+
+	switch opts.Command {
+	case "build":
+		if opts.Key == "" || opts.Version == "" || opts.Machined == "" || opts.Etcd == "" || opts.Out == "" {
+			return opts, errors.New("build needs --key, --version, --machined, --etcd and --out")
+		}
+	case "verify":
+		if opts.Pub == "" || fs.NArg() != 1 {
+			return opts, errors.New("verify needs --pub FILE and one image")
+		}
+
+		opts.Image = fs.Arg(0)
+	}
+
+	return opts, nil
+}
+
+// run carries out one command, reporting to stdout.
+func run(_ context.Context, stdout io.Writer, opts Options) error {
+	switch opts.Command {
+	case "keygen":
+		return cmdKeygen(stdout, opts)
+	case "build":
+		return cmdBuild(stdout, opts)
+	case "pubkey":
+		return cmdPubkey(stdout, opts)
+	case "verify":
+		return cmdVerify(stdout, opts)
+	}
+
+	return errUsage
+}
+
+func cmdKeygen(stdout io.Writer, opts Options) error {
+	priv, pub := filepath.Join(opts.Out, "image-signing.key"), filepath.Join(opts.Out, "image-signing.pub")
+
+	k, err := GenerateKey(priv, pub)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stdout, "key %s: private %s (keep it secret), public %s (give it to nodes)\n", KeyID(k), priv, pub)
+
+	return nil
+}
+
+func cmdBuild(stdout io.Writer, opts Options) error {
+	priv, err := LoadPrivateKey(opts.Key)
+	if err != nil {
+		return err
+	}
+
+	m, err := BuildFile(opts.Out, BuildOptions{
+		Version: opts.Version, Key: priv, Compress: opts.Gzip,
+		Files: map[string]string{MachinedName: opts.Machined, EtcdName: opts.Etcd},
+	})
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stdout, "image %s: version %s, %d files, signed by key %s\n", opts.Out, m.Version, len(m.Files), KeyID(priv.Public().(ed25519.PublicKey)))
+
+	return nil
+}
+
+func cmdPubkey(stdout io.Writer, opts Options) error {
+	keys, err := LoadPublicKeys(opts.Pub)
+	if err != nil {
+		return err
+	}
+
+	enc := make([]string, 0, len(keys))
+	for _, k := range keys {
+		enc = append(enc, base64.StdEncoding.EncodeToString(k))
+	}
+
+	fmt.Fprintln(stdout, strings.Join(enc, ","))
+
+	return nil
+}
+
+func cmdVerify(stdout io.Writer, opts Options) error {
+	keys, err := LoadPublicKeys(opts.Pub)
+	if err != nil {
+		return err
+	}
+
+	m, err := VerifyFile(opts.Image, keys)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stdout, "image %s: OK, version %s\n", opts.Image, m.Version)
+
+	for _, f := range m.Files {
+		fmt.Fprintf(stdout, "  %s %d bytes sha256:%s\n", f.Name, f.Size, f.SHA256)
+	}
+
+	return nil
 }
 
 // CommandMain is Main for a program's main: errors go to stderr with a non-zero exit.
