@@ -18,34 +18,67 @@ import (
 // Port is trustd's port.
 const Port = 50001
 
-// Main runs trustd as its own process:
+// Options are trustd's settings.
+type Options struct {
+	Listen   string        // address:port to serve on
+	Dir      string        // the secrets folder: CA, token, serving certificate
+	Lifetime time.Duration // of signed certificates
+	Reload   time.Duration // how often the folder is checked for rotated files
+	Burst    int           // failed attempts a peer may make before it is slowed down
+	Refill   time.Duration // a peer gets one more failed attempt per this interval
+
+	// ReloadNow, when set, reloads the secrets at once on each receive (SIGHUP).
+	ReloadNow <-chan os.Signal
+}
+
+// Main runs trustd as its own process until SIGTERM or SIGINT; SIGHUP reloads its secrets:
 //
 //	trustd --listen ADDR:50001 --secrets DIR [--cert-lifetime 24h]
 func Main(args []string) error {
-	fs := flag.NewFlagSet("trustd", flag.ContinueOnError)
-
-	var (
-		listen, dir      string
-		lifetime, reload time.Duration
-		burst            int
-		refill           time.Duration
-	)
-
-	fs.StringVar(&listen, "listen", "", "address:port to serve on (the node address, port 50001)")
-	fs.StringVar(&dir, "secrets", "", "trustd's folder: CA, token and serving certificate")
-	fs.DurationVar(&lifetime, "cert-lifetime", DefaultLifetime, "lifetime of signed certificates")
-	fs.DurationVar(&reload, "reload-interval", time.Second, "how often the folder is checked for rotated files")
-	fs.IntVar(&burst, "failed-burst", 5, "failed attempts a peer may make before it is slowed down")
-	fs.DurationVar(&refill, "failed-refill", 10*time.Second, "a peer gets one more failed attempt per this interval")
-
-	if err := fs.Parse(args); err != nil {
+	opts, err := parseArgs(args)
+	if err != nil {
 		return err
 	}
 
-	if listen == "" || dir == "" {
-		return errors.New("--listen and --secrets are required")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+
+	defer signal.Stop(hup)
+
+	opts.ReloadNow = hup
+
+	return run(ctx, opts)
+}
+
+func parseArgs(args []string) (Options, error) {
+	fs := flag.NewFlagSet("trustd", flag.ContinueOnError)
+
+	var opts Options
+
+	fs.StringVar(&opts.Listen, "listen", "", "address:port to serve on (the node address, port 50001)")
+	fs.StringVar(&opts.Dir, "secrets", "", "trustd's folder: CA, token and serving certificate")
+	fs.DurationVar(&opts.Lifetime, "cert-lifetime", DefaultLifetime, "lifetime of signed certificates")
+	fs.DurationVar(&opts.Reload, "reload-interval", time.Second, "how often the folder is checked for rotated files")
+	fs.IntVar(&opts.Burst, "failed-burst", 5, "failed attempts a peer may make before it is slowed down")
+	fs.DurationVar(&opts.Refill, "failed-refill", 10*time.Second, "a peer gets one more failed attempt per this interval")
+
+	if err := fs.Parse(args); err != nil {
+		return opts, err
 	}
 
+	if opts.Listen == "" || opts.Dir == "" {
+		return opts, errors.New("--listen and --secrets are required")
+	}
+
+	return opts, nil
+}
+
+// run serves until ctx ends (then stops gracefully, cutting calls still open after 5s) or
+// the server fails.
+func run(ctx context.Context, opts Options) error {
 	log, err := zap.NewProduction()
 	if err != nil {
 		return err
@@ -53,21 +86,21 @@ func Main(args []string) error {
 
 	defer log.Sync() //nolint:errcheck
 
-	store, err := NewStore(dir)
+	store, err := NewStore(opts.Dir)
 	if err != nil {
-		return fmt.Errorf("loading %s: %w", dir, err)
+		return fmt.Errorf("loading %s: %w", opts.Dir, err)
 	}
 
 	srv := NewGRPCServer(&Server{
 		Certs:    store,
-		Lifetime: lifetime,
-		Limiter:  &Limiter{Burst: burst, Refill: refill},
+		Lifetime: opts.Lifetime,
+		Limiter:  &Limiter{Burst: opts.Burst, Refill: opts.Refill},
 		Log:      log,
 	})
 
-	l, err := net.Listen("tcp", listen)
+	l, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", listen, err)
+		return fmt.Errorf("listening on %s: %w", opts.Listen, err)
 	}
 
 	logReload := func(reloaded bool, err error) {
@@ -79,67 +112,50 @@ func Main(args []string) error {
 	}
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
 
 	var wg sync.WaitGroup
 
-	wg.Add(2)
-
-	go func() {
-		defer wg.Done()
-
-		store.Watch(watchCtx, reload, logReload)
+	defer func() {
+		stopWatch()
+		wg.Wait()
 	}()
+
+	wg.Go(func() { store.Watch(watchCtx, opts.Reload, logReload) })
 
 	served := make(chan error, 1)
 
-	go func() {
-		defer wg.Done()
+	wg.Go(func() { served <- srv.Serve(l) })
 
-		served <- srv.Serve(l)
-	}()
-
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-
-	defer signal.Stop(sigs)
-
-	log.Info("trustd serving", zap.String("address", listen), zap.Duration("cert_lifetime", lifetime))
+	log.Info("trustd serving", zap.String("address", opts.Listen), zap.Duration("cert_lifetime", opts.Lifetime))
 
 	for {
 		select {
 		case err = <-served:
-			stopWatch()
-			wg.Wait()
-
 			return err
-		case sig := <-sigs:
-			if sig == syscall.SIGHUP {
-				logReload(store.Reload())
-
-				continue
-			}
-
-			log.Info("stopping", zap.Stringer("signal", sig))
-
-			stopped := make(chan struct{})
-
-			go func() {
-				srv.GracefulStop()
-				close(stopped)
-			}()
-
-			select {
-			case <-stopped:
-			case <-time.After(5 * time.Second):
-				srv.Stop()
-				<-stopped
-			}
-
-			stopWatch()
-			wg.Wait()
+		case <-opts.ReloadNow:
+			logReload(store.Reload())
+		case <-ctx.Done():
+			log.Info("stopping")
+			gracefulStop(srv.GracefulStop, srv.Stop, 5*time.Second)
 
 			return nil
 		}
+	}
+}
+
+// gracefulStop lets calls in flight finish, and cuts them after grace.
+func gracefulStop(graceful, hard func(), grace time.Duration) {
+	stopped := make(chan struct{})
+
+	go func() {
+		graceful()
+		close(stopped)
+	}()
+
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		hard()
+		<-stopped
 	}
 }
