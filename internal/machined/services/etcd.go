@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 
@@ -84,11 +85,11 @@ func EtcdBinary(r *runtime.Runtime) (string, error) {
 // EtcdOptions computes this node's etcd setup from the runtime and the active config.
 func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 	cfg := r.Config()
-	if cfg == nil || cfg.Cluster() == nil || cfg.Machine() == nil {
-		return etcd.Options{}, errors.New("no machine config")
-	}
 
-	if !cfg.Machine().Type().IsControlPlane() {
+	switch t := r.MachineType(context.Background()); {
+	case cfg == nil || cfg.Cluster() == nil || t == machine.TypeUnknown:
+		return etcd.Options{}, errors.New("no machine config")
+	case !t.IsControlPlane():
 		return etcd.Options{}, errors.New("etcd runs on control planes only")
 	}
 
