@@ -58,6 +58,31 @@ func TestUpgradePhases(t *testing.T) {
 	}
 }
 
+type noReset struct{}
+
+func (noReset) CordonAndDrain(context.Context) error { return nil }
+func (noReset) LeaveEtcd(context.Context) error      { return nil }
+func (noReset) StopServices(context.Context) error   { return nil }
+func (noReset) Wipe(context.Context) error           { return nil }
+func (noReset) Reboot(context.Context) error         { return nil }
+func (noReset) Shutdown(context.Context) error       { return nil }
+
+func TestResetPhases(t *testing.T) {
+	for _, tc := range []struct {
+		opts ResetOptions
+		want string
+	}{
+		{ResetOptions{}, "stopServices:stopAllServices wipe:wipeSystemPartitions shutdown:shutdown"},
+		{ResetOptions{Graceful: true, Reboot: true}, "drain:cordonAndDrain stopServices:stopAllServices wipe:wipeSystemPartitions reboot:reboot"},
+		{ResetOptions{Graceful: true, ControlPlane: true}, "drain:cordonAndDrain leave:leaveEtcd stopServices:stopAllServices wipe:wipeSystemPartitions shutdown:shutdown"},
+		{ResetOptions{ControlPlane: true}, "stopServices:stopAllServices wipe:wipeSystemPartitions shutdown:shutdown"},
+	} {
+		if got := strings.Join(names(Reset(noReset{}, tc.opts)), " "); got != tc.want {
+			t.Errorf("%+v:\n got %s\nwant %s", tc.opts, got, tc.want)
+		}
+	}
+}
+
 // Run runs tasks in order, stops at the first failure and publishes each step.
 func TestRun(t *testing.T) {
 	var ran []string

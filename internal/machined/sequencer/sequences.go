@@ -3,9 +3,10 @@ package sequencer
 import "context"
 
 // Every sequence machined runs. A node boots with Boot; without a config it then runs
-// Maintenance until one is applied; then Start. It ends with Shutdown or Reboot. Upgrade runs
-// in the background of a running node (internal/machined/upgrade). To add a step, add a task
-// here and the method to the interface its sequence names.
+// Maintenance until one is applied; then Start. It ends with Shutdown or Reboot. Upgrade and
+// Reset run in the background of a running node (internal/machined/upgrade). To add a step,
+// add a task here and its method to the interface the sequence names; a step of one mode or
+// machine type is a phase added with AppendWhen.
 
 // Machine is what the node's own sequences run (internal/machined's node).
 type Machine interface {
@@ -96,4 +97,32 @@ func Upgrade(u Upgrader, o UpgradeOptions) Sequence {
 		AppendWhen(now, "stopServices", T("stopAllServices", u.StopServices)).
 		AppendWhen(now && !o.Preserve, "wipe", T("wipeEphemeral", u.WipeEphemeral)).
 		AppendWhen(now, "reboot", T("setBootOnce", u.SetBootOnce), T("reboot", u.Reboot))
+}
+
+// Resetter is what the reset sequence runs (internal/machined/upgrade).
+type Resetter interface {
+	CordonAndDrain(ctx context.Context) error // (Kubernetes is not present yet: logs that it is skipped)
+	LeaveEtcd(ctx context.Context) error      // when this node is an etcd member
+	StopServices(ctx context.Context) error   // a failure is logged and the reset goes on
+	Wipe(ctx context.Context) error           // the chosen system partitions; failures are reported with the power action
+	Reboot(ctx context.Context) error
+	Shutdown(ctx context.Context) error
+}
+
+// ResetOptions choose the phases of a reset.
+type ResetOptions struct {
+	Graceful     bool // leave the cluster first
+	ControlPlane bool // the node may be an etcd member
+	Reboot       bool // reboot afterwards rather than shut down
+}
+
+// Reset wipes the node's system partitions and reboots or shuts it down.
+func Reset(r Resetter, o ResetOptions) Sequence {
+	return New("reset").
+		AppendWhen(o.Graceful, "drain", T("cordonAndDrain", r.CordonAndDrain)).
+		AppendWhen(o.Graceful && o.ControlPlane, "leave", T("leaveEtcd", r.LeaveEtcd)).
+		Append("stopServices", T("stopAllServices", r.StopServices)).
+		Append("wipe", T("wipeSystemPartitions", r.Wipe)).
+		AppendWhen(o.Reboot, "reboot", T("reboot", r.Reboot)).
+		AppendWhen(!o.Reboot, "shutdown", T("shutdown", r.Shutdown))
 }

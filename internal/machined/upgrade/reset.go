@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/etcd"
 	"github.com/talos-go/talos/internal/machined/errkind"
+	"github.com/talos-go/talos/internal/machined/sequencer"
 )
 
 // Partitions a reset may wipe in container mode, and the default set.
@@ -64,20 +64,14 @@ func (m *Manager) Reset(ctx context.Context, req *machine.ResetRequest, actor st
 		}
 	}
 
+	rr := &resetRun{m: m, log: log, wipe: wipe, leave: leave}
+	seq := sequencer.Reset(rr, sequencer.ResetOptions{Graceful: req.Graceful, ControlPlane: cp, Reboot: req.Reboot})
+
 	m.spawn(func(ctx context.Context) {
 		defer m.busy.Unlock()
 
-		m.R.Events.Publish(&machine.SequenceEvent{Sequence: "reset", Action: machine.SequenceEvent_START}, actor)
-
-		err := m.reset(ctx, log, req, wipe, cp, leave)
-
-		done := &machine.SequenceEvent{Sequence: "reset", Action: machine.SequenceEvent_STOP}
-		if err != nil {
-			log.Error("reset failed", zap.Error(err))
-			done.Error = &common.Error{Code: common.Code_FATAL, Message: err.Error()}
-		}
-
-		m.R.Events.Publish(done, actor)
+		log.Info("reset started")
+		seq.Run(ctx, m.R.Events, log, actor) //nolint:errcheck // logged and published by Run
 	})
 
 	return nil
@@ -104,48 +98,71 @@ func (m *Manager) checkLeave(ctx context.Context) (bool, error) {
 	}
 }
 
-func (m *Manager) reset(ctx context.Context, log *zap.Logger, req *machine.ResetRequest, wipe []string, cp, leave bool) error {
-	log.Info("reset started")
+// resetRun is one reset in progress: the tasks of the reset sequence (sequencer.Reset).
+type resetRun struct {
+	m     *Manager
+	log   *zap.Logger
+	wipe  []string // partition labels
+	leave bool     // this node is an etcd member to leave (checked by Reset)
 
-	if req.Graceful {
-		log.Info("cordon and drain skipped: Kubernetes is not present on this node")
+	wipeErr error // reported with the power action: services are stopped by then
+}
 
-		switch {
-		case !cp:
-		case m.Etcd == nil:
-			log.Warn("etcd is not wired into this machined: not leaving etcd")
-		case !leave:
-			log.Info("etcd does not run on this node: nothing to leave")
-		default:
-			if err := m.Etcd.Leave(ctx); err != nil {
-				return fmt.Errorf("leaving etcd (use a non-graceful reset to skip): %w", err)
-			}
+var _ sequencer.Resetter = (*resetRun)(nil)
 
-			log.Info("left etcd")
+// CordonAndDrain implements sequencer.Resetter.
+func (rr *resetRun) CordonAndDrain(context.Context) error {
+	rr.log.Info("cordon and drain skipped: Kubernetes is not present on this node")
+
+	return nil
+}
+
+// LeaveEtcd implements sequencer.Resetter.
+func (rr *resetRun) LeaveEtcd(ctx context.Context) error {
+	switch {
+	case rr.m.Etcd == nil:
+		rr.log.Warn("etcd is not wired into this machined: not leaving etcd")
+	case !rr.leave:
+		rr.log.Info("etcd does not run on this node: nothing to leave")
+	default:
+		if err := rr.m.Etcd.Leave(ctx); err != nil {
+			return fmt.Errorf("leaving etcd (use a non-graceful reset to skip): %w", err)
 		}
+
+		rr.log.Info("left etcd")
 	}
 
-	if err := m.Node.StopServices(ctx); err != nil {
-		log.Warn("stopping services", zap.Error(err))
+	return nil
+}
+
+// StopServices implements sequencer.Resetter.
+func (rr *resetRun) StopServices(ctx context.Context) error {
+	if err := rr.m.Node.StopServices(ctx); err != nil {
+		rr.log.Warn("stopping services", zap.Error(err))
 	}
 
-	var wipeErr error
+	return nil
+}
 
-	for _, label := range wipe {
-		if err := bootloader.WipeFolder(m.R.Paths.Root, label); err != nil {
-			// Services are stopped already: still carry out the power action, and report.
-			wipeErr = errors.Join(wipeErr, fmt.Errorf("wiping %s: %w", label, err))
+// Wipe implements sequencer.Resetter.
+func (rr *resetRun) Wipe(context.Context) error {
+	for _, label := range rr.wipe {
+		if err := bootloader.WipeFolder(rr.m.R.Paths.Root, label); err != nil {
+			rr.wipeErr = errors.Join(rr.wipeErr, fmt.Errorf("wiping %s: %w", label, err))
 
 			continue
 		}
 
-		log.Info("wiped", zap.String("partition", label))
+		rr.log.Info("wiped", zap.String("partition", label))
 	}
 
-	power := m.Node.Shutdown
-	if req.Reboot {
-		power = m.Node.Reboot
-	}
+	return nil
+}
 
-	return errors.Join(wipeErr, power())
+// Reboot implements sequencer.Resetter.
+func (rr *resetRun) Reboot(context.Context) error { return errors.Join(rr.wipeErr, rr.m.Node.Reboot()) }
+
+// Shutdown implements sequencer.Resetter.
+func (rr *resetRun) Shutdown(context.Context) error {
+	return errors.Join(rr.wipeErr, rr.m.Node.Shutdown())
 }
