@@ -1,7 +1,7 @@
 // Package sequencer declares machined's sequences (sequences.go: boot, maintenance, start,
-// shutdown, reboot, upgrade, reset) as named phases of named tasks, and runs them: each start, stop
-// and failure is logged and published as an event. The tasks live with the code they drive;
-// a sequence names them through a small interface.
+// shutdown, reboot, upgrade, reset) as named phases of named tasks, and runs them: each start,
+// stop and failure is logged and published as an event. The tasks live with the code they
+// drive; a sequence names them through a small interface.
 package sequencer
 
 import (
