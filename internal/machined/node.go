@@ -317,6 +317,12 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		return fmt.Errorf("parsing node address: %w", err)
 	}
 
+	// A process-mode node is reached on its loopback address, whatever the host's links hold.
+	nodeAddresses := &networkctrl.NodeAddressController{}
+	if n.r.SharesHost() {
+		nodeAddresses.Static = []netip.Addr{addr}
+	}
+
 	for _, ctrl := range []controller.Controller{
 		&configctrl.MachineTypeController{},
 		&hardwarectrl.SystemInformationController{},
@@ -324,7 +330,11 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		&blockctrl.DiskController{},
 		&networkctrl.HostnameSpecController{Address: n.opts.Address},
 		&networkctrl.HostnameStatusController{},
-		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
+		nodeAddresses,
+		&networkctrl.LinkStatusController{},
+		&networkctrl.AddressStatusController{},
+		&networkctrl.RouteStatusController{},
+		&networkctrl.ResolverStatusController{},
 		&clusterctrl.MemberController{StateDir: n.r.Paths.State()},
 		&etcdctrl.MemberController{Etcd: services.EtcdManager(n.r)},
 		&secretsctrl.RootController{},
