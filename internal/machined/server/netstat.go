@@ -201,7 +201,7 @@ func addProcesses(records []*machine.ConnectRecord) {
 			}
 
 			if owner, wanted := owners[inode]; wanted && owner == nil {
-				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm")) //nolint:errcheck
+				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))                                        //nolint:errcheck
 				owners[inode] = &machine.ConnectRecord_Process{Pid: uint32(pid), Name: strings.TrimSpace(string(comm))} //nolint:gosec
 			}
 		}
