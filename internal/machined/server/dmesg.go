@@ -34,6 +34,13 @@ func (s *Machine) Dmesg(req *machine.DmesgRequest, srv grpc.ServerStreamingServe
 		return kmsgError(err)
 	}
 
+	// Headers now: a follower knows its place in the log is taken (after the tail, with Tail).
+	if err = srv.SendHeader(nil); err != nil {
+		reader.Close() //nolint:errcheck
+
+		return err
+	}
+
 	ctx := srv.Context()
 	packets := reader.Scan(ctx)
 

@@ -27,6 +27,8 @@ func (s *Machine) List(req *machine.ListRequest, srv grpc.ServerStreamingServer[
 		return err
 	}
 
+	hostRoot = walkRoot(hostRoot)
+
 	maxDepth := 1
 	if req.Recurse {
 		maxDepth = int(req.RecursionDepth)

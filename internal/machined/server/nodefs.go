@@ -61,6 +61,23 @@ func (s *Machine) hostPath(nodePath string) (string, error) {
 	return "", status.Errorf(codes.NotFound, "%s: not on this node; a process-mode node holds /var, /system, /boot and /meta, and the host's /proc and /sys", nodePath)
 }
 
+// walkRoot is where a walk of hostRoot starts: a symlink into a kernel filesystem
+// (/proc/self, /sys/class/net/lo) is followed, as ls and cp -r of such a path do; any other
+// symlink is listed as itself, so no walk leaves the node's folders.
+func walkRoot(hostRoot string) string {
+	fi, err := os.Lstat(hostRoot)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return hostRoot
+	}
+
+	target, err := filepath.EvalSymlinks(hostRoot)
+	if err != nil || !pseudoFS(target) {
+		return hostRoot
+	}
+
+	return target
+}
+
 func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
 
 // pseudoFS reports whether path is on a kernel filesystem whose files report a size that is

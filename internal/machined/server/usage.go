@@ -130,7 +130,7 @@ func (s *Machine) Copy(req *machine.CopyRequest, srv grpc.ServerStreamingServer[
 	pr, pw := io.Pipe()
 
 	go func() {
-		pw.CloseWithError(writeArchive(pw, hostRoot, path.Base(path.Clean(req.RootPath))))
+		pw.CloseWithError(writeArchive(pw, walkRoot(hostRoot), path.Base(path.Clean(req.RootPath))))
 	}()
 
 	defer pr.Close() //nolint:errcheck
