@@ -317,10 +317,14 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		return fmt.Errorf("parsing node address: %w", err)
 	}
 
-	// A process-mode node is reached on its loopback address, whatever the host's links hold.
+	// A process-mode node is reached on its loopback address, whatever the host's links hold,
+	// and its hostname is only recorded: the kernel's is the host's.
 	nodeAddresses := &networkctrl.NodeAddressController{}
+	hostnames := &networkctrl.HostnameStatusController{Apply: networkctrl.SetKernelHostname}
+
 	if n.r.SharesHost() {
 		nodeAddresses.Static = []netip.Addr{addr}
+		hostnames.Apply = nil
 	}
 
 	for _, ctrl := range []controller.Controller{
@@ -329,7 +333,7 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		&hardwarectrl.ProcessorController{},
 		&blockctrl.DiskController{},
 		&networkctrl.HostnameSpecController{Address: n.opts.Address},
-		&networkctrl.HostnameStatusController{},
+		hostnames,
 		nodeAddresses,
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -278,5 +279,44 @@ func addAddress(t *testing.T, conn *rtnetlink.Conn, index uint32, p netip.Prefix
 
 	if err := conn.Address.New(m); err != nil {
 		t.Fatalf("adding %s: %v", p, err)
+	}
+}
+
+// TestSetKernelHostname sets the hostname in a UTS namespace of the test's own (on a thread
+// that ends with the test): what a node with its own namespaces does.
+func TestSetKernelHostname(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a UTS namespace")
+	}
+
+	got := make(chan string, 1)
+
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread and its namespace end with the goroutine
+
+		if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+			got <- "unshare: " + err.Error()
+
+			return
+		}
+
+		if err := networkctrl.SetKernelHostname("node-7", "example.test"); err != nil {
+			got <- err.Error()
+
+			return
+		}
+
+		var u unix.Utsname
+		if err := unix.Uname(&u); err != nil {
+			got <- err.Error()
+
+			return
+		}
+
+		got <- unix.ByteSliceToString(u.Nodename[:]) + " " + unix.ByteSliceToString(u.Domainname[:])
+	}()
+
+	if g := <-got; g != "node-7 example.test" {
+		t.Errorf("uname after SetKernelHostname: %s", g)
 	}
 }
