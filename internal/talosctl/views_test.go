@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -32,9 +34,16 @@ func TestIntegrationNodeViews(t *testing.T) {
 	out, _ = waitFor(t, ok, append(sock, "ls", "/sys/devices/virtual/net/lo")...)
 	mustContain(t, out, "mtu", "operstate")
 
-	// apid listens on the node address.
-	out, _ = waitFor(t, func(code int, out, _ string) bool { return code == 0 && strings.Contains(out, addr+":50000") }, append(sock, "netstat", "-l", "-t", "-p")...)
-	mustContain(t, out, "NODE", "Proto", "Local Address", "Foreign Address", "State", "PID/Program name", "LISTEN")
+	// A socket in the namespace the process-mode node shares, with its owner.
+	l, err := net.Listen("tcp", addr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close() //nolint:errcheck
+
+	out, _ = waitFor(t, ok, append(sock, "netstat", "-l", "-t", "-p")...)
+	mustContain(t, out, "NODE", "Proto", "Recv-Q", "Send-Q", "Local Address", "Foreign Address", "State", "PID/Program name",
+		l.Addr().String(), "LISTEN", fmt.Sprintf("%d/", os.Getpid()))
 
 	code, out, stderr := run(t, append(sock, "dmesg")...)
 
