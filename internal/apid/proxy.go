@@ -6,14 +6,14 @@ import (
 	"io"
 	"sync"
 
-	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// handle is the gRPC handler of every method: authorize, then route.
+// handle is the router's gRPC handler of every method: it asks direct where the call goes
+// with the roles the relay decided, and carries it there.
 func (s *Server) handle(_ any, stream grpc.ServerStream) error {
 	ctx := stream.Context()
 
@@ -23,19 +23,14 @@ func (s *Server) handle(_ any, stream grpc.ServerStream) error {
 	}
 
 	roles := routerRoles(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
 
-	var err error
-
-	if err = Authorize(method, roles); err != nil {
+	d, err := s.direct(method, roles, md)
+	if err != nil {
 		return err
 	}
 
-	info := lookupMethod(method)
-	if !info.known {
-		return status.Errorf(codes.Unimplemented, "method %s is not served by this node", method)
-	}
-
-	if cosiReads[method] && !roles.Includes(role.Admin) {
+	if d.inspect {
 		// Sensitive resources need os:admin: look at the request before forwarding it.
 		var first frame
 
@@ -55,29 +50,25 @@ func (s *Server) handle(_ any, stream grpc.ServerStream) error {
 		stream = &replayStream{ServerStream: stream, first: &first}
 	}
 
-	md, _ := metadata.FromIncomingContext(ctx)
-	list, many := targets(md)
 	out := forwardMD(md, roles)
 
-	switch {
-	case list == nil:
-		return oneToOne(stream, s.local, method, info, out)
-	case !many || (len(list) == 1 && !info.fanOut) || (len(list) == 1 && info.clientStreams):
-		conn, err := s.conn(list[0])
+	switch d.mode {
+	case toMachined:
+		return oneToOne(stream, s.local, method, d.method, out)
+	case toNode:
+		conn, err := s.conn(d.targets[0])
 		if err != nil {
 			return status.Error(codes.Unavailable, err.Error())
 		}
 
-		return oneToOne(stream, conn, method, info, out)
-	case info.clientStreams:
-		return status.Errorf(codes.InvalidArgument, "method %s takes a client stream and is proxied to one node only, got %d nodes", method, len(list))
-	case !info.fanOut:
-		return status.Errorf(codes.InvalidArgument, "method %s replies cannot be merged across nodes: call one node at a time", method)
-	case info.serverStreams:
-		return s.fanOutStream(stream, list, method, out)
-	default:
-		return s.fanOutUnary(stream, list, method, out)
+		return oneToOne(stream, conn, method, d.method, out)
 	}
+
+	if d.method.serverStreams {
+		return s.fanOutStream(stream, d.targets, method, out)
+	}
+
+	return s.fanOutUnary(stream, d.targets, method, out)
 }
 
 // oneToOne forwards a call unchanged, streams included.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"os"
-	"sync"
-	"syscall"
+	"slices"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"golang.org/x/net/http2/hpack"
@@ -17,6 +15,64 @@ import (
 	"github.com/talos-go/talos/internal/apid/h2relay"
 )
 
+// mode is how a call is carried to its destination.
+type mode int
+
+const (
+	// toMachined: this node's machined, one to one, replies unchanged.
+	toMachined mode = iota
+	// toNode: one other node's apid, one to one, replies unchanged.
+	toNode
+	// toNodes: every target in parallel; replies merged, each message stamped with its node.
+	toNodes
+)
+
+// destination is where a call goes, as decided by direct.
+type destination struct {
+	mode    mode
+	targets []string // toNode: the one node; toNodes: every node, this one included if named
+	method  methodInfo
+	// inspect: a COSI read by a caller without os:admin. The resource type it names is only in
+	// the request, so the router reads it before anything is forwarded (AuthorizeResource).
+	inspect bool
+}
+
+// direct is apid's routing policy, all of it: from a call's method, the roles it acts with and
+// its routing metadata ("node", "nodes"), where it goes, or the error that answers it. Both
+// the relay (route) and the router (handle) ask it; nothing else decides routing.
+func (s *Server) direct(method string, roles role.Set, md metadata.MD) (destination, error) {
+	if err := Authorize(method, roles); err != nil {
+		return destination{}, err
+	}
+
+	d := destination{method: lookupMethod(method), inspect: cosiReads[method] && !roles.Includes(role.Admin)}
+	if !d.method.known {
+		return d, status.Errorf(codes.Unimplemented, "method %s is not served by this node", method)
+	}
+
+	list, many := targets(md)
+
+	switch {
+	case list == nil:
+		d.mode = toMachined
+	case !many || (len(list) == 1 && (!d.method.fanOut || d.method.clientStreams)):
+		// One node: "node", or "nodes" with one entry for a method whose replies need no
+		// stamping or cannot be merged anyway. Its replies pass unchanged.
+		d.mode, d.targets = toNode, list[:1]
+		if s.isLocal(list[0]) {
+			d.mode, d.targets = toMachined, nil
+		}
+	case d.method.clientStreams:
+		return d, status.Errorf(codes.InvalidArgument, "method %s takes a client stream and is proxied to one node only, got %d nodes", method, len(list))
+	case !d.method.fanOut:
+		return d, status.Errorf(codes.InvalidArgument, "method %s replies cannot be merged across nodes: call one node at a time", method)
+	default:
+		d.mode, d.targets = toNodes, list
+	}
+
+	return d, nil
+}
+
 // The relay's backends: a call for this node goes frame by frame to machined; everything else
 // (other nodes, fan-out, reads that need the request inspected) goes to the in-process router,
 // a gRPC server that trusts the roles the relay puts in the metadata.
@@ -25,8 +81,9 @@ const (
 	backendRouter
 )
 
-// route authorizes a new call by the client certificate's roles and picks its backend. It is
-// the only place a caller's roles are decided: the metadata it sends on carries them.
+// route is the relay's side of a new call: it decides the caller's roles from the client
+// certificate (the only place they are decided: the metadata it sends on carries them), asks
+// direct where the call goes, and picks the relay's backend from that.
 func (s *Server) route(state *tls.ConnectionState, header []hpack.HeaderField) h2relay.Decision {
 	var (
 		method   string
@@ -50,13 +107,10 @@ func (s *Server) route(state *tls.ConnectionState, header []hpack.HeaderField) h
 	}
 
 	roles, err := effectiveRoles(state, asserted)
-	if err == nil {
-		err = Authorize(method, roles)
-	}
 
-	info := lookupMethod(method)
-	if err == nil && !info.known {
-		err = status.Errorf(codes.Unimplemented, "method %s is not served by this node", method)
+	var d destination
+	if err == nil {
+		d, err = s.direct(method, roles, md)
 	}
 
 	if err != nil {
@@ -65,11 +119,8 @@ func (s *Server) route(state *tls.ConnectionState, header []hpack.HeaderField) h
 		return h2relay.Decision{Code: int(st.Code()), Message: st.Message()}
 	}
 
-	list, many := targets(md)
-	local := list == nil || (len(list) == 1 && s.isLocal(list[0]) && (!many || !info.fanOut || info.clientStreams))
-
 	backend := backendRouter
-	if local && (!cosiReads[method] || roles.Includes(role.Admin)) {
+	if d.mode == toMachined && !d.inspect {
 		backend = backendMachined
 	}
 
@@ -126,71 +177,66 @@ func routerRoles(ctx context.Context) role.Set {
 	return roles
 }
 
-// pipeListener hands the router connections made in process (socket pairs): nothing outside
-// apid can reach it, which is why the router may trust the roles in the metadata.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
+// targets reads the routing metadata: nil for a local call; one target with many=false for
+// "node"; the list for "nodes" (repeatable and comma-separated).
+func targets(md metadata.MD) (list []string, many bool) {
+	if nodes := md.Get(mdNodes); len(nodes) > 0 {
+		for _, v := range nodes {
+			for _, n := range splitComma(v) {
+				if !slices.Contains(list, n) {
+					list = append(list, n)
+				}
+			}
+		}
 
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "apid-router", Net: "unix"} }
-
-// Dial makes a socket pair and hands one end to Accept.
-func (l *pipeListener) Dial(ctx context.Context) (net.Conn, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
+		return list, len(list) > 0
 	}
 
-	ends := make([]net.Conn, 2)
-
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "apid-router")
-		ends[i], err = net.FileConn(f)
-		f.Close() //nolint:errcheck
-
-		if err != nil {
-			for _, c := range ends[:i] {
-				c.Close() //nolint:errcheck
-			}
-
-			if i == 0 {
-				syscall.Close(fds[1]) //nolint:errcheck
-			}
-
-			return nil, err
+	if node := md.Get(mdNode); len(node) > 0 {
+		if n := splitComma(node[0]); len(n) > 0 {
+			return n[:1], false
 		}
 	}
 
-	select {
-	case l.conns <- ends[1]:
-		return ends[0], nil
-	case <-l.done:
-	case <-ctx.Done():
+	return nil, false
+}
+
+func splitComma(s string) []string {
+	var res []string
+
+	start := 0
+
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if v := trimSpace(s[start:i]); v != "" {
+				res = append(res, v)
+			}
+
+			start = i + 1
+		}
 	}
 
-	ends[0].Close() //nolint:errcheck
-	ends[1].Close() //nolint:errcheck
+	return res
+}
 
-	return nil, net.ErrClosed
+func trimSpace(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+
+	return s
+}
+
+// isLocal reports whether target names this node.
+func (s *Server) isLocal(target string) bool {
+	host := target
+	if h, _, err := net.SplitHostPort(target); err == nil {
+		host = h
+	}
+
+	return slices.Contains(s.opts.LocalAddresses, host) || slices.Contains(s.opts.LocalAddresses, target)
 }

@@ -2,10 +2,12 @@
 // authorizes each call by the roles in the client certificate, and routes it to the local
 // machined, to one other node's apid, or to many nodes at once, merging their replies.
 //
-// The listener is a frame-level HTTP/2 relay (package h2relay) whose route (route.go) decides
-// each new stream's roles and destination from its headers: calls for this node go to
-// machined frame by frame; the rest go to the router, an in-process gRPC server (proxy.go)
-// reached over socket pairs, which trusts the roles the relay put in the metadata.
+// The listener is a frame-level HTTP/2 relay (package h2relay). Its route decides each new
+// stream's roles from the client certificate; direct (route.go), the whole routing policy,
+// decides from the method, the roles and the "node"/"nodes" metadata where the call goes.
+// Calls for this node go to machined frame by frame; the rest go to the router, an
+// in-process gRPC server (proxy.go) reached over socket pairs, which trusts the roles the
+// relay put in the metadata and asks direct again. docs/request-path.md walks a call through.
 //
 // apid reads only its certificate folder (package certs: ca.crt, server.crt/key,
 // client.crt/key, reloaded when they change) and reaches machined only through its socket.
@@ -23,7 +25,6 @@ import (
 	"fmt"
 	"net"
 	goruntime "runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -247,60 +248,6 @@ func (s *Server) Stop(timeout time.Duration) {
 	s.local.Close() //nolint:errcheck
 }
 
-// targets reads the routing metadata: nil for a local call; one target with many=false for
-// "node"; the list for "nodes" (repeatable and comma-separated).
-func targets(md metadata.MD) (list []string, many bool) {
-	if nodes := md.Get(mdNodes); len(nodes) > 0 {
-		for _, v := range nodes {
-			for _, n := range splitComma(v) {
-				if !slices.Contains(list, n) {
-					list = append(list, n)
-				}
-			}
-		}
-
-		return list, len(list) > 0
-	}
-
-	if node := md.Get(mdNode); len(node) > 0 {
-		if n := splitComma(node[0]); len(n) > 0 {
-			return n[:1], false
-		}
-	}
-
-	return nil, false
-}
-
-func splitComma(s string) []string {
-	var res []string
-
-	start := 0
-
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			if v := trimSpace(s[start:i]); v != "" {
-				res = append(res, v)
-			}
-
-			start = i + 1
-		}
-	}
-
-	return res
-}
-
-func trimSpace(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-
-	return s
-}
-
 // forwardMD is the metadata sent on: the caller's metadata without routing, transport and
 // role keys, plus the caller's effective roles.
 func forwardMD(in metadata.MD, roles role.Set) metadata.MD {
@@ -318,16 +265,6 @@ func forwardMD(in metadata.MD, roles role.Set) metadata.MD {
 	out[mdRole] = roles.Strings()
 
 	return out
-}
-
-// isLocal reports whether target names this node.
-func (s *Server) isLocal(target string) bool {
-	host := target
-	if h, _, err := net.SplitHostPort(target); err == nil {
-		host = h
-	}
-
-	return slices.Contains(s.opts.LocalAddresses, host) || slices.Contains(s.opts.LocalAddresses, target)
 }
 
 // conn returns the connection for a target: machined for this node, the pooled connection to

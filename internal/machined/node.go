@@ -254,14 +254,28 @@ func (n *node) StartResources(ctx context.Context) error {
 		return fmt.Errorf("parsing node address: %w", err)
 	}
 
+	// A process-mode node is reached on its loopback address, whatever the host's links hold,
+	// and its hostname is only recorded: the kernel's is the host's.
+	nodeAddresses := &networkctrl.NodeAddressController{}
+	hostnames := &networkctrl.HostnameStatusController{Apply: networkctrl.SetKernelHostname}
+
+	if n.r.SharesHost() {
+		nodeAddresses.Static = []netip.Addr{addr}
+		hostnames.Apply = nil
+	}
+
 	for _, ctrl := range []controller.Controller{
 		&configctrl.MachineTypeController{},
 		&hardwarectrl.SystemInformationController{},
 		&hardwarectrl.ProcessorController{},
 		&blockctrl.DiskController{},
 		&networkctrl.HostnameSpecController{Address: n.opts.Address},
-		&networkctrl.HostnameStatusController{},
-		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
+		hostnames,
+		nodeAddresses,
+		&networkctrl.LinkStatusController{},
+		&networkctrl.AddressStatusController{},
+		&networkctrl.RouteStatusController{},
+		&networkctrl.ResolverStatusController{},
 		&clusterctrl.MemberController{StateDir: n.r.Paths.State()},
 		&etcdctrl.MemberController{Etcd: services.EtcdManager(n.r)},
 		&secretsctrl.RootController{},

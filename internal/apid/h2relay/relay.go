@@ -239,11 +239,20 @@ type peer struct {
 	encBuf   []byte
 	dirty    bool // written since the last flush
 	dead     bool
-	maxFrame uint32
-	sendConn int64 // connection window towards this peer
-	initWin  int64 // this peer's initial stream window for what we send
-	credit   int64 // connection-level bytes received from this peer and not yet credited
-	recvConn int64 // connection window this peer may still send into
+	maxFrame uint32 // largest frame this peer accepts (its SETTINGS_MAX_FRAME_SIZE)
+
+	// What we send this peer: sendConn is charged by pump for every DATA byte and refilled by
+	// the peer's connection WINDOW_UPDATEs; initWin starts each new stream's window.
+	sendConn int64
+	initWin  int64
+
+	// What this peer sends us: credit is what it sent that has left the relay (sent on,
+	// padding, discarded) but was not yet credited back to it (session.credit). For the
+	// client, whose reads are checked, recvConn is what it may still send: recvConn, credit
+	// and the bytes queued from it add up to the window we advertised, and a client that
+	// sends past it is cut off (session.clientFrame). Backends are ours and trusted.
+	credit   int64
+	recvConn int64
 }
 
 type hpackSink struct{ p *peer }

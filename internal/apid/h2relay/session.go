@@ -26,12 +26,24 @@ type item struct {
 }
 
 // half is one direction of a stream: the request (client to backend) or the response.
+//
+// Flow control passes through a half; these hold whenever the session lock is free:
+//   - every DATA byte the sending side sent on this stream is in exactly one place: in queue
+//     (not yet sent on), in credit (sent on, or padding, and not yet credited back), or
+//     credited back to the sending side with a WINDOW_UPDATE (credit, drop);
+//   - nothing is written to the receiving side beyond win or its connection window, nor in
+//     frames over its maximum frame size (pump);
+//   - a header block queued after data leaves after it: trailers never overtake the body
+//     (queue holds both, in order).
+//
+// So what a stream holds is bounded by the window this relay advertised for it, and a slow
+// receiver stalls only its sender, never the relay's memory.
 type half struct {
 	queue   []item // frames waiting for the receiving side's window
-	win     int64  // the receiving side's stream window
+	win     int64  // the receiving side's stream window: what pump may still send
 	endSeen bool   // END_STREAM received from the sending side
 	done    bool   // END_STREAM sent on
-	credit  int64  // stream-level bytes to credit back to the sending side
+	credit  int64  // stream-level bytes sent on and not yet credited back to the sending side
 }
 
 // stream is one call: id on the client connection, bid on its backend connection.
@@ -47,14 +59,21 @@ type stream struct {
 	respBuf [3]item
 }
 
-// ends returns a direction's sending and receiving connections, the stream's id on each, and
-// its queue's own storage.
-func (ss *session) ends(st *stream, h *half) (src, dst *peer, srcID, dstID uint32, buf []item) {
+// direction is where one half of a stream runs: from one connection to the other.
+type direction struct {
+	src, dst     *peer  // the side its frames come from, the side they go to
+	srcID, dstID uint32 // the stream's id on each
+	buf          []item // the queue's own storage, reused when the queue empties
+}
+
+// ends returns the connections of one direction of st: the request runs from the client to
+// the backend, the response back.
+func (ss *session) ends(st *stream, h *half) direction {
 	if h == &st.req {
-		return ss.client, st.up.peer, st.id, st.bid, st.reqBuf[:0]
+		return direction{src: ss.client, dst: st.up.peer, srcID: st.id, dstID: st.bid, buf: st.reqBuf[:0]}
 	}
 
-	return st.up.peer, ss.client, st.bid, st.id, st.respBuf[:0]
+	return direction{src: st.up.peer, dst: ss.client, srcID: st.bid, dstID: st.id, buf: st.respBuf[:0]}
 }
 
 // upstream is one backend connection of a session.
@@ -145,7 +164,8 @@ func (ss *session) run() {
 }
 
 // writeSettings sends our SETTINGS (the stream window plus extra) and opens the connection
-// window to the same size.
+// window to the same size. The window is static: a peer may have at most Window bytes in
+// flight to us per stream and per connection, and that is all a session ever buffers from it.
 func (ss *session) writeSettings(p *peer, extra ...http2.Setting) {
 	w := ss.srv.window()
 	settings := append([]http2.Setting{{ID: http2.SettingInitialWindowSize, Val: w}}, extra...)
@@ -302,7 +322,9 @@ func (ss *session) upstream(i int) (*upstream, error) {
 func (ss *session) clientFrame(f http2.Frame) {
 	switch f := f.(type) {
 	case *http2.DataFrame:
-		// What a client sends past its window would be queued without bound: end it.
+		// What a client sends past its connection window would be queued without bound: end it.
+		// (Backends are ours and trusted to keep to their window; clients are not.) recvConn
+		// grows back only when credit sends a connection WINDOW_UPDATE.
 		if ss.client.recvConn -= int64(f.Length); ss.client.recvConn < 0 {
 			ss.client.check(ss.client.fw.WriteGoAway(ss.lastID, http2.ErrCodeFlowControl, nil))
 			ss.client.check(ss.client.flush())
@@ -311,6 +333,7 @@ func (ss *session) clientFrame(f http2.Frame) {
 			return
 		}
 
+		// Bytes nobody will forward are credited at once; so is padding, which is not sent on.
 		st := ss.streams[f.StreamID]
 		if st == nil || st.req.endSeen || st.req.done {
 			ss.credit(ss.client, 0, nil, int64(f.Length))
@@ -357,7 +380,9 @@ func (ss *session) clientFrame(f http2.Frame) {
 	}
 }
 
-// applySettings takes a peer's SETTINGS; onWindow gets the change of its initial window.
+// applySettings takes a peer's SETTINGS; onWindow gets the change of its initial window,
+// which RFC 9113 6.9.2 applies to every open stream's window, possibly taking it below zero:
+// pump then sends nothing on that stream until WINDOW_UPDATEs bring it back above.
 func (ss *session) applySettings(p *peer, f *http2.SettingsFrame, onWindow func(delta int64)) {
 	f.ForeachSetting(func(s http2.Setting) error { //nolint:errcheck
 		switch s.ID {
@@ -478,7 +503,9 @@ func (ss *session) backendFrame(up *upstream, f http2.Frame) {
 }
 
 // push queues one frame of a direction and sends what the windows allow. Data still queued
-// afterwards is copied out of the framer's buffer, which the next read reuses.
+// afterwards is copied out of the framer's buffer, which the next read reuses. The bytes it
+// queues are not credited to the sender until pump sends them on (or drop discards them):
+// that is what bounds the queue by the window the sender was given.
 func (ss *session) push(st *stream, h *half, it item) {
 	h.endSeen = h.endSeen || it.end
 	h.queue = append(h.queue, it)
@@ -490,15 +517,20 @@ func (ss *session) push(st *stream, h *half, it item) {
 }
 
 // pump sends a direction's queued frames as far as the receiving side's windows allow, and
-// credits what it sent back to the sending side.
+// credits what it sent back to the sending side. It is called whenever a window may have
+// opened (a frame queued, a WINDOW_UPDATE, new SETTINGS) and keeps the send-side invariants:
+// each DATA frame is at most min(stream window, connection window, max frame size) of the
+// receiver, both windows are charged for it, and an END_STREAM goes out with the last byte.
+// A header block needs no window and leaves as soon as the data before it has.
 func (ss *session) pump(st *stream, h *half) {
-	src, dst, srcID, dstID, buf := ss.ends(st, h)
+	e := ss.ends(st, h)
+	dst := e.dst
 
 	for len(h.queue) > 0 && !dst.dead {
 		it := &h.queue[0]
 
 		if it.isHdr {
-			dst.check(dst.writeHeaders(dstID, it.header, it.end))
+			dst.check(dst.writeHeaders(e.dstID, it.header, it.end))
 		} else {
 			n := min(int64(len(it.data)), dst.sendConn, h.win, int64(dst.maxFrame))
 			if n <= 0 && len(it.data) > 0 {
@@ -508,10 +540,10 @@ func (ss *session) pump(st *stream, h *half) {
 			n = max(n, 0)
 			last := n == int64(len(it.data))
 
-			dst.check(dst.fw.WriteData(dstID, it.end && last, it.data[:n]))
+			dst.check(dst.fw.WriteData(e.dstID, it.end && last, it.data[:n]))
 			dst.sendConn -= n
 			h.win -= n
-			ss.credit(src, srcID, h, n)
+			ss.credit(e.src, e.srcID, h, n)
 
 			if !last {
 				it.data = it.data[n:]
@@ -525,7 +557,7 @@ func (ss *session) pump(st *stream, h *half) {
 		}
 
 		if h.queue = h.queue[1:]; len(h.queue) == 0 {
-			h.queue = buf
+			h.queue = e.buf
 		}
 	}
 
@@ -533,7 +565,10 @@ func (ss *session) pump(st *stream, h *half) {
 }
 
 // credit returns n bytes received from src to its windows (h nil: the connection's only), in
-// updates of at least a quarter window.
+// updates of at least a quarter window. It is the only place WINDOW_UPDATEs are sent to a
+// peer, and it is called only for bytes that left the relay (sent on, padding, or discarded),
+// so a peer's windows reopen exactly as fast as the relay drains what it sent. A stream that
+// has ended on the sending side gets no more stream updates: it will send nothing more.
 func (ss *session) credit(src *peer, id uint32, h *half, n int64) {
 	if n <= 0 || src.dead {
 		return
@@ -592,9 +627,10 @@ func (ss *session) forget(st *stream) {
 	}
 }
 
-// drop discards a direction's queue, crediting its bytes back to the sending connection.
+// drop discards a direction's queue, crediting its bytes back to the sending connection: a
+// stream that ends with data still queued must not shrink the connection window for good.
 func (ss *session) drop(st *stream, h *half) {
-	src, _, _, _, _ := ss.ends(st, h)
+	src := ss.ends(st, h).src
 
 	for _, it := range h.queue {
 		ss.credit(src, 0, nil, int64(len(it.data)))

@@ -54,6 +54,12 @@ type Runtime struct {
 // Mode is the validation mode for this node's configs.
 func (r *Runtime) Mode() Mode { return Mode(r.Platform) }
 
+// SharesHost reports whether the node is a set of processes on the host (the process
+// provisioner): its root is a state folder, and it shares the host's mounts, processes and
+// network. Otherwise (a container-mode node with "/" as its root, metal) the node has its own
+// root and namespaces, and /proc, /sys and netlink show the node itself.
+func (r *Runtime) SharesHost() bool { return r.Platform == PlatformContainer && r.Paths.Root != "/" }
+
 // Config returns the active config, or nil in maintenance mode.
 func (r *Runtime) Config() config.Provider {
 	r.mu.RLock()

@@ -13,48 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/talos-go/talos/internal/machined/runtime"
 )
-
-// hostPath maps a path of the node's filesystem to the host. In container mode the node's
-// filesystem is its state folder: /var is EPHEMERAL, /system/state is STATE, and so on.
-func (s *Machine) hostPath(nodePath string) (string, error) {
-	if !filepath.IsAbs(nodePath) {
-		return "", status.Errorf(codes.InvalidArgument, "path %q must be absolute", nodePath)
-	}
-
-	clean := filepath.Clean(nodePath)
-
-	if s.R.Platform != runtime.PlatformContainer {
-		return clean, nil
-	}
-
-	p := s.R.Paths
-	if clean == "/proc/sys/kernel/random/boot_id" {
-		return p.BootIDFile(), nil
-	}
-
-	mounts := []struct{ node, host string }{
-		{"/system/state", p.State()},
-		{"/system", p.System()},
-		{"/var", p.Ephemeral()},
-		{"/boot", p.Boot()},
-		{"/meta", p.Meta()},
-	}
-
-	for _, m := range mounts {
-		if clean == m.node || strings.HasPrefix(clean, m.node+"/") {
-			return filepath.Join(m.host, strings.TrimPrefix(clean, m.node)), nil
-		}
-	}
-
-	if clean == "/" {
-		return p.Root, nil
-	}
-
-	return "", status.Errorf(codes.NotFound, "%s: not on this node; container-mode nodes hold /var, /system, /boot and /meta", nodePath)
-}
 
 // List walks a folder of the node.
 func (s *Machine) List(req *machine.ListRequest, srv grpc.ServerStreamingServer[machine.FileInfo]) error {
@@ -67,6 +26,8 @@ func (s *Machine) List(req *machine.ListRequest, srv grpc.ServerStreamingServer[
 	if err != nil {
 		return err
 	}
+
+	hostRoot = walkRoot(hostRoot)
 
 	maxDepth := 1
 	if req.Recurse {

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/version"
 )
 
@@ -244,8 +243,9 @@ func (s *Machine) SystemStat(ctx context.Context, _ *emptypb.Empty) (*machine.Sy
 	return &machine.SystemStatResponse{Messages: []*machine.SystemStat{msg}}, nil
 }
 
-// Processes lists the node's processes: on metal every process, in container mode machined
-// and its descendants (the host's other processes are not the node's).
+// Processes lists the node's processes: those of its own PID namespace, or, for a
+// process-mode node, which shares the host's, machined and its descendants (the host's other
+// processes are not the node's).
 func (s *Machine) Processes(ctx context.Context, _ *emptypb.Empty) (*machine.ProcessesResponse, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -268,7 +268,7 @@ func (s *Machine) Processes(ctx context.Context, _ *emptypb.Empty) (*machine.Pro
 
 	keep := func(*machine.ProcessInfo) bool { return true }
 
-	if s.R.Platform == runtime.PlatformContainer {
+	if s.R.SharesHost() {
 		self := int32(os.Getpid())
 		keep = func(p *machine.ProcessInfo) bool {
 			for seen := 0; p != nil && seen < 64; seen++ {
@@ -347,8 +347,8 @@ func readProcess(pid int, pageSize uint64) *machine.ProcessInfo {
 	return p
 }
 
-// Mounts reports filesystem usage: on metal the mounted filesystems, in container mode the
-// node's partitions, which are folders of its state folder.
+// Mounts reports filesystem usage: the mounts of the node's own mount namespace, or, for a
+// process-mode node, which shares the host's, its partitions (folders of its state folder).
 func (s *Machine) Mounts(ctx context.Context, _ *emptypb.Empty) (*machine.MountsResponse, error) {
 	var stats []*machine.MountStat
 
@@ -364,7 +364,7 @@ func (s *Machine) Mounts(ctx context.Context, _ *emptypb.Empty) (*machine.Mounts
 		})
 	}
 
-	if s.R.Platform == runtime.PlatformContainer {
+	if s.R.SharesHost() {
 		p := s.R.Paths
 		add("STATE", p.State(), "/system/state")
 		add("EPHEMERAL", p.Ephemeral(), "/var")

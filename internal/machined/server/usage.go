@@ -130,7 +130,7 @@ func (s *Machine) Copy(req *machine.CopyRequest, srv grpc.ServerStreamingServer[
 	pr, pw := io.Pipe()
 
 	go func() {
-		pw.CloseWithError(writeArchive(pw, hostRoot, path.Base(path.Clean(req.RootPath))))
+		pw.CloseWithError(writeArchive(pw, walkRoot(hostRoot), path.Base(path.Clean(req.RootPath))))
 	}()
 
 	defer pr.Close() //nolint:errcheck
@@ -146,12 +146,22 @@ func writeArchive(w io.Writer, hostRoot, name string) error {
 	tw := tar.NewWriter(gz)
 
 	err := filepath.WalkDir(hostRoot, func(p string, d fs.DirEntry, walkErr error) error {
+		// Kernel filesystems change under the walk (processes end) and hold entries nobody
+		// may read: there such errors skip the entry instead of failing the copy.
 		if walkErr != nil {
+			if skippable(walkErr) && pseudoFS(filepath.Dir(p)) {
+				return nil
+			}
+
 			return walkErr
 		}
 
 		fi, err := d.Info()
 		if err != nil {
+			if skippable(err) && pseudoFS(filepath.Dir(p)) {
+				return nil
+			}
+
 			return err
 		}
 
@@ -177,6 +187,20 @@ func writeArchive(w io.Writer, hostRoot, name string) error {
 		hdr.Name = entry
 		if fi.IsDir() {
 			hdr.Name += "/"
+		}
+
+		if fi.Mode().IsRegular() && pseudoFS(p) {
+			// The size a kernel file reports is not its content's: read it to know.
+			content := readPseudo(p)
+			hdr.Size = int64(len(content))
+
+			if err = tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+
+			_, err = tw.Write(content)
+
+			return err
 		}
 
 		if err = tw.WriteHeader(hdr); err != nil {

@@ -4,50 +4,150 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
 )
 
-// StaticNodeAddressController publishes the node addresses of a container-mode node: the one
-// address it is bound to, under every NodeAddress ID consumers look for.
-type StaticNodeAddressController struct {
-	Addresses []netip.Addr
+// NodeAddressController publishes the node's addresses under the NodeAddress IDs consumers
+// look for (default, current, routed, accumulative). A node in its own network namespace
+// takes them from AddressStatus: global unicast addresses of links that are not loopback. A
+// process-mode node shares the host's namespace and is reached on the one loopback address it
+// is bound to: Static holds it, and the address statuses are not consulted.
+type NodeAddressController struct {
+	Static []netip.Addr
 }
 
 // Name implements controller.Controller.
-func (ctrl *StaticNodeAddressController) Name() string { return "network.StaticNodeAddressController" }
+func (ctrl *NodeAddressController) Name() string { return "network.NodeAddressController" }
 
 // Inputs implements controller.Controller.
-func (ctrl *StaticNodeAddressController) Inputs() []controller.Input { return nil }
+func (ctrl *NodeAddressController) Inputs() []controller.Input {
+	if len(ctrl.Static) > 0 {
+		return nil
+	}
+
+	return []controller.Input{
+		{Namespace: network.NamespaceName, Type: network.AddressStatusType, Kind: controller.InputWeak},
+		{Namespace: network.NamespaceName, Type: network.LinkStatusType, Kind: controller.InputWeak},
+	}
+}
 
 // Outputs implements controller.Controller.
-func (ctrl *StaticNodeAddressController) Outputs() []controller.Output {
+func (ctrl *NodeAddressController) Outputs() []controller.Output {
 	return []controller.Output{{Type: network.NodeAddressType, Kind: controller.OutputExclusive}}
 }
 
 // Run implements controller.Controller.
-func (ctrl *StaticNodeAddressController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	prefixes := make([]netip.Prefix, 0, len(ctrl.Addresses))
-	for _, addr := range ctrl.Addresses {
-		prefixes = append(prefixes, netip.PrefixFrom(addr, addr.BitLen()))
+func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
+	var seen []netip.Prefix // every address ever current: the accumulative set
+
+	for {
+		current := make([]netip.Prefix, 0, len(ctrl.Static))
+		for _, a := range ctrl.Static {
+			current = append(current, netip.PrefixFrom(a, a.BitLen()))
+		}
+
+		if len(ctrl.Static) == 0 {
+			var err error
+
+			if current, err = ctrl.fromStatus(ctx, r); err != nil {
+				return err
+			}
+		}
+
+		for _, p := range current {
+			if !slices.Contains(seen, p) {
+				seen = append(seen, p)
+			}
+		}
+
+		slices.SortFunc(seen, comparePrefixes)
+
+		var def []netip.Prefix
+		if len(current) > 0 {
+			def = current[:1]
+		}
+
+		for id, addrs := range map[string][]netip.Prefix{
+			network.NodeAddressDefaultID:      def,
+			network.NodeAddressCurrentID:      current,
+			network.NodeAddressRoutedID:       current,
+			network.NodeAddressAccumulativeID: seen,
+		} {
+			if err := safe.WriterModify(ctx, r, network.NewNodeAddress(network.NamespaceName, id), func(res *network.NodeAddress) error {
+				res.TypedSpec().Addresses = slices.Clone(addrs)
+				res.TypedSpec().SortAlgorithm = nethelpers.AddressSortAlgorithmV1
+
+				return nil
+			}); err != nil {
+				return fmt.Errorf("writing node address %s: %w", id, err)
+			}
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.EventCh():
+		}
+	}
+}
+
+// fromStatus lists the global unicast addresses of the links that are not loopback, IPv4
+// first, in address order.
+func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.Runtime) ([]netip.Prefix, error) {
+	links, err := safe.ReaderListAll[*network.LinkStatus](ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
 	}
 
-	for _, id := range []string{
-		network.NodeAddressDefaultID, network.NodeAddressCurrentID,
-		network.NodeAddressRoutedID, network.NodeAddressAccumulativeID,
-	} {
-		if err := safe.WriterModify(ctx, r, network.NewNodeAddress(network.NamespaceName, id), func(res *network.NodeAddress) error {
-			res.TypedSpec().Addresses = prefixes
-			return nil
-		}); err != nil {
-			return fmt.Errorf("writing node address %s: %w", id, err)
+	loopback := map[uint32]bool{}
+
+	for l := range links.All() {
+		if l.TypedSpec().Type == nethelpers.LinkLoopbck {
+			loopback[l.TypedSpec().Index] = true
 		}
 	}
 
-	<-ctx.Done()
+	addrs, err := safe.ReaderListAll[*network.AddressStatus](ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
 
-	return nil
+	var out []netip.Prefix
+
+	for a := range addrs.All() {
+		spec := a.TypedSpec()
+		ip := spec.Address.Addr()
+
+		if loopback[spec.LinkIndex] || !ip.IsGlobalUnicast() || spec.Scope != nethelpers.ScopeGlobal {
+			continue
+		}
+
+		out = append(out, spec.Address)
+	}
+
+	slices.SortFunc(out, comparePrefixes)
+
+	return slices.Compact(out), nil
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	if a.Addr().Is4() != b.Addr().Is4() {
+		if a.Addr().Is4() {
+			return -1
+		}
+
+		return 1
+	}
+
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+
+	return a.Bits() - b.Bits()
 }

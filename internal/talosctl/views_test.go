@@ -1,0 +1,183 @@
+package talosctl
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"github.com/talos-go/talos/internal/machined/testutil"
+)
+
+// TestIntegrationNodeViews: the node's kernel views and network state through talosctl,
+// against a real process-mode node: /proc and /sys, netstat, dmesg, cgroups, and the
+// network resources (the host's namespace, which the process mode shares; under nsrun a
+// private one with only lo).
+func TestIntegrationNodeViews(t *testing.T) {
+	isolate(t)
+
+	addr := "127.5.20.2"
+	n := testutil.StartNode(t, addr, testutil.Config(t, machine.TypeWorker, addr))
+	sock := []string{"--machined-socket", n.Socket()}
+
+	out, _ := waitFor(t, ok, append(sock, "read", "/proc/loadavg")...)
+	if len(strings.Fields(out)) != 5 {
+		t.Errorf("read /proc/loadavg: %q", out)
+	}
+
+	out, _ = waitFor(t, ok, append(sock, "ls", "/sys/devices/virtual/net/lo")...)
+	mustContain(t, out, "mtu", "operstate")
+
+	// A socket in the namespace the process-mode node shares, with its owner.
+	l, err := net.Listen("tcp", addr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close() //nolint:errcheck
+
+	out, _ = waitFor(t, ok, append(sock, "netstat", "-l", "-t", "-p")...)
+	mustContain(t, out, "NODE", "Proto", "Recv-Q", "Send-Q", "Local Address", "Foreign Address", "State", "PID/Program name",
+		l.Addr().String(), "LISTEN", fmt.Sprintf("%d/", os.Getpid()))
+
+	code, out, stderr := run(t, append(sock, "dmesg")...)
+
+	switch {
+	case os.Getuid() == 0 && (code != 0 || !strings.Contains(out, "local: kern: ")):
+		t.Errorf("dmesg as root: code %d %q %s", code, firstLine(out), stderr)
+	case os.Getuid() != 0 && code != 0 && !strings.Contains(stderr, "dmesg_restrict"):
+		t.Errorf("dmesg refused without saying why: %s", stderr)
+	}
+
+	out, _ = waitFor(t, ok, append(sock, "cgroups", "--preset", "memory", "--skip-cri-resolve")...)
+	mustContain(t, out, "NAME", "MemCurrent", "MemMax", "\n.")
+
+	out, _ = waitFor(t, ok, append(sock, "get", "links")...)
+	mustContain(t, out, "LinkStatuses.net.talos.dev", " lo ")
+
+	out, _ = waitFor(t, ok, append(sock, "get", "addresses")...)
+	mustContain(t, out, "AddressStatuses.net.talos.dev", "lo/127.0.0.1/8")
+
+	out, _ = waitFor(t, ok, append(sock, "get", "routes")...)
+	mustContain(t, out, "RouteStatuses.net.talos.dev")
+
+	out, _ = waitFor(t, ok, append(sock, "get", "resolvers", "-o", "yaml")...)
+	mustContain(t, out, "ResolverStatuses.net.talos.dev", "dnsServers")
+
+	// A process-mode node is reached on its loopback address, whatever the host's links hold.
+	out, _ = waitFor(t, ok, append(sock, "get", "nodeaddresses", "current", "-o", "yaml")...)
+	mustContain(t, out, addr+"/32")
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+
+	return line
+}
+
+// TestRenderCgroups renders a small cgroup tree with upstream's presets and a schema file.
+func TestRenderCgroups(t *testing.T) {
+	var buf bytes.Buffer
+
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+
+	for _, f := range []struct{ name, content string }{
+		{"cgroup/", ""},
+		{"cgroup/memory.current", "2097152\n"},
+		{"cgroup/cpu.stat", "usage_usec 3000000\nuser_usec 2000000\nsystem_usec 1000000\nthrottled_usec 0\n"},
+		{"cgroup/cgroup.procs", "1\n"},
+		{"cgroup/io.pressure", "some avg10=1.50 avg60=0.25 avg300=0.00 total=2500000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"},
+		{"cgroup/system/", ""},
+		{"cgroup/system/memory.current", "1048576\n"},
+		{"cgroup/system/memory.max", "max\n"},
+		{"cgroup/system/memory.min", "524288\n"},
+		{"cgroup/system/cpu.stat", "user_usec 500000\nsystem_usec 250000\n"},
+		{"cgroup/system/cgroup.procs", "42\n43\n"},
+		{"cgroup/system/io.stat", "8:0 rbytes=4096 wbytes=8192 rios=1 wios=2\n"},
+		{"cgroup/system/etcd/", ""},
+		{"cgroup/system/etcd/memory.current", "4096\n"},
+		{"cgroup/apid/", ""},
+	} {
+		h := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.content)), Typeflag: tar.TypeReg}
+		if strings.HasSuffix(f.name, "/") {
+			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+		}
+
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err := tw.Write([]byte(f.content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tw.Close() //nolint:errcheck
+	gz.Close() //nolint:errcheck
+
+	root, err := readCgroupTree(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	names := cgroupNames{procs: map[string]string{"42": "etcd"}, devices: map[string]string{"8:0": "sda"}}
+
+	render := func(schema *compiledSchema) string {
+		var out bytes.Buffer
+		if err := printCgroups(&out, schema, root, names); err != nil {
+			t.Fatal(err)
+		}
+
+		return out.String()
+	}
+
+	for _, tc := range []struct {
+		preset string
+		want   []string
+	}{
+		{"memory", []string{"NAME", "MemCurrent", "Current/Min", "\n.  ", "2.0 MiB", "├──apid", "└──system", "1.0 MiB", "max", "200.00%", "    └──etcd", "4.0 KiB"}},
+		{"cpu", []string{"CpuUser", "2s", "500ms", " 25.00%"}},
+		{"process", []string{"Procs", "Processes", "[etcd 43]"}},
+		{"io", []string{"Bytes Read/Written", "sda: 4.0 KiB/8.0 KiB", "sda: 1/2", "  1.50", "2.5s"}},
+	} {
+		schema, err := loadCgroupSchema("", tc.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		got := render(schema)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("preset %s lacks %q:\n%s", tc.preset, w, got)
+			}
+		}
+	}
+
+	// A schema file, and the errors that name what to fix.
+	file := t.TempDir() + "/schema.yaml"
+	writeFile(t, file, "columns:\n  - name: Current\n    template: '{{ .MemoryCurrent }}'\n")
+
+	schema, err := loadCgroupSchema(file, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if got := render(schema); !strings.Contains(got, "Current") || !strings.Contains(got, "1048576") {
+		t.Errorf("schema file:\n%s", got)
+	}
+
+	for _, bad := range []struct{ file, preset, want string }{
+		{"", "", "either --schema-file or --preset"},
+		{"", "bogus", `--preset "bogus": use one of [cpu cpuset io memory process psi swap]`},
+	} {
+		if _, err := loadCgroupSchema(bad.file, bad.preset); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q %q: %v", bad.file, bad.preset, err)
+		}
+	}
+}
