@@ -84,16 +84,9 @@ func buildRoot(spec Spec) error {
 
 	root := spec.rootDir()
 
-	loop, err := attachLoop(spec.Image)
+	err := mountImage(spec.Image, root)
 	if err != nil {
 		return err
-	}
-
-	err = unix.Mount(loop.Name(), root, "squashfs", unix.MS_RDONLY|unix.MS_NODEV, "")
-	loop.Close() //nolint:errcheck // autoclear: the device goes with the last mount of it
-
-	if err != nil {
-		return fmt.Errorf("mounting node image %s: %w", spec.Image, err)
 	}
 
 	eph := filepath.Join(spec.Disk, "EPHEMERAL")
@@ -143,6 +136,29 @@ func buildRoot(spec Spec) error {
 	}
 
 	return pivot(root)
+}
+
+// mountImage mounts the node image read-only at root. A shared loop device can be released
+// between finding and mounting it (its last node stopped): then the mount is tried once more.
+func mountImage(image, root string) error {
+	var err error
+
+	for range 2 {
+		var loop *os.File
+
+		if loop, err = attachLoop(image); err != nil {
+			return err
+		}
+
+		err = unix.Mount(loop.Name(), root, "squashfs", unix.MS_RDONLY|unix.MS_NODEV, "")
+		loop.Close() //nolint:errcheck // autoclear: the device goes with the last mount of it
+
+		if err == nil {
+			return nil
+		}
+	}
+
+	return fmt.Errorf("mounting node image %s: %w", image, err)
 }
 
 // partitionDir is where a partition folder is mounted under /system.

@@ -133,6 +133,44 @@ func TestReboot(t *testing.T) {
 	}
 }
 
+// Nodes booting one image share one loop device, so one squashfs page cache.
+func TestOneLoopDevicePerImage(t *testing.T) {
+	s, err := snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(s.loops) != 1 {
+		t.Fatalf("want the two nodes on one loop device for %s, got %q", image, s.loops)
+	}
+}
+
+// --memory and --memory-workers reach the nodes' cgroups.
+func TestMemoryLimits(t *testing.T) {
+	for node, mb := range map[string]int64{clusterName + "-controlplane-1": 1024, clusterName + "-worker-1": 512} {
+		var found bool
+
+		for _, d := range ctr.CgroupDirs(clusterName + "/" + node) {
+			for _, f := range []string{"memory.limit_in_bytes", "memory.max"} {
+				b, err := os.ReadFile(filepath.Join(d, f))
+				if err != nil {
+					continue
+				}
+
+				found = true
+
+				if got := strings.TrimSpace(string(b)); got != fmt.Sprint(mb<<20) {
+					t.Fatalf("%s/%s = %s, want %d MB", d, f, got, mb)
+				}
+			}
+		}
+
+		if !found {
+			t.Fatalf("no memory limit file for %s", node)
+		}
+	}
+}
+
 // Runs last: destroy removes everything the create made.
 func TestZDestroyLeavesNothing(t *testing.T) {
 	must(t, "cluster", "destroy", "--name", clusterName)
