@@ -35,11 +35,14 @@ type ContainerRequest struct {
 	MemoryWorker int64
 }
 
+// geteuid is os.Geteuid, replaced in tests to check the refusal without root.
+var geteuid = os.Geteuid
+
 func (r *Request) checkContainer() error {
 	c := r.Container
 
 	switch {
-	case os.Geteuid() != 0:
+	case geteuid() != 0:
 		return errors.New("the container provisioner needs root (it makes namespaces, a bridge, loop mounts and cgroups): run it as root, or use `--provisioner process`, which needs none")
 	case !r.CIDR.Addr().Is4() || r.CIDR.Addr().IsLoopback():
 		return fmt.Errorf("--cidr %s: the container provisioner needs an IPv4 network off loopback, like %s", r.CIDR, DefaultContainerCIDR)
