@@ -77,7 +77,7 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 
 	cmd := &cobra.Command{
 		Use:   "create",
-		Short: "Creates a local cluster: one machined process per node on loopback addresses",
+		Short: "Creates a local cluster: machined processes on loopback addresses (process), or nodes in their own namespaces on a bridge (container, root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req.Provisioner = provisioner
