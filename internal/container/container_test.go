@@ -12,10 +12,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talos-go/talos/internal/container/netnstest"
 )
 
-// needRootInPrivateNetns skips unless the test runs as root in a network namespace of its own
-// (nsrun): it makes links and would otherwise make them on the host.
+// The tests make links: they run in a network namespace of their own.
+func TestMain(m *testing.M) {
+	if code, done := netnstest.Isolate(); done {
+		os.Exit(code)
+	}
+
+	os.Exit(m.Run())
+}
+
 func needRootInPrivateNetns(t *testing.T) {
 	t.Helper()
 
@@ -23,15 +32,8 @@ func needRootInPrivateNetns(t *testing.T) {
 		t.Skip("needs root: makes links and cgroups")
 	}
 
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	for _, i := range ifs {
-		if i.Name != "lo" {
-			t.Skipf("run in a private network namespace (nsrun): this one has %s", i.Name)
-		}
+	if !netnstest.Private() {
+		t.Skip("not in a network namespace of its own")
 	}
 }
 

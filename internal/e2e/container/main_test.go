@@ -1,7 +1,7 @@
 // Package container runs the end-to-end suite on the container provisioner: one control plane
 // and one worker, each PID 1 in its own namespaces with the node image as its root, on a bridge.
-// It needs root and mksquashfs; run it in a private network namespace (nsrun), since the
-// cluster's bridge is made in the namespace the test runs in.
+// It needs root and mksquashfs, and runs itself in a network namespace of its own (the
+// cluster's bridge is made in the namespace the test runs in).
 package container
 
 import (
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/machined/testutil"
 )
 
@@ -32,7 +33,12 @@ const (
 	w    = "10.5.0.3"
 )
 
+// The suite makes a bridge and veths: it runs in a network namespace of its own.
 func TestMain(m *testing.M) {
+	if code, done := netnstest.Isolate(); done {
+		os.Exit(code)
+	}
+
 	os.Exit(run(m))
 }
 
