@@ -13,12 +13,13 @@ if [ -z "${BENCH_NETNS:-}" ]; then
 fi
 
 out=$(mktemp -d)
-go build -o "$out/" ./cmd/machined ./cmd/talosctl ./cmd/etcd
+# Static, as the node image needs them; both modes run the same binaries.
+CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$out/" ./cmd/machined ./cmd/talosctl ./cmd/etcd
 # The node image: the development image until `make rootfs` is there.
 image=${IMAGE:-}
 if [ -z "$image" ]; then
   image="$out/rootfs.sqsh"
-  hack/dev-rootfs.sh "$image" >/dev/null
+  NODE_BIN_DIR=$out hack/dev-rootfs.sh "$image" >/dev/null
 fi
 
 export HOME=$(mktemp -d)

@@ -3,7 +3,8 @@
 # containerd, runc, CNI, iptables) is not there: machined as /sbin/init, etcd in /usr/bin, the
 # /etc files a node binds its own over, and the mount points of the node's root.
 # Usage: hack/dev-rootfs.sh [OUT]   (default _out/rootfs-dev.sqsh). Needs mksquashfs
-# (Debian: squashfs-tools).
+# (Debian: squashfs-tools). NODE_BIN_DIR=DIR takes machined and etcd from DIR instead of building
+# them (they must be static: CGO_ENABLED=0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,9 +15,14 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 
 mkdir -p "$stage"/{sbin,usr/bin,etc,dev,proc,sys,run,tmp,system,var,root,opt/cni/bin}
-# Static binaries: the image has no C library.
-CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$stage/sbin/init" ./cmd/machined
-CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$stage/usr/bin/etcd" ./cmd/etcd
+if [ -n "${NODE_BIN_DIR:-}" ]; then
+  cp "$NODE_BIN_DIR/machined" "$stage/sbin/init"
+  cp "$NODE_BIN_DIR/etcd" "$stage/usr/bin/etcd"
+else
+  # Static binaries: the image has no C library.
+  CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$stage/sbin/init" ./cmd/machined
+  CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$stage/usr/bin/etcd" ./cmd/etcd
+fi
 
 : > "$stage/etc/hosts"
 : > "$stage/etc/resolv.conf"

@@ -63,7 +63,11 @@ func run(m *testing.M) int {
 
 	start := time.Now()
 
-	if out, err := testutil.GoBuild("-o", binDir+"/", "github.com/talos-go/talos/cmd/machined", "github.com/talos-go/talos/cmd/talosctl"); err != nil {
+	// machined and etcd static, as the image needs them; the host's launcher is that machined too.
+	os.Setenv("CGO_ENABLED", "0") //nolint:errcheck,usetesting
+
+	if out, err := testutil.GoBuild("-trimpath", "-ldflags=-s", "-o", binDir+"/", "github.com/talos-go/talos/cmd/machined",
+		"github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd"); err != nil {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
 
 		return 1
@@ -139,6 +143,7 @@ func nodeImage(dir string) (string, error) {
 
 	cmd := exec.Command(filepath.Join(root, "hack", "dev-rootfs.sh"), out)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "NODE_BIN_DIR="+dir)
 
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the node image: %v\n%s", err, b)
