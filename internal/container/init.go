@@ -202,7 +202,7 @@ func writeEtc(root string, spec Spec) error {
 	}
 
 	files := map[string]string{
-		"hosts": fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", spec.Address.Addr(), spec.Hostname),
+		"hosts": hostsFile(spec.Address.Addr().String(), spec.Hostname),
 		// No resolvers by default: a node reaches nothing it is not told about.
 		"resolv.conf": "",
 		"hostname":    spec.Hostname + "\n",

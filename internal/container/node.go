@@ -1,6 +1,7 @@
 package container
 
 import (
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -16,4 +17,35 @@ func Reboot() error {
 	unix.Sync()
 
 	return os.NewSyscallError("reboot", unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART))
+}
+
+// ApplyHostname makes a hostname effective in the node: the uts namespace's names, and
+// /system/etc/hostname and /system/etc/hosts, which Init bound over the image's /etc files
+// (written in place, so the binds stay). address is the node's own.
+func ApplyHostname(address string) func(hostname, domain string) error {
+	return func(hostname, domain string) error {
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return fmt.Errorf("sethostname: %w", err)
+		}
+
+		if err := unix.Setdomainname([]byte(domain)); err != nil {
+			return fmt.Errorf("setdomainname: %w", err)
+		}
+
+		names := hostname
+		if domain != "" {
+			names = hostname + "." + domain + "\t" + hostname
+		}
+
+		if err := os.WriteFile("/system/etc/hosts", []byte(hostsFile(address, names)), 0o644); err != nil {
+			return err
+		}
+
+		return os.WriteFile("/system/etc/hostname", []byte(hostname+"\n"), 0o644)
+	}
+}
+
+// hostsFile is the node's /etc/hosts: localhost and its own address with its names.
+func hostsFile(address, names string) string {
+	return fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", address, names)
 }

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/apid"
+	"github.com/talos-go/talos/internal/container"
 
 	"github.com/talos-go/talos/internal/machined/boot"
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
@@ -323,7 +324,7 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 		&hardwarectrl.ProcessorController{},
 		&blockctrl.DiskController{},
 		&networkctrl.HostnameSpecController{Address: n.opts.Address},
-		&networkctrl.HostnameStatusController{},
+		&networkctrl.HostnameStatusController{Apply: hostnameApplier(n.opts.Address)},
 		&networkctrl.StaticNodeAddressController{Addresses: []netip.Addr{addr}},
 		&clusterctrl.MemberController{StateDir: n.r.Paths.State()},
 		&etcdctrl.MemberController{Etcd: services.EtcdManager(n.r)},
@@ -341,6 +342,16 @@ func (n *node) startResources(ctx context.Context, goOwned func(string, func(con
 
 	goOwned("controller runtime", rt.Run)
 	goOwned("service resources", n.writeServiceResources)
+
+	return nil
+}
+
+// hostnameApplier is how a hostname takes effect: in a node of the container provisioner,
+// its own uts namespace and /etc files; in the process mode it is only recorded.
+func hostnameApplier(address string) func(hostname, domain string) error {
+	if container.InNode() {
+		return container.ApplyHostname(address)
+	}
 
 	return nil
 }

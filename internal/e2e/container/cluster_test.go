@@ -67,6 +67,46 @@ func TestHostsAndHostname(t *testing.T) {
 	}
 }
 
+// A new hostname in the config takes effect in the node's uts namespace and /etc files.
+func TestHostnameChange(t *testing.T) {
+	const name = "renamed-worker"
+
+	must(t, "-n", w, "patch", "machineconfig", "--mode", "no-reboot", "-p", `{"machine": {"network": {"hostname": "`+name+`"}}}`)
+
+	eventually(t, 30*time.Second, func() error {
+		if hosts := must(t, "-n", w, "read", "/system/etc/hosts"); !strings.Contains(hosts, w+"\t"+name+"\n") {
+			return fmt.Errorf("/system/etc/hosts:\n%s", hosts)
+		}
+
+		return nil
+	})
+
+	out, err := exec.Command("nsenter", "-t", nodeInitPID(t, clusterName+"-worker-1"), "-u", "hostname").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != name {
+		t.Fatalf("hostname in the node's uts namespace: %q %v", out, err)
+	}
+}
+
+// nodeInitPID is the host's PID of a node's init: the child of its launcher.
+func nodeInitPID(t *testing.T, node string) string {
+	t.Helper()
+
+	for _, line := range strings.Split(must(t, "cluster", "show", "--name", clusterName), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[0] == node {
+			out, err := exec.Command("pgrep", "-P", f[3]).Output()
+			if err != nil {
+				t.Fatalf("finding the init of %s (launcher %s): %v", node, f[3], err)
+			}
+
+			return strings.Fields(string(out))[0]
+		}
+	}
+
+	t.Fatalf("node %s not in cluster show", node)
+
+	return ""
+}
+
 func TestNodeAddresses(t *testing.T) {
 	for _, n := range []string{cp, w} {
 		out := must(t, "-n", n, "get", "nodeaddresses")
