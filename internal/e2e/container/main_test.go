@@ -128,6 +128,13 @@ func skipReason() string {
 		return "mksquashfs not found to build the node image: apt-get install squashfs-tools"
 	}
 
+	fss, _ := os.ReadFile("/proc/filesystems") //nolint:errcheck
+	for _, fs := range []string{"squashfs", "overlay"} {
+		if !strings.Contains(string(fss), "\t"+fs+"\n") {
+			return "the kernel has no " + fs + " (modprobe " + fs + ")"
+		}
+	}
+
 	return ""
 }
 
