@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined/runtime"
 )
 
@@ -58,6 +59,10 @@ func Main(args []string) error {
 	}
 
 	if action == actionReboot {
+		if container.InNode() {
+			return container.Reboot()
+		}
+
 		if bootloader.UnderBootStage() {
 			// Under the boot stage a reboot goes through it: it picks the slot to boot.
 			os.Exit(bootloader.ExitReboot)

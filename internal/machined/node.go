@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	"github.com/talos-go/talos/internal/container"
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
@@ -258,6 +259,10 @@ func (n *node) StartResources(ctx context.Context) error {
 	// and its hostname is only recorded: the kernel's is the host's.
 	nodeAddresses := &networkctrl.NodeAddressController{}
 	hostnames := &networkctrl.HostnameStatusController{Apply: networkctrl.SetKernelHostname}
+
+	if container.InNode() {
+		hostnames.Apply = container.ApplyHostname(n.opts.Address)
+	}
 
 	if n.r.SharesHost() {
 		nodeAddresses.Static = []netip.Addr{addr}

@@ -4,6 +4,7 @@ package multicall
 import (
 	"github.com/talos-go/talos/internal/apid"
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined"
 	"github.com/talos-go/talos/internal/trustd"
 )
@@ -13,5 +14,8 @@ var Commands = map[string]func(args []string) error{
 	"machined": machined.Main,
 	"apid":     apid.Main,
 	"boot":     bootloader.Main,
-	"trustd":   trustd.Main,
+	// container runs a node in its own namespaces (host side); container-init builds its root.
+	"container":      container.Main,
+	"container-init": container.InitMain,
+	"trustd":         trustd.Main,
 }

@@ -34,6 +34,9 @@ type Request struct {
 	CPPatches     []string // --config-patch-control-plane
 	WorkerPatches []string // --config-patch-worker
 	Progress      io.Writer
+
+	Provisioner string // ProvisionerProcess (default) or ProvisionerContainer
+	Container   ContainerRequest
 }
 
 func (r *Request) check() error {
@@ -46,10 +49,19 @@ func (r *Request) check() error {
 		return errors.New("--workers must not be negative")
 	case !r.CIDR.IsValid():
 		return errors.New("--cidr is not a valid prefix: use one like 127.5.0.0/24")
-	case !r.CIDR.Addr().IsLoopback():
-		return fmt.Errorf("--cidr %s is not a loopback network: the process provisioner binds nodes to 127.0.0.0/8 addresses without root", r.CIDR)
 	case r.Binary == "":
 		return errors.New("no node binary: build it with `go build -o _out/machined ./cmd/machined`")
+	}
+
+	switch r.Provisioner {
+	case "", ProvisionerProcess:
+		if !r.CIDR.Addr().IsLoopback() {
+			return fmt.Errorf("--cidr %s is not a loopback network: the process provisioner binds nodes to 127.0.0.0/8 addresses without root", r.CIDR)
+		}
+	case ProvisionerContainer:
+		return r.checkContainer()
+	default:
+		return fmt.Errorf("--provisioner %q is unknown: use process (no root needed) or container (root)", r.Provisioner)
 	}
 
 	return nil
@@ -183,7 +195,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		ctxCfg.Nodes = eps[:1]
 	}
 
-	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.CIDR.String(), Binary: req.Binary}
+	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.CIDR.String(), Binary: req.Binary, Provisioner: req.Provisioner}
 
 	for i, addr := range addrs {
 		typ, index, base, extra := TypeControlPlane, i+1, cfgs.ControlPlane, req.CPPatches
@@ -208,6 +220,12 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		c.Nodes = append(c.Nodes, node)
 	}
 
+	if req.Provisioner == ProvisionerContainer {
+		if err = c.createNetwork(req, progress); err != nil {
+			return nil, nil, err
+		}
+	}
+
 	if err = c.Save(); err != nil {
 		return nil, nil, err
 	}
@@ -215,7 +233,13 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	for i := range c.Nodes {
 		fmt.Fprintf(progress, "creating node %s (%s) at %s\n", c.Nodes[i].Name, c.Nodes[i].Type, c.Nodes[i].Address)
 
-		if err = c.start(&c.Nodes[i], req.NodeArgs); err != nil {
+		if req.Provisioner == ProvisionerContainer {
+			err = c.startContainer(&c.Nodes[i], &req)
+		} else {
+			err = c.start(&c.Nodes[i], req.NodeArgs)
+		}
+
+		if err != nil {
 			return c, cfgs, err
 		}
 
@@ -278,6 +302,12 @@ func Destroy(root, name string, progress io.Writer) error {
 
 	if len(errs) > 0 {
 		return fmt.Errorf("some nodes did not stop, state kept in %s: %w", c.Dir, errors.Join(errs...))
+	}
+
+	if c.Provisioner == ProvisionerContainer {
+		if err = c.destroyNetwork(progress); err != nil {
+			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
+		}
 	}
 
 	if err = os.RemoveAll(c.Dir); err != nil {

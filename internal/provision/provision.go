@@ -1,5 +1,7 @@
-// Package provision runs local clusters in container mode: each node is a machined process on
-// its own loopback address with its own state folder, started detached so nodes outlive the CLI.
+// Package provision runs local clusters. The process provisioner (no root) runs each node as a
+// machined process on its own loopback address with its own state folder; the container
+// provisioner (root) runs each node as PID 1 in its own namespaces with the node image as its
+// root, on a bridge. Nodes are started detached so they outlive the CLI.
 package provision
 
 import (
@@ -30,6 +32,10 @@ type Node struct {
 	State   string `yaml:"state"`  // the node's state folder (its disk)
 	Config  string `yaml:"config"` // the config it was started with
 	PID     int    `yaml:"pid"`
+
+	// Container provisioner: the host end of the node's veth and its cgroup.
+	Veth   string `yaml:"veth,omitempty"`
+	Cgroup string `yaml:"cgroup,omitempty"`
 }
 
 // Cluster is the recorded state of a local cluster, kept in <dir>/cluster.yaml.
@@ -39,6 +45,11 @@ type Cluster struct {
 	CIDR   string `yaml:"cidr"`
 	Binary string `yaml:"binary"`
 	Nodes  []Node `yaml:"nodes"`
+
+	Provisioner string `yaml:"provisioner,omitempty"` // empty for clusters made before there was a choice: process
+	Bridge      string `yaml:"bridge,omitempty"`      // container provisioner: the cluster's bridge
+	Image       string `yaml:"image,omitempty"`
+	MTU         int    `yaml:"mtu,omitempty"`
 }
 
 // DefaultStateRoot is where clusters are kept: ~/.talos/clusters.

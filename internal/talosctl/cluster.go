@@ -77,11 +77,12 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 
 	cmd := &cobra.Command{
 		Use:   "create",
-		Short: "Creates a local cluster: one machined process per node on loopback addresses",
+		Short: "Creates a local cluster: machined processes on loopback addresses (process), or nodes in their own namespaces on a bridge (container, root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if provisioner != "process" {
-				return fmt.Errorf("--provisioner %q is not available: only `process` (no root needed) is built so far", provisioner)
+			req.Provisioner = provisioner
+			if provisioner == provision.ProvisionerContainer && !cmd.Flags().Changed("cidr") {
+				cidr = provision.DefaultContainerCIDR
 			}
 
 			prefix, err := netip.ParsePrefix(cidr)
@@ -99,7 +100,8 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 
 			req.Name, req.CIDR, req.Progress = *name, prefix, cmd.OutOrStdout()
 
-			// Nodes start through the boot stage (A/B slots), as the firmware would boot them.
+			// Process nodes start through the boot stage (A/B slots), as the firmware would boot
+			// them; container nodes boot their image.
 			req.NodeArgs = []string{"boot"}
 			if imageKeys != "" {
 				keys, err := filepath.Abs(imageKeys)
@@ -153,7 +155,7 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 	f := cmd.Flags()
 	f.IntVar(&req.ControlPlanes, "controlplanes", 1, "the number of control plane nodes to create")
 	f.IntVar(&req.Workers, "workers", 1, "the number of worker nodes to create")
-	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ...")
+	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ... (default 10.5.0.0/24 for --provisioner container)")
 	f.StringArrayVar(&req.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
 	f.StringArrayVar(&req.CPPatches, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'init' and 'controlplane' types)")
 	f.StringArrayVar(&req.WorkerPatches, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
@@ -161,9 +163,15 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
-	f.StringVar(&provisioner, "provisioner", "process", "Talos cluster provisioner to use")
+	f.StringVar(&provisioner, "provisioner", provision.ProvisionerProcess, "Talos cluster provisioner to use: process (no root) or container (root: namespaces, a bridge, the node image)")
 	f.StringVar(&imageKeys, "image-keys", "", "public key (from `imager keygen`) the nodes trust for upgrade images")
 	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
+	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")
+	f.IntVar(&req.Container.MTU, "mtu", 1500, "MTU of the cluster network (container)")
+	f.Float64Var(&req.Container.CPUs, "cpus", 2.0, "the share of CPUs as fraction (each control plane) (container)")
+	f.Float64Var(&req.Container.CPUsWorkers, "cpus-workers", 2.0, "the share of CPUs as fraction (each worker) (container)")
+	f.Int64Var(&req.Container.MemoryMB, "memory", 2048, "the limit on memory usage in MB (each control plane) (container)")
+	f.Int64Var(&req.Container.MemoryWorker, "memory-workers", 2048, "the limit on memory usage in MB (each worker) (container)")
 
 	return cmd
 }
@@ -226,7 +234,18 @@ func clusterShowCmd(name *string, root func() (string, error)) *cobra.Command {
 			}
 
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "PROVISIONER       process\nNAME              %s\nNETWORK CIDR      %s\nSTATE             %s\n\nNODES:\n\n", c.Name, c.CIDR, c.Dir)
+			prov := c.Provisioner
+			if prov == "" {
+				prov = provision.ProvisionerProcess
+			}
+
+			fmt.Fprintf(w, "PROVISIONER       %s\nNAME              %s\nNETWORK CIDR      %s\n", prov, c.Name, c.CIDR)
+
+			if c.Bridge != "" {
+				fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nIMAGE             %s\n", c.Bridge, c.MTU, c.Image)
+			}
+
+			fmt.Fprintf(w, "STATE             %s\n\nNODES:\n\n", c.Dir)
 
 			tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tTYPE\tIP\tPID\tSTATE")

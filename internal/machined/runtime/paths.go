@@ -4,14 +4,27 @@ package runtime
 
 import "path/filepath"
 
-// Paths are the node's folders. In container mode they all live under the state folder, which
-// stands for the node's disk; nothing outside it is written.
+// Paths are the node's folders. In the process mode they all live under the state folder, which
+// stands for the node's disk; nothing outside it is written. With Root "/" (a node in its own
+// root: the container provisioner, metal) the partitions are where upstream mounts them:
+// STATE at /system/state, EPHEMERAL at /var, and META and BOOT beside STATE.
 type Paths struct {
 	Root string // the state folder
 }
 
+// mounted reports whether the partitions are mounted at upstream's places.
+func (p Paths) mounted() bool { return p.Root == "/" }
+
+func (p Paths) partition(label, mountPoint string) string {
+	if p.mounted() {
+		return mountPoint
+	}
+
+	return filepath.Join(p.Root, label)
+}
+
 // State is the STATE partition: machine config and node identity.
-func (p Paths) State() string { return filepath.Join(p.Root, "STATE") }
+func (p Paths) State() string { return p.partition("STATE", "/system/state") }
 
 // Config is the applied machine config.
 func (p Paths) Config() string { return filepath.Join(p.State(), "config.yaml") }
@@ -20,7 +33,7 @@ func (p Paths) Config() string { return filepath.Join(p.State(), "config.yaml") 
 func (p Paths) StagedConfig() string { return filepath.Join(p.State(), "config.staged.yaml") }
 
 // Ephemeral is the EPHEMERAL partition, mounted at /var.
-func (p Paths) Ephemeral() string { return filepath.Join(p.Root, "EPHEMERAL") }
+func (p Paths) Ephemeral() string { return p.partition("EPHEMERAL", "/var") }
 
 // Logs is where service logs are kept (/var/log).
 func (p Paths) Logs() string { return filepath.Join(p.Ephemeral(), "log") }
@@ -29,10 +42,10 @@ func (p Paths) Logs() string { return filepath.Join(p.Ephemeral(), "log") }
 func (p Paths) EtcdData() string { return filepath.Join(p.Ephemeral(), "lib", "etcd") }
 
 // Boot is the BOOT partition with the A and B slots.
-func (p Paths) Boot() string { return filepath.Join(p.Root, "BOOT") }
+func (p Paths) Boot() string { return p.partition("BOOT", "/system/boot") }
 
 // Meta is the META partition (small key-value store).
-func (p Paths) Meta() string { return filepath.Join(p.Root, "META") }
+func (p Paths) Meta() string { return p.partition("META", "/system/meta") }
 
 // System is the tmpfs /system.
 func (p Paths) System() string { return filepath.Join(p.Root, "system") }

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Container mode next to process mode in one run: cluster create time (3 control planes + 1
+# worker, to healthy), idle RSS per node, and the ratio (goal: container create under 2x process).
+# Needs root and mksquashfs; runs itself in a private network namespace, so the container
+# cluster's bridge and both clusters' addresses stay off the host's network.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ "$(id -u)" = 0 ] || { echo "needs root (the container provisioner); process mode alone: hack/bench-cluster.sh" >&2; exit 1; }
+
+if [ -z "${BENCH_NETNS:-}" ]; then
+  exec env BENCH_NETNS=1 unshare -n sh -c 'ip link set lo up && exec "$0" "$@"' "$0" "$@"
+fi
+
+out=$(mktemp -d)
+# Static, as the node image needs them; both modes run the same binaries.
+CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$out/" ./cmd/machined ./cmd/talosctl ./cmd/etcd
+# The node image: the development image until `make rootfs` is there.
+image=${IMAGE:-}
+if [ -z "$image" ]; then
+  image="$out/rootfs.sqsh"
+  NODE_BIN_DIR=$out hack/dev-rootfs.sh "$image" >/dev/null
+fi
+
+export HOME=$(mktemp -d)
+cleanup() {
+  "$out/talosctl" cluster destroy --name bench-process >/dev/null 2>&1 || true
+  "$out/talosctl" cluster destroy --name bench-container >/dev/null 2>&1 || true
+  rm -rf "$out" "$HOME"
+}
+trap cleanup EXIT
+
+ms() { echo $(( ($2 - $1) / 1000000 )); }
+
+tree() {
+  echo "$1"
+  for child in $(pgrep -P "$1" || true); do tree "$child"; done
+}
+
+# rss NAME: total RSS (kB) of each node's process tree (launcher or boot stage, machined, services).
+rss() {
+  "$out/talosctl" cluster show --name "$1" | awk '/running/ {print $1, $4}' | while read -r name pid; do
+    total=0
+    for p in $(tree "$pid"); do
+      total=$((total + $(awk '/VmRSS/ {print $2}' /proc/$p/status 2>/dev/null || echo 0)))
+    done
+    echo "$name $total"
+  done
+}
+
+s=$(date +%s%N)
+"$out/talosctl" cluster create --name bench-process --controlplanes 3 --workers 1 --cidr 127.5.61.0/24 >/dev/null
+e=$(date +%s%N); process_ms=$(ms "$s" "$e")
+
+s=$(date +%s%N)
+"$out/talosctl" cluster create --provisioner container --name bench-container --controlplanes 3 --workers 1 --image "$image" >/dev/null
+e=$(date +%s%N); container_ms=$(ms "$s" "$e")
+
+sleep 5
+
+echo "node image: $(du -h "$image" | cut -f1) ($image)"
+echo "cluster create, 3 control planes + 1 worker, to healthy:"
+echo "  process:   ${process_ms} ms"
+echo "  container: ${container_ms} ms"
+echo "  ratio container/process: $(awk "BEGIN {printf \"%.2f\", $container_ms / $process_ms}") (goal: under 2)"
+echo
+echo "idle RSS per node (MB):"
+for mode in process container; do
+  rss "bench-$mode" | while read -r name kb; do echo "  $mode $name: $((kb / 1024))"; done
+done
+p=$(rss bench-process | awk '{s+=$2} END {print s}')
+c=$(rss bench-container | awk '{s+=$2} END {print s}')
+echo "  total: process $((p / 1024)) MB, container $((c / 1024)) MB, ratio $(awk "BEGIN {printf \"%.2f\", $c / $p}")"

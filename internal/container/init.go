@@ -1,0 +1,260 @@
+package container
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Files of the node's root that Init writes on each boot.
+const (
+	// NodeConfig is the first-boot machine config, copied into the node's /run.
+	NodeConfig = "/run/machined/config.yaml"
+	// EnvNode marks machined as the init of a node in a container (see Reboot).
+	EnvNode = "TALOS_CONTAINER"
+	// Init is the image's init: the multi-call binary.
+	initPath = "/sbin/init"
+)
+
+// InitMain is `machined container-init SPEC`: PID 1 of a new node, before the image runs.
+func InitMain(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: container-init SPEC (started by `machined container`, not by hand)")
+	}
+
+	var spec Spec
+	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+
+	// Namespaces and the root are a thread's: everything below, and the exec, on this one.
+	runtime.LockOSThread()
+
+	// Wait for the launcher: cgroup and network first.
+	goPipe := os.NewFile(3, "go")
+	if _, err := goPipe.Read(make([]byte, 1)); err != nil {
+		return fmt.Errorf("waiting for the launcher: %w", err)
+	}
+
+	goPipe.Close() //nolint:errcheck
+
+	if spec.Cgroup != "" {
+		// The cgroup the launcher moved us into becomes the node's cgroup root.
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			return fmt.Errorf("cgroup namespace: %w", err)
+		}
+	}
+
+	if err := buildRoot(spec); err != nil {
+		return err
+	}
+
+	if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
+		return fmt.Errorf("setting hostname: %w", err)
+	}
+
+	argv := []string{initPath, "--platform", "container", "--state", "/", "--address", spec.Address.Addr().String()}
+	if spec.Config != "" {
+		argv = append(argv, "--config", NodeConfig)
+	}
+
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", EnvNode + "=1"}
+
+	return fmt.Errorf("running the image's init: %w", syscall.Exec(initPath, argv, env))
+}
+
+// mnt is one mount of the node's root; target is inside the new root.
+type mnt struct {
+	source, target, fstype string
+	flags                  uintptr
+	data                   string
+}
+
+// buildRoot mounts the node's root at spec.rootDir() and makes it the root of this namespace.
+func buildRoot(spec Spec) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+
+	root := spec.rootDir()
+
+	err := mountImage(spec.Image, root)
+	if err != nil {
+		return err
+	}
+
+	eph := filepath.Join(spec.Disk, "EPHEMERAL")
+	for _, d := range []string{"upper", "work"} {
+		if err = os.MkdirAll(filepath.Join(eph, d), 0o755); err != nil {
+			return err
+		}
+	}
+
+	const nosuid = unix.MS_NOSUID | unix.MS_NODEV
+
+	mounts := []mnt{
+		{"tmpfs", "/dev", "tmpfs", unix.MS_NOSUID, "mode=755,size=65536k"},
+		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620"},
+		{"shm", "/dev/shm", "tmpfs", nosuid | unix.MS_NOEXEC, "mode=1777,size=65536k"},
+		{"proc", "/proc", "proc", nosuid | unix.MS_NOEXEC, ""},
+		{"sysfs", "/sys", "sysfs", nosuid | unix.MS_NOEXEC | unix.MS_RDONLY, ""},
+		{"tmpfs", "/run", "tmpfs", nosuid, "mode=755"},
+		{"tmpfs", "/tmp", "tmpfs", nosuid, "mode=1777"},
+		{"tmpfs", "/system", "tmpfs", nosuid, "mode=755"},
+		{"overlay", "/var", "overlay", 0, fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", filepath.Join(root, "var"), filepath.Join(eph, "upper"), filepath.Join(eph, "work"))},
+	}
+
+	// The node's partitions, as the process mode keeps them, under /system.
+	for _, p := range []string{"STATE", "META", "BOOT"} {
+		mounts = append(mounts, mnt{filepath.Join(spec.Disk, p), "/system/" + partitionDir(p), "", unix.MS_BIND, ""})
+	}
+
+	for _, m := range mounts {
+		target := filepath.Join(root, m.target)
+
+		if err = os.MkdirAll(target, 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", m.target, err)
+		}
+
+		if err = unix.Mount(m.source, target, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mounting %s on %s: %w", m.fstype+m.source, m.target, err)
+		}
+	}
+
+	if err = makeDevices(root); err != nil {
+		return err
+	}
+
+	if err = writeEtc(root, spec); err != nil {
+		return err
+	}
+
+	return pivot(root)
+}
+
+// mountImage mounts the node image read-only at root. A shared loop device can be released
+// between finding and mounting it (its last node stopped): then the mount is tried once more.
+func mountImage(image, root string) error {
+	var err error
+
+	for range 2 {
+		var loop *os.File
+
+		if loop, err = attachLoop(image); err != nil {
+			return err
+		}
+
+		err = unix.Mount(loop.Name(), root, "squashfs", unix.MS_RDONLY|unix.MS_NODEV, "")
+		loop.Close() //nolint:errcheck // autoclear: the device goes with the last mount of it
+
+		if err == nil {
+			return nil
+		}
+	}
+
+	return fmt.Errorf("mounting node image %s: %w", image, err)
+}
+
+// partitionDir is where a partition folder is mounted under /system.
+func partitionDir(label string) string {
+	switch label {
+	case "STATE":
+		return "state"
+	case "META":
+		return "meta"
+	default:
+		return "boot"
+	}
+}
+
+// makeDevices fills the /dev tmpfs with the character devices a node's programs use.
+func makeDevices(root string) error {
+	for _, d := range []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
+		if err := unix.Mknod(filepath.Join(root, "dev", d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			return fmt.Errorf("creating /dev/%s: %w", d.name, err)
+		}
+	}
+
+	for link, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(root, "dev", link)); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// writeEtc writes /system/etc/{hosts,resolv.conf,hostname} and binds them over the image's
+// /etc files, as upstream does: the image stays read-only, the node's own names are in /system.
+func writeEtc(root string, spec Spec) error {
+	etc := filepath.Join(root, "system", "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return err
+	}
+
+	files := map[string]string{
+		"hosts": hostsFile(spec.Address.Addr().String(), spec.Hostname),
+		// No resolvers by default: a node reaches nothing it is not told about.
+		"resolv.conf": "",
+		"hostname":    spec.Hostname + "\n",
+	}
+
+	for name, content := range files {
+		src := filepath.Join(etc, name)
+		if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
+			return err
+		}
+
+		dst := filepath.Join(root, "etc", name)
+		if _, err := os.Stat(dst); err != nil {
+			return fmt.Errorf("the node image has no /etc/%s to mount the node's over: rebuild it with `make rootfs`", name)
+		}
+
+		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mounting /system/etc/%s over /etc/%s: %w", name, name, err)
+		}
+	}
+
+	if spec.Config == "" {
+		return nil
+	}
+
+	cfg, err := os.ReadFile(spec.Config)
+	if err != nil {
+		return fmt.Errorf("reading the node's config: %w", err)
+	}
+
+	dst := filepath.Join(root, NodeConfig)
+	if err = os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+
+	return os.WriteFile(dst, cfg, 0o600)
+}
+
+// pivot makes root the namespace's root and drops the host's: pivot_root with the old root
+// stacked on the new one (no folder for it needed in a read-only image), then a lazy unmount.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmounting the host's root: %w", err)
+	}
+
+	return unix.Chdir("/")
+}

@@ -1,0 +1,65 @@
+// Package netnstest keeps tests that make links and addresses off the machine's network: the
+// test binary runs itself again in a network namespace of its own, with only loopback up.
+package netnstest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+const envIsolated = "TALOS_TEST_NETNS"
+
+// Private reports whether this network namespace has no link but loopback.
+func Private() bool {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return false
+	}
+
+	for _, i := range ifs {
+		if i.Name != "lo" {
+			return false
+		}
+	}
+
+	return true
+}
+
+// Isolate re-runs the test binary in a new network namespace when this one is shared (root
+// only: without root the caller's tests skip). It reports the child's exit code and true when
+// it did; false means go on here.
+func Isolate() (int, bool) {
+	if os.Getenv(envIsolated) != "" || Private() || os.Geteuid() != 0 {
+		if os.Getenv(envIsolated) != "" {
+			if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "loopback up: %v\n%s", err, out)
+			}
+		}
+
+		return 0, false
+	}
+
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), envIsolated+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+
+	err := cmd.Run()
+
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), true
+	}
+
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "running the tests in a network namespace of their own: %v\n", err)
+
+		return 1, true
+	}
+
+	return 0, true
+}

@@ -1,0 +1,230 @@
+// Package container runs the end-to-end suite on the container provisioner: one control plane
+// and one worker, each PID 1 in its own namespaces with the node image as its root, on a bridge.
+// It needs root and mksquashfs, and runs itself in a network namespace of its own (the
+// cluster's bridge is made in the namespace the test runs in).
+package container
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/container/netnstest"
+	"github.com/talos-go/talos/internal/machined/testutil"
+)
+
+var (
+	binDir, home, talosconfig, stateRoot, image string
+	clusterName                                 = fmt.Sprintf("ce2e%d", os.Getpid()%100000)
+	before                                      hostState
+	destroyed                                   bool
+)
+
+// The cluster's nodes on upstream's docker network.
+const (
+	cidr = "10.5.0.0/24"
+	cp   = "10.5.0.2"
+	w    = "10.5.0.3"
+)
+
+// The suite makes a bridge and veths: it runs in a network namespace of its own.
+func TestMain(m *testing.M) {
+	if code, done := netnstest.Isolate(); done {
+		os.Exit(code)
+	}
+
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if reason := skipReason(); reason != "" {
+		fmt.Fprintf(os.Stderr, "SKIP container e2e suite: %s\n", reason)
+
+		return 0
+	}
+
+	var err error
+
+	for _, d := range []*string{&binDir, &home, &stateRoot} {
+		if *d, err = os.MkdirTemp("", "container-e2e-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+
+			return 1
+		}
+
+		defer os.RemoveAll(*d) //nolint:errcheck
+	}
+
+	start := time.Now()
+
+	// machined and etcd static, as the image needs them; the host's launcher is that machined too.
+	os.Setenv("CGO_ENABLED", "0") //nolint:errcheck,usetesting
+
+	if out, err := testutil.GoBuild("-trimpath", "-ldflags=-s", "-o", binDir+"/", "github.com/talos-go/talos/cmd/machined",
+		"github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd"); err != nil {
+		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
+
+		return 1
+	}
+
+	if image, err = nodeImage(binDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+
+		return 1
+	}
+
+	fmt.Fprintf(os.Stderr, "binaries and node image: %s\n", time.Since(start).Round(time.Millisecond))
+
+	talosconfig = filepath.Join(home, ".talos", "config")
+
+	if before, err = snapshot(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+
+		return 1
+	}
+
+	start = time.Now()
+	stdout, stderr, code := talosctl(nil, "cluster", "create", "--provisioner", "container", "--name", clusterName,
+		"--controlplanes", "1", "--workers", "1", "--image", image, "--memory", "1024", "--memory-workers", "512", "--wait-timeout", "3m")
+	fmt.Fprintf(os.Stderr, "cluster create: exit %d in %s\n%s%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
+
+	defer func() {
+		if destroyed {
+			return
+		}
+
+		if _, errOut, code := talosctl(nil, "cluster", "destroy", "--name", clusterName); code != 0 {
+			fmt.Fprintf(os.Stderr, "cluster destroy: %s\n", errOut)
+		}
+	}()
+
+	if code != 0 {
+		dumpLogs()
+
+		return 1
+	}
+
+	rc := m.Run()
+	if rc != 0 {
+		dumpLogs()
+	}
+
+	return rc
+}
+
+// skipReason says why the suite cannot run here, or "".
+func skipReason() string {
+	if os.Geteuid() != 0 {
+		return "the container provisioner needs root (namespaces, a bridge, loop mounts, cgroups); run as root, in nsrun"
+	}
+
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		return "mksquashfs not found to build the node image: apt-get install squashfs-tools"
+	}
+
+	fss, _ := os.ReadFile("/proc/filesystems") //nolint:errcheck
+	for _, fs := range []string{"squashfs", "overlay"} {
+		if !strings.Contains(string(fss), "\t"+fs+"\n") {
+			return "the kernel has no " + fs + " (modprobe " + fs + ")"
+		}
+	}
+
+	return ""
+}
+
+// nodeImage builds the node image the suite boots. It is the development image until
+// `make rootfs` lands; this is the one place to switch.
+func nodeImage(dir string) (string, error) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		return "", err
+	}
+
+	out := filepath.Join(dir, "rootfs.sqsh")
+
+	cmd := exec.Command(filepath.Join(root, "hack", "dev-rootfs.sh"), out)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "NODE_BIN_DIR="+dir)
+
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the node image: %v\n%s", err, b)
+	}
+
+	return out, nil
+}
+
+func dumpLogs() {
+	logs, _ := filepath.Glob(filepath.Join(stateRoot, clusterName, "*.log")) //nolint:errcheck
+	for _, l := range logs {
+		data, _ := os.ReadFile(l) //nolint:errcheck
+		if len(data) > 6000 {
+			data = data[len(data)-6000:]
+		}
+
+		fmt.Fprintf(os.Stderr, "==> %s <==\n%s\n", l, data)
+	}
+}
+
+// talosctl runs the built talosctl with the test's HOME, talosconfig and cluster state folder.
+func talosctl(t *testing.T, args ...string) (string, string, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	if len(args) > 0 && args[0] == "cluster" {
+		args = append(args, "--state", stateRoot)
+	}
+
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
+	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+
+	err := cmd.Run()
+	code := 0
+
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		if t != nil {
+			t.Fatalf("talosctl %v: %v", args, err)
+		}
+
+		code = -1
+	}
+
+	return stdout.String(), stderr.String(), code
+}
+
+// must runs talosctl and fails the test on a non-zero exit.
+func must(t *testing.T, args ...string) string {
+	t.Helper()
+
+	stdout, stderr, code := talosctl(t, args...)
+	if code != 0 {
+		t.Fatalf("talosctl %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+	}
+
+	return stdout
+}
+
+// eventually retries fn until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, fn func() error) {
+	t.Helper()
+
+	var err error
+
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if err = fn(); err == nil {
+			return
+		}
+	}
+
+	t.Fatal(err)
+}

@@ -1,0 +1,182 @@
+package provision
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/talos-go/talos/internal/container"
+)
+
+// Provisioners.
+const (
+	ProvisionerProcess   = "process"
+	ProvisionerContainer = "container"
+)
+
+// DefaultContainerCIDR is the container provisioner's network, as upstream's docker provisioner.
+const DefaultContainerCIDR = "10.5.0.0/24"
+
+// ContainerRequest is what only the container provisioner uses (upstream's docker flags).
+type ContainerRequest struct {
+	Image        string // the node image (squashfs)
+	MTU          int
+	CPUs         float64 // per control plane; 0: no limit
+	CPUsWorkers  float64
+	MemoryMB     int64 // per control plane; 0: no limit
+	MemoryWorker int64
+}
+
+// geteuid is os.Geteuid, replaced in tests to check the refusal without root.
+var geteuid = os.Geteuid
+
+func (r *Request) checkContainer() error {
+	c := r.Container
+
+	switch {
+	case geteuid() != 0:
+		return errors.New("the container provisioner needs root (it makes namespaces, a bridge, loop mounts and cgroups): run it as root, or use `--provisioner process`, which needs none")
+	case !r.CIDR.Addr().Is4() || r.CIDR.Addr().IsLoopback():
+		return fmt.Errorf("--cidr %s: the container provisioner needs an IPv4 network off loopback, like %s", r.CIDR, DefaultContainerCIDR)
+	case c.Image == "":
+		return errors.New("--image is empty: give the node image (build it with `make rootfs`)")
+	case c.MTU < 576 || c.MTU > 65535:
+		return fmt.Errorf("--mtu %d is out of range: use 576 to 65535 (1500 is usual)", c.MTU)
+	case c.CPUs < 0 || c.CPUsWorkers < 0:
+		return errors.New("--cpus and --cpus-workers must not be negative (0: no limit)")
+	case c.MemoryMB < 0 || c.MemoryWorker < 0:
+		return errors.New("--memory and --memory-workers must not be negative (0: no limit)")
+	}
+
+	if _, err := os.Stat(c.Image); err != nil {
+		return fmt.Errorf("--image: %w (build the node image with `make rootfs`)", err)
+	}
+
+	return nil
+}
+
+// shortHash names host links after a cluster folder: link names are at most 15 bytes.
+func shortHash(s string, n int) string {
+	sum := sha256.Sum256([]byte(s))
+
+	return hex.EncodeToString(sum[:])[:n]
+}
+
+// gateway is the first address of the cluster network, given to the bridge.
+func gateway(cidr netip.Prefix) netip.Prefix {
+	return netip.PrefixFrom(cidr.Masked().Addr().Next(), cidr.Bits())
+}
+
+// createNetwork records the container nodes' links and cgroups and makes the bridge.
+func (c *Cluster) createNetwork(req Request, progress io.Writer) error {
+	image, err := filepath.Abs(req.Container.Image)
+	if err != nil {
+		return err
+	}
+
+	c.Image, c.MTU, c.Bridge = image, req.Container.MTU, "br-"+shortHash(c.Dir, 12)
+
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		n.Veth = "veth" + shortHash(n.State, 11)
+		n.Cgroup = c.Name + "/" + n.Name
+	}
+
+	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gateway(req.CIDR))
+
+	return container.CreateBridge(c.Bridge, gateway(req.CIDR), c.MTU)
+}
+
+// spec is what the node's launcher gets.
+func (c *Cluster) spec(n *Node, req *Request) (container.Spec, error) {
+	cidr, err := netip.ParsePrefix(c.CIDR)
+	if err != nil {
+		return container.Spec{}, err
+	}
+
+	addr, err := netip.ParseAddr(n.Address)
+	if err != nil {
+		return container.Spec{}, err
+	}
+
+	limits := container.Limits{CPUs: req.Container.CPUs, MemoryBytes: req.Container.MemoryMB << 20}
+	if n.Type == TypeWorker {
+		limits = container.Limits{CPUs: req.Container.CPUsWorkers, MemoryBytes: req.Container.MemoryWorker << 20}
+	}
+
+	return container.Spec{
+		Image: c.Image, Disk: n.State, Hostname: n.Name, Address: netip.PrefixFrom(addr, cidr.Bits()),
+		Config: n.Config, Cgroup: n.Cgroup, Limits: limits,
+		Network: container.NodeNetwork{Bridge: c.Bridge, HostEnd: n.Veth, Gateway: gateway(cidr).Addr(), MTU: c.MTU},
+	}, nil
+}
+
+// startContainer launches a node's launcher detached from the CLI: own session, output to a
+// file in the cluster folder.
+func (c *Cluster) startContainer(n *Node, req *Request) error {
+	spec, err := c.spec(n, req)
+	if err != nil {
+		return err
+	}
+
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+
+	if err = os.MkdirAll(n.State, 0o700); err != nil {
+		return err
+	}
+
+	out, err := os.OpenFile(filepath.Join(c.Dir, n.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close() //nolint:errcheck
+
+	cmd := exec.Command(c.Binary, "container", "--spec", string(specJSON))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+
+	if err = cmd.Start(); err != nil {
+		return fmt.Errorf("starting node %s: %w", n.Name, err)
+	}
+
+	n.PID = cmd.Process.Pid
+
+	go cmd.Wait() //nolint:errcheck
+
+	return nil
+}
+
+// destroyNetwork removes what the container nodes left on the host once they are stopped:
+// their cgroups, any host veth end (they go with the node's namespace, unless a launcher was
+// killed midway) and the bridge.
+func (c *Cluster) destroyNetwork(progress io.Writer) error {
+	var errs []error
+
+	for _, n := range c.Nodes {
+		if n.Cgroup != "" {
+			errs = append(errs, container.RemoveCgroup(n.Cgroup))
+		}
+
+		if n.Veth != "" {
+			errs = append(errs, container.DeleteLink(n.Veth))
+		}
+	}
+
+	if c.Bridge != "" {
+		fmt.Fprintf(progress, "removing bridge %s\n", c.Bridge)
+		errs = append(errs, container.DeleteLink(c.Bridge))
+	}
+
+	return errors.Join(errs...)
+}
