@@ -66,7 +66,7 @@ func Main(args []string) error {
 		return err
 	}
 
-	defer log.Sync() //nolint:errcheck
+	defer log.Sync()
 
 	store, err := certs.NewStore(certDir)
 	if err != nil {

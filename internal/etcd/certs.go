@@ -147,7 +147,7 @@ func WriteCertificates(ca *CA, dir string, req CertRequest) (CertPaths, error) {
 		return CertPaths{}, fmt.Errorf("creating %s: %w", dir, err)
 	}
 
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := os.Chmod(dir, 0o700); err != nil { //nolint:gosec // a directory: 0700 is owner-only
 		return CertPaths{}, fmt.Errorf("securing %s: %w", dir, err)
 	}
 

@@ -69,7 +69,7 @@ func Main(args []string, stdout io.Writer) error {
 			return err
 		}
 
-		fmt.Fprintf(stdout, "image %s: version %s, %d files, signed by key %s\n", *out, m.Version, len(m.Files), KeyID(priv.Public().(ed25519.PublicKey)))
+		fmt.Fprintf(stdout, "image %s: version %s, %d files, signed by key %s\n", *out, m.Version, len(m.Files), KeyID(priv.Public().(ed25519.PublicKey))) //nolint:forcetypeassert // an ed25519 key's public half
 
 		return nil
 	case "pubkey":

@@ -105,7 +105,7 @@ func (n *node) lock() error {
 	}
 
 	if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return fmt.Errorf("another machined is running with state folder %s: stop it first", n.opts.StateDir)
 	}
@@ -116,7 +116,7 @@ func (n *node) lock() error {
 	return nil
 }
 
-var lockFile *os.File
+var lockFile *os.File //nolint:unused // held so the lock outlives the function (a dropped File closes its fd)
 
 func (n *node) setupLogging() error {
 	logs, err := logging.NewManager(n.r.Paths.Logs())
@@ -148,7 +148,7 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 	if err := n.setupLogging(); err != nil {
 		return actionNone, err
 	}
-	defer n.r.Logs.Close() //nolint:errcheck
+	defer n.r.Logs.Close()
 
 	log := n.r.Log
 
@@ -181,7 +181,7 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 		log.Warn("writing pid file", zap.Error(err))
 	}
 
-	if err := os.WriteFile(n.r.Paths.BootIDFile(), []byte(uuid.NewString()+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(n.r.Paths.BootIDFile(), []byte(uuid.NewString()+"\n"), 0o644); err != nil { //nolint:gosec // the boot id is public, as the kernel's own
 		log.Warn("writing boot id", zap.Error(err))
 	}
 

@@ -38,7 +38,7 @@ the local path the archive goes to stdout, otherwise it is extracted into the lo
 					return fmt.Errorf("copying %s: %w%s", src, err, hint(err))
 				}
 
-				defer r.Close() //nolint:errcheck
+				defer r.Close()
 
 				if dest == "-" {
 					_, err = io.Copy(cmd.OutOrStdout(), r)
@@ -59,7 +59,7 @@ the local path the archive goes to stdout, otherwise it is extracted into the lo
 // extractTarGz unpacks an archive into dest. Entries that would land outside dest, directly
 // or through a symlink the archive made, are refused.
 func extractTarGz(r io.Reader, dest string) error {
-	if err := os.MkdirAll(dest, 0o755); err != nil {
+	if err := os.MkdirAll(dest, 0o755); err != nil { //nolint:gosec // the user's own folder, made as tar makes it
 		return err
 	}
 
@@ -139,7 +139,7 @@ func inside(root, name string) (string, error) {
 }
 
 func writeEntry(r io.Reader, target string, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil { //nolint:gosec // the user's own folder, made as tar makes it
 		return err
 	}
 
@@ -149,7 +149,7 @@ func writeEntry(r io.Reader, target string, mode os.FileMode) error {
 	}
 
 	if _, err = io.Copy(f, r); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return err
 	}

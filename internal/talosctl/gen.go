@@ -150,7 +150,7 @@ func GenConfig(o GenConfigOptions, log io.Writer) error {
 	}
 
 	if o.OutputDir != "" {
-		if err = os.MkdirAll(o.OutputDir, 0o755); err != nil {
+		if err = os.MkdirAll(o.OutputDir, 0o755); err != nil { //nolint:gosec // the output folder; the files in it are 0600
 			return fmt.Errorf("creating output directory: %w", err)
 		}
 	}

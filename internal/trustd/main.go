@@ -51,7 +51,7 @@ func Main(args []string) error {
 		return err
 	}
 
-	defer log.Sync() //nolint:errcheck
+	defer log.Sync()
 
 	store, err := NewStore(dir)
 	if err != nil {

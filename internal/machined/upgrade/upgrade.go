@@ -157,7 +157,7 @@ func (m *Manager) BootSucceeded() {
 		}
 
 		if done {
-			v, _ := store.Read() //nolint:errcheck
+			v, _ := store.Read()
 			m.log().Info("upgrade complete: slot is now permanent", zap.String("slot", m.Slot),
 				zap.String("from", v[meta.UpgradeFrom]), zap.String("to", version.Tag))
 
@@ -259,7 +259,7 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 }
 
 func (m *Manager) run(ctx context.Context, log *zap.Logger, req *machine.UpgradeRequest, man *imager.Manifest, staging, target string, cp bool) (err error) {
-	defer os.RemoveAll(staging) //nolint:errcheck
+	defer os.RemoveAll(staging)
 
 	store, err := m.meta()
 	if err != nil {
@@ -332,7 +332,7 @@ func (m *Manager) run(ctx context.Context, log *zap.Logger, req *machine.Upgrade
 	if err = m.Node.StopServices(ctx); err != nil {
 		// Services may be half stopped: reboot into the current slot rather than run degraded.
 		log.Error("stopping services failed: rebooting into the current version", zap.Error(err))
-		m.Node.Reboot() //nolint:errcheck
+		m.Node.Reboot() //nolint:errcheck // a failed reboot leaves the node running the old slot, which the state already says
 
 		return err
 	}
@@ -342,7 +342,7 @@ func (m *Manager) run(ctx context.Context, log *zap.Logger, req *machine.Upgrade
 	if !req.Preserve {
 		if err = bootloader.WipeFolder(m.R.Paths.Root, filepath.Base(m.R.Paths.Ephemeral())); err != nil {
 			log.Error("wiping EPHEMERAL failed: rebooting into the current version", zap.Error(err))
-			m.Node.Reboot() //nolint:errcheck
+			m.Node.Reboot() //nolint:errcheck // a failed reboot leaves the node running the old slot, which the state already says
 
 			return err
 		}
@@ -352,7 +352,7 @@ func (m *Manager) run(ctx context.Context, log *zap.Logger, req *machine.Upgrade
 
 	if err = store.Set(meta.BootOnce, target, meta.UpgradeFrom, version.Tag, meta.UpgradeTo, man.Version); err != nil {
 		log.Error("setting boot-once failed: rebooting into the current version", zap.Error(err))
-		m.Node.Reboot() //nolint:errcheck
+		m.Node.Reboot() //nolint:errcheck // a failed reboot leaves the node running the old slot, which the state already says
 
 		return err
 	}
@@ -383,7 +383,7 @@ func (m *Manager) etcdChecks(ctx context.Context, log *zap.Logger, preserve, for
 
 	log.Info("waiting for the etcd upgrade lock")
 
-	hostname, _ := os.Hostname() //nolint:errcheck
+	hostname, _ := os.Hostname()
 
 	unlock, err := m.Etcd.Lock(ctx, m.R.Address+" "+hostname)
 	if err != nil {
