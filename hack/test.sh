@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The test suite: vet, then every package's tests with the race detector. Integration tests
-# start real machined, apid and etcd processes on loopback addresses (127.5.x.y).
+# The test suite: vet, golangci-lint (hack/lint.sh), then every package's tests with the race
+# detector. Integration tests start real machined, apid and etcd processes on loopback addresses
+# (127.5.x.y).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 go vet ./...
+./hack/lint.sh
 # -count=1: the end-to-end packages build the node binaries themselves, which the test cache
 # cannot see, so a cached pass could hide a change.
 go test -count=1 -race -timeout 60m "$@" ./...

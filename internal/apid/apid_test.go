@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	// The test binary doubles as the apid process for TestProcess.
 	if os.Getenv("APID_TEST_PROCESS") == "1" {
 		if err := Main(os.Args[1:]); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n") //nolint:errcheck
+			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}
 
@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 		}
 
 		if err != nil {
-			os.Stderr.WriteString("goroutine leak: " + err.Error() + "\n") //nolint:errcheck
+			os.Stderr.WriteString("goroutine leak: " + err.Error() + "\n")
 
 			code = 1
 		}
@@ -379,7 +379,7 @@ func TestForgedRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	leaf, _ := x509.ParseCertificate(nodeCert.Certificate[0]) //nolint:errcheck
+	leaf, _ := x509.ParseCertificate(nodeCert.Certificate[0])
 	if !slices.Equal(leaf.Subject.Organization, []string{"os:impersonator"}) {
 		t.Fatalf("node certificate organization %v", leaf.Subject.Organization)
 	}
@@ -458,7 +458,7 @@ func TestRejectedClientCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer old.Close() //nolint:errcheck
+	defer old.Close()
 
 	if _, err = machine.NewMachineServiceClient(old).Version(t.Context(), &emptypb.Empty{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("TLS 1.2: %v", err)
@@ -469,7 +469,7 @@ func TestRejectedClientCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	if _, err = machine.NewMachineServiceClient(conn).Version(t.Context(), &emptypb.Empty{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("no client certificate: %v", err)
@@ -514,7 +514,7 @@ func TestMachineryClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	resp, err := c.Version(client.WithNodes(t.Context(), a.addr, b.addr))
 	if err != nil {
@@ -535,8 +535,8 @@ func TestProcess(t *testing.T) {
 
 	l := listenNode(t)
 	addr := l.Addr().String()
-	host, _, _ := net.SplitHostPort(addr) //nolint:errcheck
-	l.Close()                             //nolint:errcheck
+	host, _, _ := net.SplitHostPort(addr)
+	l.Close()
 
 	dir := t.TempDir()
 	writeCerts(t, ca, dir, host)
@@ -559,7 +559,7 @@ func TestProcess(t *testing.T) {
 	}()
 
 	t.Cleanup(func() {
-		cmd.Process.Kill() //nolint:errcheck
+		cmd.Process.Kill()
 		<-exited
 	})
 
@@ -614,7 +614,7 @@ func TestProcess(t *testing.T) {
 	default:
 	}
 
-	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	cmd.Process.Signal(syscall.SIGTERM)
 
 	select {
 	case <-exited:
@@ -634,7 +634,7 @@ func TestHungNodeCostsItsDialTimeout(t *testing.T) {
 	a := startNode(t, ca)
 
 	hung := listenNode(t)
-	defer hung.Close() //nolint:errcheck
+	defer hung.Close()
 
 	acceptDone := make(chan struct{})
 
@@ -645,7 +645,7 @@ func TestHungNodeCostsItsDialTimeout(t *testing.T) {
 
 		defer func() {
 			for _, c := range held {
-				c.Close() //nolint:errcheck
+				c.Close()
 			}
 		}()
 
@@ -659,9 +659,9 @@ func TestHungNodeCostsItsDialTimeout(t *testing.T) {
 		}
 	}()
 
-	defer func() { hung.Close(); <-acceptDone }() //nolint:errcheck
+	defer func() { hung.Close(); <-acceptDone }()
 
-	hungHost, _, _ := net.SplitHostPort(hung.Addr().String()) //nolint:errcheck
+	hungHost, _, _ := net.SplitHostPort(hung.Addr().String())
 
 	c := machine.NewMachineServiceClient(dial(t, ca, a.addr, ca.roleCert(t, "os:reader")))
 

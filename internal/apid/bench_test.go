@@ -36,7 +36,7 @@ func BenchmarkVersionThroughAPID(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer direct.Close() //nolint:errcheck
+	defer direct.Close()
 
 	dc := machine.NewMachineServiceClient(direct)
 	ac := machine.NewMachineServiceClient(dial(b, ca, n.addr, ca.roleCert(b, "os:reader")))
@@ -207,8 +207,8 @@ func BenchmarkFanOutEntryProcess(b *testing.B) {
 
 	l := listenNode(b)
 	addr := l.Addr().String()
-	host, _, _ := net.SplitHostPort(addr) //nolint:errcheck
-	l.Close()                             //nolint:errcheck
+	host, _, _ := net.SplitHostPort(addr)
+	l.Close()
 
 	dir := b.TempDir()
 	writeCerts(b, ca, dir, host)
@@ -227,12 +227,12 @@ func BenchmarkFanOutEntryProcess(b *testing.B) {
 	exited := make(chan struct{})
 
 	go func() {
-		cmd.Wait() //nolint:errcheck
+		cmd.Wait()
 		close(exited)
 	}()
 
 	b.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
 	})
 

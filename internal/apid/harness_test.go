@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -64,8 +65,8 @@ func newCA(t testing.TB) *testCA {
 		t.Fatal(err)
 	}
 
-	cert, _ := x509.ParseCertificate(der)      //nolint:errcheck
-	keyDER, _ := x509.MarshalECPrivateKey(key) //nolint:errcheck
+	cert, _ := x509.ParseCertificate(der)
+	keyDER, _ := x509.MarshalECPrivateKey(key)
 
 	return &testCA{
 		crtPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
@@ -203,7 +204,7 @@ func (f *fakeMachined) EtcdRecover(srv machine.MachineService_EtcdRecoverServer)
 
 	for {
 		d, err := srv.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return srv.SendAndClose(&machine.EtcdRecoverResponse{Messages: []*machine.EtcdRecover{{
 				Metadata: &common.Metadata{Hostname: fmt.Sprintf("%s:%d", f.name, total)},
 			}}})
@@ -246,13 +247,13 @@ func startFakeMachined(t testing.TB, f *fakeMachined) string {
 	go func() {
 		defer close(done)
 
-		srv.Serve(l) //nolint:errcheck
+		srv.Serve(l)
 	}()
 
 	t.Cleanup(func() {
 		srv.Stop()
 		<-done
-		os.RemoveAll(dir) //nolint:errcheck
+		os.RemoveAll(dir)
 	})
 
 	return sock
@@ -318,7 +319,7 @@ func startNode(t testing.TB, ca *testCA) *testNode {
 	t.Helper()
 
 	l := listenNode(t)
-	host, _, _ := net.SplitHostPort(l.Addr().String()) //nolint:errcheck
+	host, _, _ := net.SplitHostPort(l.Addr().String())
 
 	n := &testNode{addr: host, certDir: t.TempDir(), machined: &fakeMachined{name: host}}
 	sock := startFakeMachined(t, n.machined)
@@ -340,7 +341,7 @@ func startNode(t testing.TB, ca *testCA) *testNode {
 	go func() {
 		defer close(done)
 
-		n.server.Serve(&countingListener{Listener: l, n: &n.accepts}) //nolint:errcheck
+		n.server.Serve(&countingListener{Listener: l, n: &n.accepts})
 	}()
 
 	var once sync.Once
@@ -370,7 +371,7 @@ func dial(t testing.TB, ca *testCA, addr string, cert tls.Certificate) *grpc.Cli
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+	t.Cleanup(func() { conn.Close() })
 
 	return conn
 }

@@ -53,7 +53,7 @@ func Main(args []string) error {
 		return err
 	}
 
-	defer opts.Log.Sync() //nolint:errcheck
+	defer opts.Log.Sync()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -41,7 +41,7 @@ func TestMaintenanceAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { os.RemoveAll(dir) }) //nolint:errcheck
+	t.Cleanup(func() { os.RemoveAll(dir) })
 
 	sock := filepath.Join(dir, "m.sock")
 
@@ -60,14 +60,14 @@ func TestMaintenanceAPI(t *testing.T) {
 	go func() {
 		defer close(gsDone)
 
-		gs.Serve(ml) //nolint:errcheck
+		gs.Serve(ml)
 	}()
 
 	t.Cleanup(func() { gs.Stop(); <-gsDone })
 
 	l := listenNode(t)
 	addr := l.Addr().String()
-	l.Close() //nolint:errcheck
+	l.Close()
 
 	ctx, cancel := context.WithCancel(t.Context())
 	served := make(chan error, 1)
@@ -80,11 +80,11 @@ func TestMaintenanceAPI(t *testing.T) {
 	})
 
 	// No client certificate: the maintenance API is server-authenticated only.
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	mc := machine.NewMachineServiceClient(conn)
 
@@ -153,5 +153,5 @@ func TestMaintenanceAPI(t *testing.T) {
 		t.Fatalf("port not released: %v", err)
 	}
 
-	l2.Close() //nolint:errcheck
+	l2.Close()
 }

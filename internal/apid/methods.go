@@ -30,7 +30,7 @@ var methodCache sync.Map // full method name -> methodInfo
 // lookupMethod describes "/pkg.Service/Method" from the registered descriptors.
 func lookupMethod(fullMethod string) methodInfo {
 	if v, ok := methodCache.Load(fullMethod); ok {
-		return v.(methodInfo) //nolint:forcetypeassert
+		return v.(methodInfo) //nolint:forcetypeassert // the map holds only methodInfo
 	}
 
 	info := describe(fullMethod)

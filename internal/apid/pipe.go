@@ -49,15 +49,15 @@ func (l *pipeListener) Dial(ctx context.Context) (net.Conn, error) {
 	for i, fd := range fds {
 		f := os.NewFile(uintptr(fd), "apid-router")
 		ends[i], err = net.FileConn(f)
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		if err != nil {
 			for _, c := range ends[:i] {
-				c.Close() //nolint:errcheck
+				c.Close()
 			}
 
 			if i == 0 {
-				syscall.Close(fds[1]) //nolint:errcheck
+				syscall.Close(fds[1])
 			}
 
 			return nil, err
@@ -71,8 +71,8 @@ func (l *pipeListener) Dial(ctx context.Context) (net.Conn, error) {
 	case <-ctx.Done():
 	}
 
-	ends[0].Close() //nolint:errcheck
-	ends[1].Close() //nolint:errcheck
+	ends[0].Close()
+	ends[1].Close()
 
 	return nil, net.ErrClosed
 }

@@ -58,7 +58,7 @@ func newPool(creds credentials.TransportCredentials, dialTimeout time.Duration) 
 func (p *pool) evictUnused(now time.Time) {
 	for addr, e := range p.conns {
 		if e.conn.GetState() != connectivity.Ready && now.Sub(e.lastUsed) > recentUse {
-			e.conn.Close() //nolint:errcheck
+			e.conn.Close()
 			delete(p.conns, addr)
 		}
 	}
@@ -105,7 +105,7 @@ func (p *pool) close() {
 	defer p.mu.Unlock()
 
 	for addr, e := range p.conns {
-		e.conn.Close() //nolint:errcheck
+		e.conn.Close()
 		delete(p.conns, addr)
 	}
 }

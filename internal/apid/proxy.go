@@ -169,7 +169,7 @@ func pumpUp(stream grpc.ServerStream, client grpc.ClientStream) error {
 
 		if err := client.SendMsg(&f); err != nil {
 			// The backend's own error comes back through RecvMsg.
-			return nil //nolint:nilerr
+			return nil //nolint:nilerr // the backend reports its own error through RecvMsg
 		}
 	}
 }
@@ -178,7 +178,7 @@ func pumpUp(stream grpc.ServerStream, client grpc.ClientStream) error {
 func nodeError(err error) (string, int32) {
 	st := status.Convert(err)
 
-	return st.Message(), int32(st.Code()) //nolint:gosec
+	return st.Message(), int32(st.Code())
 }
 
 // fanOutUnary calls every target in parallel and merges the replies into one; a failed node

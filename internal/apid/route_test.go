@@ -124,8 +124,8 @@ func TestRoute(t *testing.T) {
 
 			d := routeServer().route(state, header)
 
-			if codes.Code(d.Code) != tc.code { //nolint:gosec
-				t.Fatalf("code %v (%s), want %v", codes.Code(d.Code), d.Message, tc.code) //nolint:gosec
+			if codes.Code(d.Code) != tc.code {
+				t.Fatalf("code %v (%s), want %v", codes.Code(d.Code), d.Message, tc.code)
 			}
 
 			if tc.code != codes.OK {

@@ -179,7 +179,7 @@ func New(opts Options) (*Server, error) {
 		grpc.InitialConnWindowSize(windowSize),
 		grpc.UnknownServiceHandler(s.handle),
 		// Reuse handler goroutines (and their grown stacks) instead of one new goroutine per call.
-		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))), //nolint:gosec
+		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 
@@ -210,7 +210,7 @@ func (s *Server) Serve(l net.Listener) error {
 		go func() {
 			defer close(s.routerDone)
 
-			s.grpc.Serve(s.pipes) //nolint:errcheck
+			s.grpc.Serve(s.pipes) //nolint:errcheck // returns when Stop closes the listener
 		}()
 	})
 
@@ -222,7 +222,7 @@ func (s *Server) Stop(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 
 	s.relay.Stop(timeout)
-	s.pipes.Close() //nolint:errcheck
+	s.pipes.Close()
 
 	done := make(chan struct{})
 
@@ -245,7 +245,7 @@ func (s *Server) Stop(timeout time.Duration) {
 	s.workers.Wait()
 
 	s.pool.close()
-	s.local.Close() //nolint:errcheck
+	s.local.Close()
 }
 
 // forwardMD is the metadata sent on: the caller's metadata without routing, transport and

@@ -58,7 +58,7 @@ func parseArgs(args []string) (Options, error) {
 			}
 
 			i++
-			value = args[i]
+			value = args[i] //nolint:gosec // i+1 < len(args) is checked above
 		}
 
 		switch name {
@@ -136,7 +136,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("opening boot lock: %w", err)
 	}
-	defer lock.Close() //nolint:errcheck
+	defer lock.Close()
 
 	if err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return fmt.Errorf("another boot stage runs with state folder %s: stop it first", o.StateDir)
@@ -210,7 +210,7 @@ func (s *stage) install() error {
 	}
 
 	dest := SlotDir(s.boot, SlotA)
-	os.RemoveAll(dest) //nolint:errcheck
+	os.RemoveAll(dest)
 
 	if s.o.Image != "" {
 		keys, err := imager.NodeKeys(filepath.Join(s.o.StateDir, TrustedKeysPath))
@@ -279,7 +279,7 @@ func installFiles(dest string, files map[string]string) error {
 		return err
 	}
 
-	defer os.RemoveAll(tmp) //nolint:errcheck
+	defer os.RemoveAll(tmp)
 
 	for name, src := range files {
 		if err = copyFile(src, filepath.Join(tmp, name)); err != nil {
@@ -299,7 +299,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close() //nolint:errcheck
+	defer in.Close()
 
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
 	if err != nil {
@@ -307,13 +307,13 @@ func copyFile(src, dst string) error {
 	}
 
 	if _, err = io.Copy(out, in); err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return err
 	}
 
 	if err = out.Sync(); err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return err
 	}
@@ -352,16 +352,10 @@ func (s *stage) runSlot(ctx context.Context, d Decision) (bool, error) {
 		watchdog = t.C
 	}
 
-	stopping := false
-
 	for {
 		select {
 		case <-ctx.Done():
-			if !stopping {
-				stopping = true
-
-				cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-			}
+			cmd.Process.Signal(syscall.SIGTERM)
 
 			err := <-exited
 			s.logf("node stopped")
@@ -414,16 +408,17 @@ func (s *stage) runSlot(ctx context.Context, d Decision) (bool, error) {
 
 // stopWithin sends SIGTERM, then SIGKILL if the process is still there after grace.
 func stopWithin(cmd *exec.Cmd, exited <-chan error, grace time.Duration) {
-	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	cmd.Process.Signal(syscall.SIGTERM)
 
 	t := time.NewTimer(grace)
 	defer t.Stop()
 
+	// The exit status of a process we are stopping is not news: only its end matters.
 	select {
-	case <-exited:
+	case _ = <-exited:
 	case <-t.C:
-		cmd.Process.Kill() //nolint:errcheck
-		<-exited
+		cmd.Process.Kill()
+		_ = <-exited
 	}
 }
 
@@ -467,7 +462,7 @@ func WipeFolder(root, name string) error {
 	}
 
 	if err = os.Rename(dir, filepath.Join(trash, name)); err != nil {
-		os.Remove(trash) //nolint:errcheck
+		os.Remove(trash)
 
 		return fmt.Errorf("wiping %s: %w", name, err)
 	}
@@ -487,9 +482,9 @@ func WipeFolder(root, name string) error {
 // folder, and staged, replaced or half-written slots in BOOT (META never points at those).
 func removeTrash(root string) {
 	for _, pattern := range []string{".trash-*", "BOOT/.staging-*", "BOOT/.old-*", "BOOT/.*.tmp-*"} {
-		matches, _ := filepath.Glob(filepath.Join(root, pattern)) //nolint:errcheck
+		matches, _ := filepath.Glob(filepath.Join(root, pattern))
 		for _, m := range matches {
-			os.RemoveAll(m) //nolint:errcheck
+			os.RemoveAll(m)
 		}
 	}
 }

@@ -55,7 +55,7 @@ func fakeMachined(role string) int {
 		// Each line in state/reboots asks for one reboot; without any the node shuts down.
 		data, _ := os.ReadFile(filepath.Join(state, "reboots"))
 		if len(data) > 0 {
-			os.WriteFile(filepath.Join(state, "reboots"), data[1:], 0o600) //nolint:errcheck
+			os.WriteFile(filepath.Join(state, "reboots"), data[1:], 0o600)
 
 			return ExitReboot
 		}
@@ -187,7 +187,7 @@ func TestBootStage(t *testing.T) {
 			}
 
 			if tc.reboots > 0 {
-				os.WriteFile(filepath.Join(n.state, "reboots"), []byte(strings.Repeat("x", tc.reboots)), 0o600) //nolint:errcheck
+				os.WriteFile(filepath.Join(n.state, "reboots"), []byte(strings.Repeat("x", tc.reboots)), 0o600)
 			}
 
 			if err := n.run(t, tc.extra...); err != nil {
@@ -246,7 +246,7 @@ func TestInstallFromImage(t *testing.T) {
 
 	priv, _ := imager.LoadPrivateKey(filepath.Join(dir, "k.key"))
 	slotScript(t, filepath.Join(dir, "machined"), "good")
-	os.WriteFile(filepath.Join(dir, "etcd"), []byte("etcd"), 0o755) //nolint:errcheck
+	os.WriteFile(filepath.Join(dir, "etcd"), []byte("etcd"), 0o755)
 
 	img := filepath.Join(dir, "node.img")
 	if _, err = imager.BuildFile(img, imager.BuildOptions{Version: "v1.2.3", Key: priv, Compress: true,
@@ -284,8 +284,8 @@ func TestInstallFromImage(t *testing.T) {
 
 func TestWipeFolder(t *testing.T) {
 	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "EPHEMERAL", "lib"), 0o700)                       //nolint:errcheck
-	os.WriteFile(filepath.Join(root, "EPHEMERAL", "lib", "data"), []byte("x"), 0o600) //nolint:errcheck
+	os.MkdirAll(filepath.Join(root, "EPHEMERAL", "lib"), 0o700)
+	os.WriteFile(filepath.Join(root, "EPHEMERAL", "lib", "data"), []byte("x"), 0o600)
 
 	if err := WipeFolder(root, "EPHEMERAL"); err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func TestAttachNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { DeleteLink(bridge) }) //nolint:errcheck
+	t.Cleanup(func() { DeleteLink(bridge) })
 
 	if err := CreateBridge(bridge, netip.MustParsePrefix("10.77.0.1/24"), 1400); err == nil || !strings.Contains(err.Error(), "exists already") {
 		t.Fatalf("a second bridge of the same name: %v", err)
@@ -77,8 +77,8 @@ func TestAttachNetwork(t *testing.T) {
 		t.Fatalf("routes in the node: %v\n%s", err, out)
 	}
 
-	node.Process.Kill() //nolint:errcheck
-	node.Wait()         //nolint:errcheck
+	node.Process.Kill()
+	node.Wait()
 
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := net.InterfaceByName(hostEnd); err != nil {
@@ -103,7 +103,7 @@ func TestCgroupLimitsAndRemoval(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { RemoveCgroup(name) }) //nolint:errcheck
+	t.Cleanup(func() { RemoveCgroup(name) })
 
 	want := map[string]string{"memory.limit_in_bytes": "268435456", "memory.max": "268435456", "cpu.cfs_quota_us": "50000", "cpu.max": "50000 100000"}
 	checked := 0
@@ -138,7 +138,7 @@ func TestCgroupLimitsAndRemoval(t *testing.T) {
 	}
 
 	exited := make(chan struct{})
-	go func() { p.Wait(); close(exited) }() //nolint:errcheck
+	go func() { p.Wait(); close(exited) }()
 
 	if err = RemoveCgroup(name); err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ func InitMain(args []string) error {
 		return fmt.Errorf("waiting for the launcher: %w", err)
 	}
 
-	goPipe.Close() //nolint:errcheck
+	goPipe.Close()
 
 	if spec.Cgroup != "" {
 		// The cgroup the launcher moved us into becomes the node's cgroup root.
@@ -151,7 +151,7 @@ func mountImage(image, root string) error {
 		}
 
 		err = unix.Mount(loop.Name(), root, "squashfs", unix.MS_RDONLY|unix.MS_NODEV, "")
-		loop.Close() //nolint:errcheck // autoclear: the device goes with the last mount of it
+		loop.Close()
 
 		if err == nil {
 			return nil

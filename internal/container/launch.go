@@ -129,7 +129,7 @@ func runOnce(ctx context.Context, spec Spec, cg *Cgroup) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer goWrite.Close() //nolint:errcheck
+	defer goWrite.Close()
 
 	cmd := exec.Command("/proc/self/exe", "container-init", string(specJSON))
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -140,7 +140,7 @@ func runOnce(ctx context.Context, spec Spec, cg *Cgroup) (bool, error) {
 	}
 
 	err = cmd.Start()
-	goRead.Close() //nolint:errcheck
+	goRead.Close()
 
 	if err != nil {
 		return false, fmt.Errorf("starting the node: %w", err)
@@ -152,8 +152,8 @@ func runOnce(ctx context.Context, spec Spec, cg *Cgroup) (bool, error) {
 	// The node waits on the pipe until it is in its cgroup (it makes its cgroup namespace there)
 	// and has its network.
 	if err = prepare(cmd.Process.Pid, spec, cg); err != nil {
-		cmd.Process.Kill() //nolint:errcheck
-		<-exited
+		cmd.Process.Kill()
+		_ = <-exited // killed: its status is not news
 
 		return false, err
 	}
@@ -166,13 +166,14 @@ func runOnce(ctx context.Context, spec Spec, cg *Cgroup) (bool, error) {
 	case err = <-exited:
 	case <-ctx.Done():
 		// machined shuts down on SIGTERM; a node that hangs is killed with its namespace.
-		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		cmd.Process.Signal(syscall.SIGTERM)
 
+		// A stop we asked for: the exit status is not news.
 		select {
-		case err = <-exited:
+		case _ = <-exited:
 		case <-time.After(time.Minute):
-			cmd.Process.Kill() //nolint:errcheck
-			err = <-exited
+			cmd.Process.Kill()
+			_ = <-exited
 		}
 
 		return false, nil

@@ -20,7 +20,7 @@ func attachLoop(image string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening node image: %w", err)
 	}
-	defer img.Close() //nolint:errcheck
+	defer img.Close()
 
 	if dev := findLoop(img); dev != nil {
 		return dev, nil
@@ -30,7 +30,7 @@ func attachLoop(image string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening /dev/loop-control (is the loop module loaded?): %w", err)
 	}
-	defer ctl.Close() //nolint:errcheck
+	defer ctl.Close()
 
 	cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
 	cfg.Info.Flags = unix.LO_FLAGS_READ_ONLY | unix.LO_FLAGS_AUTOCLEAR
@@ -60,7 +60,7 @@ func attachLoop(image string) (*os.File, error) {
 			return dev, nil
 		}
 
-		dev.Close() //nolint:errcheck
+		dev.Close()
 
 		if !errors.Is(err, unix.EBUSY) {
 			return nil, fmt.Errorf("attaching %s to %s: %w", image, path, err)
@@ -78,7 +78,7 @@ func findLoop(img *os.File) *os.File {
 		return nil
 	}
 
-	devices, _ := filepath.Glob("/sys/block/loop*/loop/backing_file") //nolint:errcheck
+	devices, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, b := range devices {
 		dev, err := os.OpenFile("/dev/"+filepath.Base(filepath.Dir(filepath.Dir(b))), os.O_RDONLY, 0)
 		if err != nil {
@@ -92,7 +92,7 @@ func findLoop(img *os.File) *os.File {
 			return dev
 		}
 
-		dev.Close() //nolint:errcheck
+		dev.Close()
 	}
 
 	return nil

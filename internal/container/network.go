@@ -24,7 +24,7 @@ func CreateBridge(name string, gateway netip.Prefix, mtu int) error {
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	if _, err = net.InterfaceByName(name); err == nil {
 		return fmt.Errorf("a link named %s exists already: destroy the cluster that made it, or pick another --name", name)
@@ -55,11 +55,11 @@ func DeleteLink(name string) error {
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	idx, err := linkIndex(c, name)
 	if err != nil {
-		return nil //nolint:nilerr // gone already
+		return nil
 	}
 
 	if err = c.Link.Delete(idx); err != nil {
@@ -85,7 +85,7 @@ func (nn NodeNetwork) Attach(pid int) error {
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink: %w", err)
 	}
-	defer host.Close() //nolint:errcheck
+	defer host.Close()
 
 	br, err := linkIndex(host, nn.Bridge)
 	if err != nil {
@@ -94,7 +94,7 @@ func (nn NodeNetwork) Attach(pid int) error {
 
 	// A host end left by a node whose namespace is still being torn down would block the name.
 	if old, err := linkIndex(host, nn.HostEnd); err == nil {
-		host.Link.Delete(old) //nolint:errcheck
+		host.Link.Delete(old) //nolint:errcheck // a leftover from a crashed run; the add below says if it stays
 	}
 
 	if err = host.Link.New(&rtnetlink.LinkMessage{
@@ -131,13 +131,13 @@ func (nn NodeNetwork) configureInside(pid int) error {
 	if err != nil {
 		return fmt.Errorf("opening the node's network namespace: %w", err)
 	}
-	defer ns.Close() //nolint:errcheck
+	defer ns.Close()
 
 	c, err := rtnetlink.Dial(&netlink.Config{NetNS: int(ns.Fd())})
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink in the node's namespace: %w", err)
 	}
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	for _, name := range []string{"lo", NodeInterface} {
 		idx, err := linkIndex(c, name)

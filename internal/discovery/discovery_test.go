@@ -47,14 +47,14 @@ func TestExchangeOverGRPC(t *testing.T) {
 		return errors.New("no")
 	})
 
-	go srv.Serve(lis) //nolint:errcheck
+	go srv.Serve(lis)
 	defer srv.Stop()
 
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	ctx := context.Background()
 
@@ -67,7 +67,7 @@ func TestExchangeOverGRPC(t *testing.T) {
 		t.Fatalf("empty node id: %v", err)
 	}
 
-	Exchange(good, conn, Affiliate{NodeID: "1", Hostname: "cp"}) //nolint:errcheck
+	Exchange(good, conn, Affiliate{NodeID: "1", Hostname: "cp"})
 
 	list, err := Exchange(good, conn, Affiliate{NodeID: "2", Hostname: "worker", Addresses: []string{"127.0.0.9"}})
 	if err != nil || len(list) != 2 || list[1].Addresses[0] != "127.0.0.9" {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,13 +47,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(binDir) //nolint:errcheck
+	defer os.RemoveAll(binDir)
 
 	if home, err = os.MkdirTemp("", "e2e-home-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(home) //nolint:errcheck
+	defer os.RemoveAll(home)
 
 	out, err := exec.Command("go", "build", "-o", binDir+"/",
 		"github.com/talos-go/talos/cmd/machined", "github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd").CombinedOutput()
@@ -113,7 +114,8 @@ func talosctl(t *testing.T, args ...string) (string, string, int) {
 	err := cmd.Run()
 	code := 0
 
-	if exitErr, ok := err.(*exec.ExitError); ok {
+	exitErr := &exec.ExitError{}
+	if errors.As(err, &exitErr) {
 		code = exitErr.ExitCode()
 	} else if err != nil {
 		if t != nil {
@@ -376,7 +378,7 @@ func stream(t *testing.T, args ...string) func() string {
 
 	t.Cleanup(func() {
 		cancel()
-		cmd.Wait() //nolint:errcheck
+		cmd.Wait()
 	})
 
 	return out.String

@@ -47,7 +47,7 @@ func etcdBinary(t testing.TB) string {
 		cmd := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			etcdBinErr = fmt.Errorf("building etcd: %v\n%s", err, out)
+			etcdBinErr = fmt.Errorf("building etcd: %w\n%s", err, out)
 		}
 	})
 
@@ -109,7 +109,7 @@ func newTestCluster(t testing.TB, n int, caCert, caKey []byte) *testCluster {
 			if t.Failed() {
 				data, _ := os.ReadFile(logFile.Name())
 				if os.Getenv("TALOS_ETCD_TEST_KEEP_LOGS") != "" {
-					os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("etcd-test-%s.log", addr)), data, 0o600) //nolint:errcheck
+					os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("etcd-test-%s.log", addr)), data, 0o600)
 				}
 
 				if len(data) > 6000 {

@@ -145,7 +145,7 @@ func NewManager(options func() (Options, error)) *Manager {
 func (m *Manager) opts() (Options, error) {
 	o, err := m.options()
 	if err != nil {
-		return o, fmt.Errorf("%w: %v", ErrNotConfigured, err)
+		return o, fmt.Errorf("%w: %w", ErrNotConfigured, err)
 	}
 
 	o.defaults()
@@ -367,7 +367,7 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 		case <-ctx.Done():
 			return plan{}, ctx.Err()
 		case <-m.wake:
-		case <-time.After(o.JoinRetry + time.Duration(rand.Int64N(int64(o.JoinRetry/2)+1))):
+		case <-time.After(o.JoinRetry + time.Duration(rand.Int64N(int64(o.JoinRetry/2)+1))): //nolint:gosec // retry jitter, not a secret
 		}
 	}
 }
@@ -430,7 +430,7 @@ func reachable(ctx context.Context, ep string) bool {
 		return false
 	}
 
-	conn.Close() //nolint:errcheck
+	conn.Close()
 
 	return true
 }
@@ -451,7 +451,7 @@ func (m *Manager) findVoter(ctx context.Context, o Options, eps []string) (strin
 		st, err := cli.Status(sctx, ep)
 
 		cancel()
-		cli.Close() //nolint:errcheck
+		cli.Close()
 
 		if err == nil && !st.IsLearner && st.Leader != 0 {
 			return ep, nil
@@ -482,7 +482,7 @@ func (m *Manager) clusterAtPeers(ctx context.Context, o Options) (bool, string) 
 		_, err = cli.Status(sctx, ep)
 
 		cancel()
-		cli.Close() //nolint:errcheck
+		cli.Close()
 
 		if err == nil {
 			return true, ep
@@ -512,7 +512,7 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -648,7 +648,7 @@ func (m *Manager) clusterClient(ctx context.Context, o Options) (*clientv3.Clien
 		list, err := local.MemberList(lctx, clientv3.WithSerializable())
 
 		cancel()
-		local.Close() //nolint:errcheck
+		local.Close()
 
 		if err == nil {
 			for _, mem := range list.Members {

@@ -54,7 +54,7 @@ func (m *Manager) Members(ctx context.Context, local bool) ([]Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	var opts []clientv3.OpOption
 	if local {
@@ -83,11 +83,11 @@ func (m *Manager) Status(ctx context.Context) (*clientv3.StatusResponse, error) 
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	st, err := cli.Status(ctx, o.clientURL())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotRunning, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotRunning, err)
 	}
 
 	return st, nil
@@ -101,7 +101,7 @@ func (m *Manager) quorumCheck(ctx context.Context, o Options, cli *clientv3.Clie
 	if err != nil {
 		return nil, err
 	}
-	defer local.Close() //nolint:errcheck
+	defer local.Close()
 
 	resp, err := local.MemberList(ctx, clientv3.WithSerializable())
 	if err != nil {
@@ -166,7 +166,7 @@ func (m *Manager) memberHealthy(ctx context.Context, o Options, mem Member) bool
 	if err != nil {
 		return false
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -199,7 +199,7 @@ func (m *Manager) Leave(ctx context.Context, stop func(ctx context.Context) erro
 	if err != nil {
 		return err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	members, err := m.quorumCheck(ctx, o, cli, self)
 	if err != nil {
@@ -273,7 +273,7 @@ func (m *Manager) RemoveMember(ctx context.Context, id uint64) error {
 	if err != nil {
 		return err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	if _, err := m.quorumCheck(ctx, o, cli, id); err != nil {
 		return err
@@ -327,7 +327,7 @@ func (m *Manager) forfeit(ctx context.Context, o Options, members []Member, self
 		}
 
 		_, err = cli.MoveLeader(ctx, mem.ID)
-		cli.Close() //nolint:errcheck
+		cli.Close()
 
 		if err != nil {
 			return "", fmt.Errorf("moving leadership to %s: %w", mem.Name, err)
@@ -348,7 +348,7 @@ func (m *Manager) AlarmList(ctx context.Context) ([]*etcdserverpb.AlarmMember, e
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	resp, err := cli.AlarmList(ctx)
 	if err != nil {
@@ -367,7 +367,7 @@ func (m *Manager) AlarmDisarm(ctx context.Context) ([]*etcdserverpb.AlarmMember,
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	resp, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{})
 	if err != nil {
@@ -391,7 +391,7 @@ func (m *Manager) Defragment(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	if _, err := cli.Defragment(ctx, o.clientURL()); err != nil {
 		return fmt.Errorf("defragmenting etcd: %w", err)

@@ -216,7 +216,7 @@ func (m *Manager) tryPromote(ctx context.Context, o Options, started time.Time) 
 	if err != nil {
 		return false, err
 	}
-	defer local.Close() //nolint:errcheck
+	defer local.Close()
 
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -236,7 +236,7 @@ func (m *Manager) tryPromote(ctx context.Context, o Options, started time.Time) 
 	if err != nil {
 		return false, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	// Control planes booted together should all get in as learners before the first
 	// promotion: etcd refuses any membership change for a few seconds after a new voter
@@ -279,7 +279,7 @@ func (m *Manager) Health(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	st, err := cli.Status(ctx, o.clientURL())
 	if err != nil {

@@ -27,9 +27,9 @@ func (m *Manager) Snapshot(ctx context.Context) (io.ReadCloser, error) {
 
 	rc, err := cli.Snapshot(ctx)
 	if err != nil {
-		cli.Close() //nolint:errcheck
+		cli.Close()
 
-		return nil, fmt.Errorf("%w: taking snapshot: %v", ErrNotRunning, err)
+		return nil, fmt.Errorf("%w: taking snapshot: %w", ErrNotRunning, err)
 	}
 
 	return &closeBoth{ReadCloser: rc, cli: cli}, nil
@@ -42,7 +42,7 @@ type closeBoth struct {
 
 func (c *closeBoth) Close() error {
 	err := c.ReadCloser.Close()
-	c.cli.Close() //nolint:errcheck
+	c.cli.Close()
 
 	return err
 }
@@ -76,7 +76,7 @@ func (m *Manager) ReceiveSnapshot(r io.Reader) (int64, error) {
 	}
 
 	if err != nil {
-		os.Remove(tmp) //nolint:errcheck
+		os.Remove(tmp)
 
 		return n, fmt.Errorf("receiving snapshot: %w", err)
 	}
@@ -136,10 +136,10 @@ func SnapshotKeys(path string) ([]*mvccpb.KeyValue, error) {
 		return nil, fmt.Errorf("preparing snapshot: %w", err)
 	}
 
-	defer os.Remove(tmp.Name()) //nolint:errcheck
+	defer os.Remove(tmp.Name())
 
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close() //nolint:errcheck
+		tmp.Close()
 
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func SnapshotKeys(path string) ([]*mvccpb.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening snapshot database: %w", err)
 	}
-	defer db.Close() //nolint:errcheck
+	defer db.Close()
 
 	live := map[string]*mvccpb.KeyValue{}
 
@@ -222,7 +222,7 @@ func (m *Manager) importSnapshot(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	const batch = 64
 

@@ -11,7 +11,7 @@ import (
 func TestReloadOnChangeKeepsOldOnError(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "v")
-	os.WriteFile(path, []byte("one"), 0o600) //nolint:errcheck
+	os.WriteFile(path, []byte("one"), 0o600)
 
 	loads := 0
 	s, err := New(dir, []string{"v"}, func(dir string) (string, error) {
@@ -30,15 +30,15 @@ func TestReloadOnChangeKeepsOldOnError(t *testing.T) {
 		t.Fatal("reloaded unchanged files")
 	}
 
-	os.WriteFile(path, []byte("bad"), 0o600)                                   //nolint:errcheck
-	os.Chtimes(path, time.Now().Add(time.Second), time.Now().Add(time.Second)) //nolint:errcheck
+	os.WriteFile(path, []byte("bad"), 0o600)
+	os.Chtimes(path, time.Now().Add(time.Second), time.Now().Add(time.Second))
 
 	if _, err = s.Reload(); err == nil || s.Current() != "one" {
 		t.Fatalf("bad files: err %v, current %q", err, s.Current())
 	}
 
-	os.WriteFile(path, []byte("two"), 0o600)                                       //nolint:errcheck
-	os.Chtimes(path, time.Now().Add(2*time.Second), time.Now().Add(2*time.Second)) //nolint:errcheck
+	os.WriteFile(path, []byte("two"), 0o600)
+	os.Chtimes(path, time.Now().Add(2*time.Second), time.Now().Add(2*time.Second))
 
 	if reloaded, err := s.Reload(); !reloaded || err != nil || s.Current() != "two" {
 		t.Fatalf("changed files: %v %v %q", reloaded, err, s.Current())

@@ -197,8 +197,10 @@ func Build(w io.Writer, opts BuildOptions) (*Manifest, error) {
 		return nil, err
 	}
 
+	pub, _ := opts.Key.Public().(ed25519.PublicKey) // an ed25519 private key's public half
+
 	sig, err := json.Marshal(Signature{
-		KeyID:     KeyID(opts.Key.Public().(ed25519.PublicKey)),
+		KeyID:     KeyID(pub),
 		Signature: base64.StdEncoding.EncodeToString(ed25519.Sign(opts.Key, manifest)),
 	})
 	if err != nil {
@@ -260,7 +262,7 @@ func copyChecked(path string, f File, fn func(io.Reader) error) error {
 	if err != nil {
 		return err
 	}
-	defer src.Close() //nolint:errcheck
+	defer src.Close()
 
 	h := sha256.New()
 	if err = fn(io.TeeReader(io.LimitReader(src, f.Size), h)); err != nil {
@@ -281,7 +283,7 @@ func BuildFile(path string, opts BuildOptions) (*Manifest, error) {
 		return nil, fmt.Errorf("creating image %s: %w", path, err)
 	}
 
-	defer os.Remove(tmp.Name()) //nolint:errcheck
+	defer os.Remove(tmp.Name())
 
 	m, err := Build(tmp, opts)
 	if err == nil {
@@ -312,7 +314,7 @@ func digestFile(path string) (string, int64, uint32, error) {
 	if err != nil {
 		return "", 0, 0, err
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	fi, err := f.Stat()
 	if err != nil {

@@ -141,10 +141,10 @@ func rewrite(t *testing.T, img []byte, edit func(name string, data []byte) (stri
 			t.Fatal(err)
 		}
 
-		tw.Write(data) //nolint:errcheck
+		tw.Write(data)
 	}
 
-	tw.Close() //nolint:errcheck
+	tw.Close()
 
 	return out.Bytes()
 }
@@ -215,7 +215,7 @@ func TestVerifyRefuses(t *testing.T) {
 
 			// Nothing is left behind by a refused extraction.
 			path := filepath.Join(t.TempDir(), "img")
-			os.WriteFile(path, tc.img, 0o644) //nolint:errcheck
+			os.WriteFile(path, tc.img, 0o644)
 
 			dest := filepath.Join(t.TempDir(), "slot")
 

@@ -56,7 +56,7 @@ func GenerateKey(privPath, pubPath string) (ed25519.PublicKey, error) {
 	}
 
 	if err = writeNew(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
-		os.Remove(privPath) //nolint:errcheck
+		os.Remove(privPath)
 
 		return nil, err
 	}
@@ -75,15 +75,15 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 	}
 
 	if _, err = f.Write(data); err != nil {
-		f.Close()       //nolint:errcheck
-		os.Remove(path) //nolint:errcheck
+		f.Close()
+		os.Remove(path)
 
 		return fmt.Errorf("writing key %s: %w", path, err)
 	}
 
 	if err = f.Sync(); err != nil {
-		f.Close()       //nolint:errcheck
-		os.Remove(path) //nolint:errcheck
+		f.Close()
+		os.Remove(path)
 
 		return fmt.Errorf("writing key %s: %w", path, err)
 	}

@@ -37,7 +37,7 @@ func VerifyFile(path string, keys []ed25519.PublicKey) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening image: %w", err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	return Verify(f, keys)
 }
@@ -54,7 +54,7 @@ func Extract(path string, keys []ed25519.PublicKey, dest string) (*Manifest, err
 	if err != nil {
 		return nil, fmt.Errorf("opening image: %w", err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	tmp, err := os.MkdirTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".tmp-")
 	if err != nil {
@@ -64,7 +64,7 @@ func Extract(path string, keys []ed25519.PublicKey, dest string) (*Manifest, err
 	ok := false
 	defer func() {
 		if !ok {
-			os.RemoveAll(tmp) //nolint:errcheck
+			os.RemoveAll(tmp)
 		}
 	}()
 
@@ -165,7 +165,7 @@ func readSmall(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	data, err := io.ReadAll(io.LimitReader(f, maxMetaSize+1))
 	if err != nil {
@@ -199,7 +199,7 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 		if err != nil {
 			return nil, refused("not a valid image (gzip): %v", err)
 		}
-		defer gz.Close() //nolint:errcheck
+		defer gz.Close()
 
 		src = gz
 	}
@@ -308,7 +308,7 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 		}
 
 		// onFile may stop early; drain so the digest covers the whole entry.
-		if _, err = io.Copy(hash, tr); err != nil {
+		if _, err = io.Copy(hash, tr); err != nil { //nolint:gosec // only hashed, nothing is stored
 			return nil, refused("reading %s: %v", h.Name, err)
 		}
 
@@ -378,13 +378,13 @@ func writeSynced(path string, mode os.FileMode, r io.Reader) error {
 	}
 
 	if _, err = io.Copy(f, r); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return err
 	}
 
 	if err = f.Sync(); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return err
 	}
@@ -397,7 +397,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close() //nolint:errcheck
+	defer d.Close()
 
 	return d.Sync()
 }

@@ -43,7 +43,7 @@ func BenchmarkBootToAPI(b *testing.B) {
 				c, err := client.New(ctx, client.WithUnixSocket(n.Socket()), client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
 				if err == nil {
 					_, err = c.Version(ctx)
-					c.Close() //nolint:errcheck
+					c.Close()
 
 					if err == nil {
 						break
@@ -75,7 +75,7 @@ func vmRSS(b *testing.B, pid int) int64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

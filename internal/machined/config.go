@@ -110,7 +110,7 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 
 	if err != nil {
-		os.Remove(tmp) //nolint:errcheck
+		os.Remove(tmp)
 
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -242,7 +242,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
 		}
 
-		os.Remove(n.r.Paths.StagedConfig()) //nolint:errcheck
+		os.Remove(n.r.Paths.StagedConfig())
 
 		if err := n.activate(ctx, cfg); err != nil {
 			return "", mode, errkind.Wrap(errkind.Internal, err)
@@ -254,7 +254,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
 		}
 
-		os.Remove(n.r.Paths.StagedConfig()) //nolint:errcheck
+		os.Remove(n.r.Paths.StagedConfig())
 
 		if err := n.Reboot(""); err != nil {
 			return "", mode, errkind.Wrap(errkind.Precondition, err)

@@ -58,7 +58,7 @@ func TestDeepStateFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { remote.Close() }) //nolint:errcheck
+	t.Cleanup(func() { remote.Close() })
 
 	deadline := time.Now().Add(30 * time.Second)
 

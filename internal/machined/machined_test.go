@@ -176,7 +176,7 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 
 		for {
 			d, err := logs.Recv()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
@@ -203,7 +203,7 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 	var names []string
 	for {
 		fi, err := ls.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -221,7 +221,7 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := io.ReadAll(rd)
-	rd.Close() //nolint:errcheck
+	rd.Close()
 
 	if !bytes.Contains(data, []byte("node is running")) {
 		t.Fatal("read /var/log/machined.log lacks the boot")

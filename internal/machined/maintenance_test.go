@@ -33,13 +33,13 @@ func TestMaintenanceOverNetwork(t *testing.T) {
 
 	insecure := func() *client.Client {
 		c, err := client.New(ctx,
-			client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec // maintenance mode has no PKI yet
+			client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}),
 			client.WithEndpoints(addr))
 		if err != nil {
 			t.Fatal(err)
 		}
 
-		t.Cleanup(func() { c.Close() }) //nolint:errcheck
+		t.Cleanup(func() { c.Close() })
 
 		return c
 	}

@@ -104,7 +104,7 @@ func (n *node) lock() error {
 	}
 
 	if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return fmt.Errorf("another machined is running with state folder %s: stop it first", n.opts.StateDir)
 	}
@@ -115,7 +115,7 @@ func (n *node) lock() error {
 	return nil
 }
 
-var lockFile *os.File
+var lockFile *os.File //nolint:unused // held so the lock outlives the function (a dropped File closes its fd)
 
 func (n *node) setupLogging() error {
 	logs, err := logging.NewManager(n.r.Paths.Logs())
@@ -148,7 +148,7 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 	if err := n.setupLogging(); err != nil {
 		return actionNone, err
 	}
-	defer n.r.Logs.Close() //nolint:errcheck
+	defer n.r.Logs.Close()
 
 	// Everything the sequences start is owned by this group and ends with it.
 	n.owned = newGroup(n.r.Log)

@@ -129,12 +129,12 @@ func (s *Store) lock(how int) (func(), error) {
 	}
 
 	if err = unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return nil, fmt.Errorf("locking META: %w", err)
 	}
 
-	return func() { f.Close() }, nil //nolint:errcheck
+	return func() { f.Close() }, nil
 }
 
 func (s *Store) readLocked() (Values, error) {
@@ -207,8 +207,8 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 
 	tmp := f.Name()
 	fail := func(err error) error {
-		f.Close()      //nolint:errcheck
-		os.Remove(tmp) //nolint:errcheck
+		f.Close()
+		os.Remove(tmp)
 
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -230,7 +230,7 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	}
 
 	if err = os.Rename(tmp, path); err != nil {
-		os.Remove(tmp) //nolint:errcheck
+		os.Remove(tmp)
 
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -244,7 +244,7 @@ func SyncDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("syncing folder %s: %w", dir, err)
 	}
-	defer d.Close() //nolint:errcheck
+	defer d.Close()
 
 	if err = d.Sync(); err != nil {
 		return fmt.Errorf("syncing folder %s: %w", dir, err)

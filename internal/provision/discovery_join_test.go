@@ -29,7 +29,7 @@ func TestWorkerRenewsThroughDiscoveredControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(root) }) //nolint:errcheck
+	t.Cleanup(func() { os.RemoveAll(root) })
 
 	var progress bytes.Buffer
 
@@ -41,7 +41,7 @@ func TestWorkerRenewsThroughDiscoveredControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { provision.Destroy(root, "dj", &progress) }) //nolint:errcheck
+	t.Cleanup(func() { provision.Destroy(root, "dj", &progress) })
 
 	cp1, worker := c.Nodes[0], c.Nodes[2]
 	crtPath := filepath.Join(worker.State, "system", "secrets", "apid", "server.crt")
@@ -70,7 +70,7 @@ func TestWorkerRenewsThroughDiscoveredControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close() //nolint:errcheck
+	defer cl.Close()
 
 	waitUntil("the worker to discover both control planes", func() bool {
 		members, err := safe.StateListAll[*cluster.Member](ctx, cl.COSI)

@@ -155,7 +155,7 @@ func (n *Node) Stop(timeout time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	syscall.Kill(n.PID, syscall.SIGKILL) //nolint:errcheck
+	syscall.Kill(n.PID, syscall.SIGKILL)
 
 	for range 100 {
 		if !n.Running() {

@@ -42,7 +42,7 @@ func TestCreateShowDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { provision.Destroy(root, "t1", &progress) }) //nolint:errcheck
+	t.Cleanup(func() { provision.Destroy(root, "t1", &progress) })
 
 	if len(c.Nodes) != 2 || c.Nodes[0].Address != "127.5.20.2" || c.Nodes[1].Type != provision.TypeWorker {
 		t.Fatalf("nodes: %+v", c.Nodes)

@@ -79,7 +79,7 @@ func Bootstrap(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progre
 	if err != nil {
 		return false, err
 	}
-	defer cl.Close() //nolint:errcheck
+	defer cl.Close()
 
 	if err = step(ctx, progress, "apid on "+cps[0].Name, func(ctx context.Context) error {
 		_, err := cl.Version(client.WithNode(ctx, cps[0].Address))
@@ -125,7 +125,7 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 	if err != nil {
 		return err
 	}
-	defer cl.Close() //nolint:errcheck
+	defer cl.Close()
 
 	cps := c.controlPlanes()
 

@@ -69,7 +69,7 @@ const (
 )
 
 // ErrUnsupported means the kernel has no Landlock (too old, or not enabled at boot).
-var ErrUnsupported = errors.New("Landlock is not available in this kernel")
+var ErrUnsupported = errors.New("landlock is not available in this kernel")
 
 // ABI returns the kernel's Landlock ABI version, 0 when it has none.
 func ABI() int {
@@ -157,7 +157,7 @@ func restrictThread(p Policy, abi int) error {
 	if errno != 0 {
 		return fmt.Errorf("creating Landlock ruleset: %w", errno)
 	}
-	defer unix.Close(int(fd)) //nolint:errcheck
+	defer unix.Close(int(fd))
 
 	for _, set := range []struct {
 		paths  []string
@@ -205,7 +205,7 @@ func addRule(rulesetFD int, path string, rights uint64) error {
 	if err != nil {
 		return fmt.Errorf("opening sandbox path %s: %w", path, err)
 	}
-	defer unix.Close(fd) //nolint:errcheck
+	defer unix.Close(fd)
 
 	rule := unix.LandlockPathBeneathAttr{Allowed_access: rights, Parent_fd: int32(fd)}
 

@@ -36,7 +36,7 @@ already holds etcd data, is refused.`,
 						return fmt.Errorf("opening the snapshot: %w", err)
 					}
 
-					defer f.Close() //nolint:errcheck
+					defer f.Close()
 
 					if _, err := s.c.EtcdRecover(ctx, f); err != nil {
 						return fmt.Errorf("uploading the snapshot %s: %w%s", recoverFrom, err, hint(err))

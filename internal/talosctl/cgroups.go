@@ -123,7 +123,7 @@ A process-mode node shares the host's cgroup tree, so the host's tree is shown.`
 				if err != nil {
 					return fmt.Errorf("copying %s: %w", constants.CgroupMountPath, err)
 				}
-				defer r.Close() //nolint:errcheck
+				defer r.Close()
 
 				root, err := readCgroupTree(r)
 				if err != nil {

@@ -102,7 +102,7 @@ func blockDevices(ctx context.Context, s *session) map[string]string {
 	if err != nil {
 		return out
 	}
-	defer r.Close() //nolint:errcheck
+	defer r.Close()
 
 	gz, err := gzip.NewReader(r)
 	if err != nil {
@@ -133,10 +133,10 @@ type cgroupValue struct {
 func parseCgroupValue(s string) cgroupValue {
 	s = strings.TrimSpace(s)
 
-	switch {
-	case s == "":
+	switch s {
+	case "":
 		return cgroupValue{}
-	case s == "max":
+	case "max":
 		return cgroupValue{set: true, max: true, raw: s}
 	}
 
@@ -174,7 +174,7 @@ func (v cgroupValue) UsecToDuration() string {
 		return v.String()
 	}
 
-	return (time.Duration(v.n) * time.Microsecond).String() //nolint:gosec
+	return (time.Duration(v.n) * time.Microsecond).String()
 }
 
 // DivideBy shows v as a percentage of other.

@@ -146,7 +146,7 @@ func withMaintenanceClient(ctx context.Context, node string, fn func(context.Con
 		return fmt.Errorf("connecting to %s in maintenance mode: %w", node, err)
 	}
 
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	return fn(ctx, c)
 }
@@ -158,7 +158,7 @@ func (g *Global) run(cmd *cobra.Command, fn func(ctx context.Context, s *session
 		return err
 	}
 
-	defer s.c.Close() //nolint:errcheck
+	defer s.c.Close()
 
 	return fn(cmd.Context(), s)
 }
@@ -206,7 +206,7 @@ func nodeErrors(w io.Writer, err error) error {
 
 	var errs []error
 
-	if m, ok := err.(interface{ WrappedErrors() []error }); ok { //nolint:errorlint // multierror exposes its list this way
+	if m, ok := err.(interface{ WrappedErrors() []error }); ok {
 		errs = m.WrappedErrors()
 	} else {
 		errs = []error{err}
@@ -221,7 +221,7 @@ func nodeErrors(w io.Writer, err error) error {
 
 // hint suggests what to do next for the common gRPC failures.
 func hint(err error) string {
-	switch status.Code(err) { //nolint:exhaustive
+	switch status.Code(err) {
 	case codes.Unavailable:
 		return " (is the node up and the endpoint right? check `talosctl config info` and -e/-n)"
 	case codes.PermissionDenied:

@@ -111,7 +111,7 @@ func startFakeAPID(t *testing.T, endpoints ...string) (*fakeAPID, string, string
 		t.Fatal(err)
 	}
 
-	go srv.Serve(lis) //nolint:errcheck
+	go srv.Serve(lis)
 
 	t.Cleanup(srv.Stop)
 
@@ -121,7 +121,7 @@ func startFakeAPID(t *testing.T, endpoints ...string) (*fakeAPID, string, string
 	}
 
 	dead := deadLis.Addr().String()
-	deadLis.Close() //nolint:errcheck
+	deadLis.Close()
 
 	live := lis.Addr().String()
 

@@ -38,7 +38,7 @@ the local path the archive goes to stdout, otherwise it is extracted into the lo
 					return fmt.Errorf("copying %s: %w%s", src, err, hint(err))
 				}
 
-				defer r.Close() //nolint:errcheck
+				defer r.Close()
 
 				if dest == "-" {
 					_, err = io.Copy(cmd.OutOrStdout(), r)
@@ -149,7 +149,7 @@ func writeEntry(r io.Reader, target string, mode os.FileMode) error {
 	}
 
 	if _, err = io.Copy(f, r); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return err
 	}

@@ -85,7 +85,7 @@ func editNode(cmd *cobra.Command, ctx context.Context, s *session, node string, 
 
 	defer func() {
 		if !keep {
-			os.RemoveAll(dir) //nolint:errcheck
+			os.RemoveAll(dir)
 		}
 	}()
 
@@ -142,7 +142,7 @@ func runEditor(cmd *cobra.Command, path string) error {
 
 	fields := strings.Fields(editor)
 
-	c := exec.Command(fields[0], append(fields[1:], path)...) //nolint:gosec // the user's own editor
+	c := exec.Command(fields[0], append(fields[1:], path)...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
 
 	if err := c.Run(); err != nil {

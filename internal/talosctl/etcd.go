@@ -180,16 +180,16 @@ func etcdSnapshotCmd(g *Global) *cobra.Command {
 					return fmt.Errorf("creating %s: %w", part, err)
 				}
 
-				defer os.Remove(part) //nolint:errcheck // gone after the rename
+				defer os.Remove(part)
 
 				r, err := s.c.EtcdSnapshot(ctx, &machineapi.EtcdSnapshotRequest{})
 				if err != nil {
-					f.Close() //nolint:errcheck
+					f.Close()
 
 					return fmt.Errorf("etcd snapshot: %w%s", err, hint(err))
 				}
 
-				defer r.Close() //nolint:errcheck
+				defer r.Close()
 
 				n, err := io.Copy(f, r)
 				if cerr := f.Close(); err == nil {

@@ -124,7 +124,7 @@ func TestEtcdCommands(t *testing.T) {
 		if etcdBin := os.Getenv("TALOS_ETCD_BINARY"); etcdBin != "" {
 			err = os.Symlink(etcdBin, next)
 		} else if out, berr := testutil.GoBuild("-o", next, "github.com/talos-go/talos/cmd/etcd"); berr != nil {
-			err = fmt.Errorf("building etcd: %v\n%s", berr, out)
+			err = fmt.Errorf("building etcd: %w\n%s", berr, out)
 		} else {
 			err = nil
 		}

@@ -117,7 +117,7 @@ func (ew *eventWriter) write(ev *machineapi.Event) {
 	}
 
 	fmt.Fprintf(ew.tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ev.GetMetadata().GetHostname(), ev.GetId(), typ, ev.GetActorId(), source, message)
-	ew.tw.Flush() //nolint:errcheck
+	ew.tw.Flush()
 }
 
 // describeEvent gives the SOURCE and MESSAGE columns of an event.

@@ -165,7 +165,7 @@ func renderList(w, stderr io.Writer, infos []*machineapi.FileInfo, o listOptions
 			node, os.FileMode(info.GetMode()).String(), info.GetUid(), info.GetGid(), size, lastMod, name)
 	}
 
-	tw.Flush() //nolint:errcheck
+	tw.Flush()
 
 	return ok
 }
@@ -188,7 +188,7 @@ func readCmd(g *Global) *cobra.Command {
 					return fmt.Errorf("reading %s: %w%s", args[0], err, hint(err))
 				}
 
-				defer r.Close() //nolint:errcheck
+				defer r.Close()
 
 				if _, err = io.Copy(cmd.OutOrStdout(), r); err != nil {
 					return fmt.Errorf("reading %s: %w%s", args[0], err, hint(err))
@@ -240,7 +240,7 @@ func usageCmd(g *Global) *cobra.Command {
 					}
 
 					if err != nil {
-						tw.Flush() //nolint:errcheck
+						tw.Flush()
 
 						return nodeErrors(cmd.ErrOrStderr(), err)
 					}
@@ -263,7 +263,7 @@ func usageCmd(g *Global) *cobra.Command {
 					fmt.Fprintf(tw, "%s\t%s\t%s\n", node, size, info.GetRelativeName())
 				}
 
-				tw.Flush() //nolint:errcheck
+				tw.Flush()
 
 				if failed {
 					return errSilent

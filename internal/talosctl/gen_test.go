@@ -60,7 +60,7 @@ func TestGenConfigProducesValidConfigs(t *testing.T) {
 		}
 	}
 
-	cp, _ := os.ReadFile(filepath.Join(dir, "controlplane.yaml")) //nolint:errcheck
+	cp, _ := os.ReadFile(filepath.Join(dir, "controlplane.yaml"))
 	if !strings.Contains(string(cp), "1.33.1") {
 		t.Error("--kubernetes-version not used")
 	}
@@ -125,7 +125,7 @@ func TestGenSecretsThenConfigShareTheCA(t *testing.T) {
 
 		cas = append(cas, string(cfg.Machine().Security().IssuingCA().Crt))
 
-		data, _ := os.ReadFile(filepath.Join(out, "worker.yaml")) //nolint:errcheck
+		data, _ := os.ReadFile(filepath.Join(out, "worker.yaml"))
 		if strings.Contains(string(data), "# ") {
 			t.Error("--with-docs=false still wrote comments")
 		}

@@ -268,11 +268,10 @@ func newResourceOutput(format string, w io.Writer, watch bool) (resourceOutput, 
 
 // tableOutput writes NODE NAMESPACE TYPE ID VERSION and the definition's print columns.
 type tableOutput struct {
-	tw      *tabwriter.Writer
-	columns []string
-	paths   []string
-	watch   bool
-	header  bool
+	tw     *tabwriter.Writer
+	paths  []string
+	watch  bool
+	header bool
 }
 
 func (t *tableOutput) define(rd *meta.ResourceDefinition) error {
@@ -331,7 +330,7 @@ func (t *tableOutput) write(node string, r resource.Resource, ev state.EventType
 func (t *tableOutput) flush() error { return t.tw.Flush() }
 
 func eventSymbol(ev state.EventType) string {
-	switch ev { //nolint:exhaustive
+	switch ev {
 	case state.Created:
 		return "+"
 	case state.Destroyed:

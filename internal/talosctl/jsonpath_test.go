@@ -39,7 +39,7 @@ func TestEvalColumn(t *testing.T) {
 		}
 	}
 
-	if got, _ := evalColumn("{@}", "scalar"); got != "scalar" { //nolint:errcheck
+	if got, _ := evalColumn("{@}", "scalar"); got != "scalar" {
 		t.Errorf("{@}: %q", got)
 	}
 

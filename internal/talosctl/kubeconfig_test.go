@@ -65,7 +65,7 @@ func TestKubeconfigMergeRenamesWithIndexSuffix(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	data, _ := os.ReadFile(path) //nolint:errcheck
+	data, _ := os.ReadFile(path)
 	k := parseKC(t, data)
 
 	if got := strings.Join(names(k.Clusters), ","); got != "talos,talos-1,talos-2" {
@@ -103,7 +103,7 @@ func TestKubeconfigMergeForceReplaces(t *testing.T) {
 		}
 	}
 
-	data, _ := os.ReadFile(path) //nolint:errcheck
+	data, _ := os.ReadFile(path)
 	k := parseKC(t, data)
 
 	if got := strings.Join(names(k.Clusters), ","); got != "other,talos" {
@@ -128,7 +128,7 @@ func TestKubeconfigForceContextName(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	data, _ := os.ReadFile(path) //nolint:errcheck
+	data, _ := os.ReadFile(path)
 	k := parseKC(t, data)
 
 	if k.CurrentContext != "prod" || !strings.Contains(strings.Join(names(k.Contexts), ","), "prod") {
@@ -139,17 +139,17 @@ func TestKubeconfigForceContextName(t *testing.T) {
 func TestKubeconfigPath(t *testing.T) {
 	home := isolate(t)
 
-	if p, _ := kubeconfigPath(nil); p != filepath.Join(home, ".kube", "config") { //nolint:errcheck
+	if p, _ := kubeconfigPath(nil); p != filepath.Join(home, ".kube", "config") {
 		t.Errorf("default: %s", p)
 	}
 
 	t.Setenv("KUBECONFIG", "/a/one"+string(os.PathListSeparator)+"/b/two")
 
-	if p, _ := kubeconfigPath(nil); p != "/a/one" { //nolint:errcheck
+	if p, _ := kubeconfigPath(nil); p != "/a/one" {
 		t.Errorf("KUBECONFIG: %s", p)
 	}
 
-	if p, _ := kubeconfigPath([]string{"x"}); p != "x" { //nolint:errcheck
+	if p, _ := kubeconfigPath([]string{"x"}); p != "x" {
 		t.Errorf("argument: %s", p)
 	}
 }

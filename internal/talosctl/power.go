@@ -181,7 +181,7 @@ func readBootID(ctx context.Context, c *client.Client) (string, error) {
 		return "", err
 	}
 
-	defer r.Close() //nolint:errcheck
+	defer r.Close()
 
 	b, err := io.ReadAll(r)
 
@@ -245,7 +245,7 @@ func probe(ctx context.Context, c *client.Client) (string, error) {
 		return "", err
 	}
 
-	id, _ := readBootID(ctx, c) //nolint:errcheck // the boot ID is optional
+	id, _ := readBootID(ctx, c)
 
 	return id, nil
 }

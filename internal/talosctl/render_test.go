@@ -300,7 +300,7 @@ func TestRenderResourcesWatch(t *testing.T) {
 
 	var buf bytes.Buffer
 
-	out, _ := newResourceOutput("table", &buf, true) //nolint:errcheck
+	out, _ := newResourceOutput("table", &buf, true)
 	if err := out.define(rd); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func NewRootCommand() *cobra.Command {
 	pf.StringVar(&g.Cluster, "cluster", "", "Cluster to connect to if a proxy endpoint is used.")
 
 	pf.StringVar(&g.MachinedSocket, "machined-socket", "", "talk to machined's unix socket directly, without apid or TLS (tests, on-node debugging)")
-	pf.MarkHidden("machined-socket") //nolint:errcheck
+	pf.MarkHidden("machined-socket")
 
 	root.AddCommand(
 		configCmd(g),

@@ -147,7 +147,7 @@ func waitVersion(ctx context.Context, progress io.Writer, s *session, node, targ
 
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: not running %s within the timeout (last: %q, %v); check `talosctl -n %s version` or raise --timeout", node, target, tag, err, node)
+			return fmt.Errorf("%s: not running %s within the timeout (last: %q, %w); check `talosctl -n %s version` or raise --timeout", node, target, tag, err, node)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

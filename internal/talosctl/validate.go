@@ -43,8 +43,8 @@ func validateCmd() *cobra.Command {
 	cmd.Flags().StringVarP(&file, "config", "c", "", "the path of the config file")
 	cmd.Flags().StringVarP(&mode, "mode", "m", "", "the mode to validate the config for (valid values are metal, cloud, and container)")
 	cmd.Flags().BoolVar(&strict, "strict", false, "treat validation warnings as errors")
-	cmd.MarkFlagRequired("config") //nolint:errcheck
-	cmd.MarkFlagRequired("mode")   //nolint:errcheck
+	cmd.MarkFlagRequired("config")
+	cmd.MarkFlagRequired("mode")
 
 	return cmd
 }

@@ -39,7 +39,7 @@ func TestIntegrationNodeViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close() //nolint:errcheck
+	defer l.Close()
 
 	out, _ = waitFor(t, ok, append(sock, "netstat", "-l", "-t", "-p")...)
 	mustContain(t, out, "NODE", "Proto", "Recv-Q", "Send-Q", "Local Address", "Foreign Address", "State", "PID/Program name",
@@ -118,8 +118,8 @@ func TestRenderCgroups(t *testing.T) {
 		}
 	}
 
-	tw.Close() //nolint:errcheck
-	gz.Close() //nolint:errcheck
+	tw.Close()
+	gz.Close()
 
 	root, err := readCgroupTree(bytes.NewReader(buf.Bytes()))
 	if err != nil {

@@ -118,7 +118,7 @@ func (c *Client) Sign(ctx context.Context, csrPEM []byte) (*Signed, error) {
 		case <-ctx.Done():
 			t.Stop()
 
-			return nil, fmt.Errorf("joining: %w (last error: %v)", ctx.Err(), lastErr)
+			return nil, fmt.Errorf("joining: %w (last error: %w)", ctx.Err(), lastErr)
 		case <-t.C:
 		}
 
@@ -177,7 +177,7 @@ func (c *Client) signAt(ctx context.Context, endpoint string, csrPEM []byte) (*S
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	resp, err := securityapi.NewSecurityServiceClient(conn).Certificate(ctx, &securityapi.CertificateRequest{Csr: csrPEM}, grpc.WaitForReady(false))
 	if err != nil {

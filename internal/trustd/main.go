@@ -84,7 +84,7 @@ func run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	defer log.Sync() //nolint:errcheck
+	defer log.Sync()
 
 	store, err := NewStore(opts.Dir)
 	if err != nil {

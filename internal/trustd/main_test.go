@@ -40,7 +40,7 @@ func TestRun(t *testing.T) {
 	}
 
 	addr := l.Addr().String()
-	l.Close() //nolint:errcheck
+	l.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	hup := make(chan os.Signal, 1)
@@ -55,7 +55,7 @@ func TestRun(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		conn, err := tls.Dial("tcp", addr, cfg)
 		if err == nil {
-			conn.Close() //nolint:errcheck
+			conn.Close()
 
 			break
 		}

@@ -50,11 +50,11 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: parsing csr: %v", ErrPolicy, err)
+		return nil, nil, fmt.Errorf("%w: parsing csr: %w", ErrPolicy, err)
 	}
 
 	if err = csr.CheckSignature(); err != nil {
-		return nil, nil, fmt.Errorf("%w: csr signature: %v", ErrPolicy, err)
+		return nil, nil, fmt.Errorf("%w: csr signature: %w", ErrPolicy, err)
 	}
 
 	for _, o := range csr.Subject.Organization {
@@ -82,7 +82,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 			}
 
 			if _, err = asn1.Unmarshal(ext.Value, &bc); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing basic constraints: %v", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: parsing basic constraints: %w", ErrPolicy, err)
 			}
 
 			if bc.IsCA {
@@ -91,7 +91,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 		case ext.Id.Equal(oidKeyUsage):
 			var bits asn1.BitString
 			if _, err = asn1.Unmarshal(ext.Value, &bits); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing key usage: %v", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: parsing key usage: %w", ErrPolicy, err)
 			}
 
 			// digitalSignature (0) and keyEncipherment (2) only.
@@ -103,7 +103,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 		case ext.Id.Equal(oidExtKeyUsage):
 			var oids []asn1.ObjectIdentifier
 			if _, err = asn1.Unmarshal(ext.Value, &oids); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing extended key usage: %v", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: parsing extended key usage: %w", ErrPolicy, err)
 			}
 
 			for _, oid := range oids {

@@ -304,7 +304,7 @@ func startTrustd(t testing.TB, ca *testCA, addr string, limiter *Limiter) (*Stor
 	go func() {
 		defer close(done)
 
-		srv.Serve(l) //nolint:errcheck
+		srv.Serve(l)
 	}()
 
 	t.Cleanup(func() {
@@ -326,7 +326,7 @@ func TestClientFailoverAndRefusals(t *testing.T) {
 	}
 
 	deadAddr := dead.Addr().String()
-	dead.Close() //nolint:errcheck
+	dead.Close()
 
 	c := &Client{
 		Endpoints:    func() []string { return []string{deadAddr, addr} },
@@ -410,7 +410,7 @@ func TestStoreReloadsRotatedCertificate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close() //nolint:errcheck
+		defer conn.Close()
 
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber
 	}
@@ -518,7 +518,7 @@ func TestDiscoveryCountsFailedTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+		t.Cleanup(func() { conn.Close() })
 
 		return conn
 	}

@@ -93,7 +93,7 @@ func viaShortPath(path string, fn func(name string) error) error {
 	if err != nil {
 		return fmt.Errorf("opening socket folder %s: %w", dir, err)
 	}
-	defer unix.Close(fd) //nolint:errcheck
+	defer unix.Close(fd)
 
 	short := fmt.Sprintf("/proc/self/fd/%d/%s", fd, base)
 	if len(short) > maxPath {

@@ -33,8 +33,8 @@ func TestLongPath(t *testing.T) {
 				return
 			}
 
-			c.Write([]byte("hello")) //nolint:errcheck
-			c.Close()                //nolint:errcheck
+			c.Write([]byte("hello"))
+			c.Close()
 		}()
 
 		if _, err = os.Stat(path); err != nil {
@@ -50,7 +50,7 @@ func TestLongPath(t *testing.T) {
 			t.Fatalf("read %q", got)
 		}
 
-		c.Close() //nolint:errcheck
+		c.Close()
 
 		if err = l.Close(); err != nil {
 			t.Fatal(err)

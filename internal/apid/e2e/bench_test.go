@@ -48,13 +48,13 @@ func runRelay(spec string) int {
 
 		out, err := net.Dial("unix", target)
 		if err != nil {
-			in.Close() //nolint:errcheck
+			in.Close()
 
 			continue
 		}
 
-		go func() { io.Copy(out, in) }() //nolint:errcheck
-		go func() { io.Copy(in, out) }() //nolint:errcheck
+		go func() { io.Copy(out, in) }()
+		go func() { io.Copy(in, out) }()
 	}
 }
 
@@ -76,8 +76,8 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 	}
 
 	b.Cleanup(func() {
-		cmd.Process.Kill() //nolint:errcheck
-		cmd.Wait()         //nolint:errcheck
+		cmd.Process.Kill()
+		cmd.Wait()
 	})
 
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -97,7 +97,7 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	b.Cleanup(func() { apidConn.Close() }) //nolint:errcheck
+	b.Cleanup(func() { apidConn.Close() })
 
 	unixClient := func(path string) machine.MachineServiceClient {
 		conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -105,7 +105,7 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 			b.Fatal(err)
 		}
 
-		b.Cleanup(func() { conn.Close() }) //nolint:errcheck
+		b.Cleanup(func() { conn.Close() })
 
 		return machine.NewMachineServiceClient(conn)
 	}

@@ -80,7 +80,7 @@ func (s *Server) Serve(l net.Listener) error {
 
 	if s.stopping {
 		s.mu.Unlock()
-		l.Close() //nolint:errcheck
+		l.Close()
 
 		return errStopped
 	}
@@ -129,15 +129,15 @@ func (s *Server) serveConn(c net.Conn) {
 	if s.TLS != nil {
 		tc := tls.Server(c, s.TLS)
 
-		c.SetDeadline(time.Now().Add(handshakeTimeout)) //nolint:errcheck
+		c.SetDeadline(time.Now().Add(handshakeTimeout)) //nolint:errcheck // fails only on a closed conn, which the handshake reports
 
 		if err := tc.Handshake(); err != nil {
-			c.Close() //nolint:errcheck
+			c.Close()
 
 			return
 		}
 
-		c.SetDeadline(time.Time{}) //nolint:errcheck
+		c.SetDeadline(time.Time{}) //nolint:errcheck // as above
 
 		st := tc.ConnectionState()
 		state = &st
@@ -149,7 +149,7 @@ func (s *Server) serveConn(c net.Conn) {
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
-		c.Close() //nolint:errcheck
+		c.Close()
 
 		return
 	}
@@ -176,7 +176,7 @@ func (s *Server) Stop(timeout time.Duration) {
 	s.stopping = true
 
 	for l := range s.listeners {
-		l.Close() //nolint:errcheck
+		l.Close()
 	}
 
 	idle := make(chan struct{})

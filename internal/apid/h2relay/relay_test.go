@@ -59,7 +59,7 @@ func startBackend(t *testing.T) *backend {
 
 	b.srv = grpc.NewServer(grpc.UnknownServiceHandler(b.handle), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
 
-	go b.srv.Serve(l) //nolint:errcheck
+	go b.srv.Serve(l)
 
 	t.Cleanup(b.srv.Stop)
 
@@ -156,7 +156,7 @@ func startRelay(t *testing.T, route Route, window uint32, backends ...string) (*
 	go func() {
 		defer close(done)
 
-		s.Serve(l) //nolint:errcheck
+		s.Serve(l)
 	}()
 
 	t.Cleanup(func() {
@@ -180,7 +180,7 @@ func client(t *testing.T, addr string) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+	t.Cleanup(func() { c.Close() })
 
 	return c
 }
@@ -409,7 +409,7 @@ func TestBackendsAndFailures(t *testing.T) {
 			if f.Name == "to" {
 				var i int
 
-				fmt.Sscan(f.Value, &i) //nolint:errcheck
+				fmt.Sscan(f.Value, &i)
 
 				return Decision{Backend: i, Header: h}
 			}
@@ -474,7 +474,7 @@ func TestBackendsAndFailures(t *testing.T) {
 
 	again := grpc.NewServer(grpc.UnknownServiceHandler(b1.handle))
 
-	go again.Serve(l) //nolint:errcheck
+	go again.Serve(l)
 
 	t.Cleanup(again.Stop)
 
@@ -541,7 +541,7 @@ func TestClientOverrunningWindowIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	defer ml.Close() //nolint:errcheck
+	defer ml.Close()
 
 	go func() {
 		for {
@@ -550,7 +550,7 @@ func TestClientOverrunningWindowIsClosed(t *testing.T) {
 				return
 			}
 
-			t.Cleanup(func() { c.Close() }) //nolint:errcheck
+			t.Cleanup(func() { c.Close() })
 		}
 	}()
 
@@ -560,7 +560,7 @@ func TestClientOverrunningWindowIsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	fw := http2.NewFramer(c, c)
 
@@ -568,7 +568,7 @@ func TestClientOverrunningWindowIsClosed(t *testing.T) {
 
 	enc := hpack.NewEncoder(&hdr)
 	for _, f := range []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: "/t/Hang"}, {Name: ":authority", Value: "x"}, {Name: "content-type", Value: "application/grpc"}} {
-		enc.WriteField(f) //nolint:errcheck
+		enc.WriteField(f)
 	}
 
 	done := make(chan error, 1)
@@ -580,8 +580,8 @@ func TestClientOverrunningWindowIsClosed(t *testing.T) {
 			return
 		}
 
-		fw.WriteSettings()                                                                                  //nolint:errcheck
-		fw.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hdr.Bytes(), EndHeaders: true}) //nolint:errcheck
+		fw.WriteSettings()
+		fw.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hdr.Bytes(), EndHeaders: true})
 
 		chunk := make([]byte, 16384)
 
@@ -596,7 +596,7 @@ func TestClientOverrunningWindowIsClosed(t *testing.T) {
 		done <- nil
 	}()
 
-	c.SetReadDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 
 	for {
 		f, err := fw.ReadFrame()

@@ -124,7 +124,7 @@ func (ss *session) run() {
 	}
 
 	ss.mu.Lock()
-	ss.writeSettings(ss.client, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(ss.srv.maxStreams())}) //nolint:gosec
+	ss.writeSettings(ss.client, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(ss.srv.maxStreams())})
 	ss.flushAll()
 	ss.mu.Unlock()
 
@@ -192,7 +192,7 @@ func (ss *session) flushAll() {
 func (p *peer) check(err error) {
 	if err != nil && !p.dead {
 		p.dead = true
-		p.conn.Close() //nolint:errcheck
+		p.conn.Close()
 	}
 
 	p.dirty = true
@@ -299,13 +299,13 @@ func (ss *session) upstream(i int) (*upstream, error) {
 	defer ss.mu.Unlock()
 
 	if ss.closed {
-		c.Close() //nolint:errcheck
+		c.Close()
 
 		return nil, net.ErrClosed
 	}
 
 	if _, err = up.bw.WriteString(http2.ClientPreface); err != nil {
-		c.Close() //nolint:errcheck
+		c.Close()
 
 		return nil, err
 	}
@@ -384,7 +384,7 @@ func (ss *session) clientFrame(f http2.Frame) {
 // which RFC 9113 6.9.2 applies to every open stream's window, possibly taking it below zero:
 // pump then sends nothing on that stream until WINDOW_UPDATEs bring it back above.
 func (ss *session) applySettings(p *peer, f *http2.SettingsFrame, onWindow func(delta int64)) {
-	f.ForeachSetting(func(s http2.Setting) error { //nolint:errcheck
+	f.ForeachSetting(func(s http2.Setting) error { //nolint:errcheck // the callback never fails
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
 			delta := int64(s.Val) - p.initWin
@@ -577,7 +577,7 @@ func (ss *session) credit(src *peer, id uint32, h *half, n int64) {
 	src.credit += n
 
 	if src.credit >= ss.thresh {
-		src.check(src.fw.WriteWindowUpdate(0, uint32(src.credit))) //nolint:gosec
+		src.check(src.fw.WriteWindowUpdate(0, uint32(src.credit)))
 		src.recvConn += src.credit
 		src.credit = 0
 	}
@@ -586,7 +586,7 @@ func (ss *session) credit(src *peer, id uint32, h *half, n int64) {
 		h.credit += n
 
 		if h.credit >= ss.thresh {
-			src.check(src.fw.WriteWindowUpdate(id, uint32(h.credit))) //nolint:gosec
+			src.check(src.fw.WriteWindowUpdate(id, uint32(h.credit)))
 			h.credit = 0
 		}
 	}
@@ -666,7 +666,7 @@ func (ss *session) resetFromBackend(up *upstream, bid uint32, code http2.ErrCode
 // after whatever the backend had already sent.
 func (ss *session) failUpstream(up *upstream) {
 	up.dead = true
-	up.conn.Close() //nolint:errcheck
+	up.conn.Close()
 
 	if ss.ups[up.index] == up {
 		ss.ups[up.index] = nil
@@ -715,19 +715,19 @@ func (ss *session) closeLocked() {
 
 	ss.closed = true
 	ss.client.dead = true
-	ss.client.conn.Close() //nolint:errcheck
+	ss.client.conn.Close()
 
 	for _, up := range ss.ups {
 		if up != nil {
 			up.dead = true
-			up.conn.Close() //nolint:errcheck
+			up.conn.Close()
 		}
 	}
 
 	// Backends whose connection was replaced still have readers; closing ends them too.
 	for _, st := range ss.streams {
 		st.up.dead = true
-		st.up.conn.Close() //nolint:errcheck
+		st.up.conn.Close()
 	}
 }
 

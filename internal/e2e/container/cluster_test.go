@@ -279,7 +279,7 @@ func snapshot() (hostState, error) {
 		}
 	}
 
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline") //nolint:errcheck
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), stateRoot) {
 			s.processes++

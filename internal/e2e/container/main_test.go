@@ -7,6 +7,7 @@ package container
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,13 +59,13 @@ func run(m *testing.M) int {
 			return 1
 		}
 
-		defer os.RemoveAll(*d) //nolint:errcheck
+		defer os.RemoveAll(*d)
 	}
 
 	start := time.Now()
 
 	// machined and etcd static, as the image needs them; the host's launcher is that machined too.
-	os.Setenv("CGO_ENABLED", "0") //nolint:errcheck,usetesting
+	os.Setenv("CGO_ENABLED", "0") //nolint:usetesting // TestMain has no t.Setenv
 
 	if out, err := testutil.GoBuild("-trimpath", "-ldflags=-s", "-o", binDir+"/", "github.com/talos-go/talos/cmd/machined",
 		"github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd"); err != nil {
@@ -128,7 +129,7 @@ func skipReason() string {
 		return "mksquashfs not found to build the node image: apt-get install squashfs-tools"
 	}
 
-	fss, _ := os.ReadFile("/proc/filesystems") //nolint:errcheck
+	fss, _ := os.ReadFile("/proc/filesystems")
 	for _, fs := range []string{"squashfs", "overlay"} {
 		if !strings.Contains(string(fss), "\t"+fs+"\n") {
 			return "the kernel has no " + fs + " (modprobe " + fs + ")"
@@ -153,16 +154,16 @@ func nodeImage(dir string) (string, error) {
 	cmd.Env = append(os.Environ(), "NODE_BIN_DIR="+dir)
 
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the node image: %v\n%s", err, b)
+		return "", fmt.Errorf("building the node image: %w\n%s", err, b)
 	}
 
 	return out, nil
 }
 
 func dumpLogs() {
-	logs, _ := filepath.Glob(filepath.Join(stateRoot, clusterName, "*.log")) //nolint:errcheck
+	logs, _ := filepath.Glob(filepath.Join(stateRoot, clusterName, "*.log"))
 	for _, l := range logs {
-		data, _ := os.ReadFile(l) //nolint:errcheck
+		data, _ := os.ReadFile(l)
 		if len(data) > 6000 {
 			data = data[len(data)-6000:]
 		}
@@ -189,7 +190,8 @@ func talosctl(t *testing.T, args ...string) (string, string, int) {
 	err := cmd.Run()
 	code := 0
 
-	if exitErr, ok := err.(*exec.ExitError); ok {
+	exitErr := &exec.ExitError{}
+	if errors.As(err, &exitErr) {
 		code = exitErr.ExitCode()
 	} else if err != nil {
 		if t != nil {

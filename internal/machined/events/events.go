@@ -74,9 +74,10 @@ func (b *Bus) snapshot() (events []Event, first uint64, changed chan struct{}) {
 
 // TailOptions choose where a watch starts in the remembered events.
 type TailOptions struct {
-	Events  int32         // last N events; -1 for all remembered
-	ID      string        // events after this ID
-	Seconds time.Duration // events younger than this
+	Events int32  // last N events; -1 for all remembered
+	ID     string // events after this ID
+	// Seconds selects events younger than this (the API's tail_seconds).
+	Seconds time.Duration //nolint:staticcheck // named after the API field
 }
 
 // Watch calls fn for the tail selected by opts, then for every new event, until ctx ends or fn

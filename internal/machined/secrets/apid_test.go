@@ -72,7 +72,7 @@ func TestIssueAPID(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	leaf, _ := x509.ParseCertificate(server.Certificate[0]) //nolint:errcheck
+	leaf, _ := x509.ParseCertificate(server.Certificate[0])
 
 	for _, name := range []string{"127.6.0.2", "node-a", "api.example.com", "10.9.9.9"} {
 		if _, err = leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: name, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
@@ -89,7 +89,7 @@ func TestIssueAPID(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cleaf, _ := x509.ParseCertificate(client.Certificate[0]) //nolint:errcheck
+	cleaf, _ := x509.ParseCertificate(client.Certificate[0])
 
 	if !slices.Equal(cleaf.Subject.Organization, []string{"os:impersonator"}) {
 		t.Errorf("client organization %v", cleaf.Subject.Organization)
@@ -129,7 +129,7 @@ func TestWriteAPIDPrivateFiles(t *testing.T) {
 		t.Fatalf("apid cannot load the folder: %v", err)
 	}
 
-	leaf, _ := x509.ParseCertificate(b.Server.Certificate[0]) //nolint:errcheck
+	leaf, _ := x509.ParseCertificate(b.Server.Certificate[0])
 	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > APIDLifetime+time.Hour {
 		t.Errorf("certificate lifetime %s, want about a day", life)
 	}

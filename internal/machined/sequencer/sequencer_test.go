@@ -116,7 +116,7 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	bus.Watch(ctx, events.TailOptions{Events: -1}, func(ev events.Event) error { //nolint:errcheck
+	bus.Watch(ctx, events.TailOptions{Events: -1}, func(ev events.Event) error {
 		switch p := ev.Payload.(type) {
 		case *machine.SequenceEvent:
 			got = append(got, fmt.Sprintf("seq %s %s %v", p.Sequence, p.Action, p.Error != nil))

@@ -8,7 +8,7 @@ import (
 // newActorID names one API action, so its events can be followed (talosctl events --actor-id).
 func newActorID() string {
 	b := make([]byte, 16)
-	rand.Read(b) //nolint:errcheck
+	rand.Read(b)
 
 	return hex.EncodeToString(b)
 }

@@ -36,7 +36,7 @@ func (s *Machine) Dmesg(req *machine.DmesgRequest, srv grpc.ServerStreamingServe
 
 	// Headers now: a follower knows its place in the log is taken (after the tail, with Tail).
 	if err = srv.SendHeader(nil); err != nil {
-		reader.Close() //nolint:errcheck
+		reader.Close()
 
 		return err
 	}
@@ -45,7 +45,7 @@ func (s *Machine) Dmesg(req *machine.DmesgRequest, srv grpc.ServerStreamingServe
 	packets := reader.Scan(ctx)
 
 	defer func() {
-		reader.Close() //nolint:errcheck // ends a pending read
+		reader.Close()
 
 		for range packets { //nolint:revive // the scanner ends once it sees the close
 		}

@@ -166,7 +166,7 @@ func (s *Machine) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.ServerSt
 	if err != nil {
 		return etcdError(err)
 	}
-	defer rc.Close() //nolint:errcheck
+	defer rc.Close()
 
 	return sendChunks(rc, srv.Send, etcdError)
 }
@@ -184,13 +184,13 @@ func (s *Machine) EtcdRecover(srv grpc.ClientStreamingServer[common.Data, machin
 		for {
 			msg, err := srv.Recv()
 			if errors.Is(err, io.EOF) {
-				pw.Close() //nolint:errcheck
+				pw.Close()
 
 				return
 			}
 
 			if err != nil {
-				pw.CloseWithError(err) //nolint:errcheck
+				pw.CloseWithError(err)
 
 				return
 			}
@@ -202,7 +202,7 @@ func (s *Machine) EtcdRecover(srv grpc.ClientStreamingServer[common.Data, machin
 	}()
 
 	_, err = m.ReceiveSnapshot(pr)
-	pr.CloseWithError(io.ErrClosedPipe) //nolint:errcheck // unblock the receiver on an early error
+	pr.CloseWithError(io.ErrClosedPipe)
 
 	if err != nil {
 		return etcdError(err)

@@ -113,7 +113,7 @@ func (s *Machine) Read(req *machine.ReadRequest, srv grpc.ServerStreamingServer[
 	if err != nil {
 		return status.Errorf(codes.Internal, "opening %s: %v", req.Path, err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	if st, err := f.Stat(); err == nil && st.IsDir() {
 		return status.Errorf(codes.InvalidArgument, "%s is a directory: use ls", req.Path)

@@ -89,7 +89,7 @@ func readSockets(dir, proto string) ([]*machine.ConnectRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	var out []*machine.ConnectRecord
 
@@ -125,16 +125,16 @@ func parseSocket(proto string, f []string) (*machine.ConnectRecord, error) {
 		return nil, err
 	}
 
-	hexNum := func(s string) uint64 { n, _ := strconv.ParseUint(s, 16, 64); return n } //nolint:errcheck
-	decNum := func(s string) uint64 { n, _ := strconv.ParseUint(s, 10, 64); return n } //nolint:errcheck
+	hexNum := func(s string) uint64 { n, _ := strconv.ParseUint(s, 16, 64); return n }
+	decNum := func(s string) uint64 { n, _ := strconv.ParseUint(s, 10, 64); return n }
 
-	r.State = machine.ConnectRecord_State(hexNum(f[3])) //nolint:gosec // the kernel's TCP states are the enum's
+	r.State = machine.ConnectRecord_State(hexNum(f[3]))
 	tx, rx, _ := strings.Cut(f[4], ":")
 	r.Txqueue, r.Rxqueue = hexNum(tx), hexNum(rx)
 	tr, when, _ := strings.Cut(f[5], ":")
-	r.Tr, r.Timerwhen = machine.ConnectRecord_TimerActive(hexNum(tr)), hexNum(when) //nolint:gosec
+	r.Tr, r.Timerwhen = machine.ConnectRecord_TimerActive(hexNum(tr)), hexNum(when)
 	r.Retrnsmt = hexNum(f[6])
-	r.Uid = uint32(decNum(f[7])) //nolint:gosec
+	r.Uid = uint32(decNum(f[7]))
 	r.Timeout = decNum(f[8])
 	r.Inode = decNum(f[9])
 
@@ -179,7 +179,7 @@ func addProcesses(records []*machine.ConnectRecord) {
 		owners[r.Inode] = nil
 	}
 
-	procs, _ := os.ReadDir("/proc") //nolint:errcheck // no processes named then
+	procs, _ := os.ReadDir("/proc")
 
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
@@ -187,7 +187,7 @@ func addProcesses(records []*machine.ConnectRecord) {
 			continue
 		}
 
-		fds, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "fd")) //nolint:errcheck // not ours to read, or gone
+		fds, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
 
 		for _, fd := range fds {
 			link, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name()))
@@ -201,8 +201,8 @@ func addProcesses(records []*machine.ConnectRecord) {
 			}
 
 			if owner, wanted := owners[inode]; wanted && owner == nil {
-				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))                                        //nolint:errcheck
-				owners[inode] = &machine.ConnectRecord_Process{Pid: uint32(pid), Name: strings.TrimSpace(string(comm))} //nolint:gosec
+				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
+				owners[inode] = &machine.ConnectRecord_Process{Pid: uint32(pid), Name: strings.TrimSpace(string(comm))}
 			}
 		}
 	}

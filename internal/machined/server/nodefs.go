@@ -109,7 +109,7 @@ func readPseudo(path string) []byte {
 	if err != nil {
 		return nil
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	var buf bytes.Buffer
 

@@ -77,7 +77,7 @@ func Serve(ctx context.Context, s *Machine, socketPath string, extra ...func(*gr
 	}
 
 	if err = os.Chmod(socketPath, 0o600); err != nil {
-		lis.Close() //nolint:errcheck
+		lis.Close()
 
 		return fmt.Errorf("restricting socket %s: %w", socketPath, err)
 	}
@@ -109,7 +109,7 @@ func Serve(ctx context.Context, s *Machine, socketPath string, extra ...func(*gr
 			<-stopped
 		}
 
-		<-errCh
+		_ = <-errCh // Serve returns once stopped; the stop was ours
 
 		return nil
 	case err = <-errCh:

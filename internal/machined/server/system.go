@@ -375,7 +375,7 @@ func (s *Machine) Mounts(ctx context.Context, _ *emptypb.Empty) (*machine.Mounts
 		if err != nil {
 			return nil, fmt.Errorf("reading mounts: %w", err)
 		}
-		defer f.Close() //nolint:errcheck
+		defer f.Close()
 
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {

@@ -49,7 +49,7 @@ func serveViews(t *testing.T, root string) *client.Client {
 	srv := grpc.NewServer()
 	machine.RegisterMachineServiceServer(srv, m)
 
-	go srv.Serve(l) //nolint:errcheck
+	go srv.Serve(l)
 
 	t.Cleanup(srv.Stop)
 
@@ -58,7 +58,7 @@ func serveViews(t *testing.T, root string) *client.Client {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+	t.Cleanup(func() { c.Close() })
 
 	return c
 }
@@ -67,7 +67,7 @@ func readAll(r io.ReadCloser, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer r.Close() //nolint:errcheck
+	defer r.Close()
 
 	b, err := io.ReadAll(r)
 
@@ -79,7 +79,7 @@ func untar(r io.ReadCloser, err error) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close() //nolint:errcheck
+	defer r.Close()
 
 	gz, err := gzip.NewReader(r)
 	if err != nil {
@@ -200,7 +200,7 @@ func TestProcessesSharedAndOwn(t *testing.T) {
 		return out
 	}
 
-	self := int32(os.Getpid()) //nolint:gosec
+	self := int32(os.Getpid())
 
 	// A process-mode node is machined (here the test) and its descendants, never the host's init.
 	if shared := pids(serveViews(t, t.TempDir())); !slices.Contains(shared, self) || slices.Contains(shared, 1) {
@@ -220,15 +220,15 @@ func TestNetstat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close() //nolint:errcheck
+	defer l.Close()
 
-	port := uint32(l.Addr().(*net.TCPAddr).Port) //nolint:gosec,forcetypeassert
+	port := uint32(l.Addr().(*net.TCPAddr).Port)
 
 	conn, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	records := func(filter machine.NetstatRequest_Filter) []*machine.ConnectRecord {
 		resp, err := c.Netstat(t.Context(), &machine.NetstatRequest{
@@ -247,7 +247,7 @@ func TestNetstat(t *testing.T) {
 	listening := records(machine.NetstatRequest_LISTENING)
 	if !slices.ContainsFunc(listening, func(r *machine.ConnectRecord) bool {
 		return r.Localip == "127.0.0.1" && r.Localport == port && r.State == machine.ConnectRecord_LISTEN &&
-			r.L4Proto == "tcp" && r.GetProcess().GetPid() == uint32(os.Getpid()) //nolint:gosec
+			r.L4Proto == "tcp" && r.GetProcess().GetPid() == uint32(os.Getpid())
 	}) {
 		t.Errorf("no listening record for 127.0.0.1:%d owned by this process: %v", port, listening)
 	}

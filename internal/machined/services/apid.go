@@ -89,7 +89,7 @@ func apidHealth(ctx context.Context, dir, addr string) error {
 		return errors.New("apid CA bundle holds no certificate")
 	}
 
-	host, _, _ := net.SplitHostPort(addr) //nolint:errcheck
+	host, _, _ := net.SplitHostPort(addr)
 
 	d := tls.Dialer{Config: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: host, NextProtos: []string{"h2"}}}
 

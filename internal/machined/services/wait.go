@@ -35,13 +35,13 @@ func waitFiles(ctx context.Context, dir string, names []string) error {
 
 	// A non-blocking descriptor goes to Go's poller, so a read deadline can end the wait.
 	f := os.NewFile(uintptr(fd), "inotify")
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	if _, err = unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO|unix.IN_CREATE); err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
 
-	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Now()) }) //nolint:errcheck
+	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Now()) }) //nolint:errcheck // wakes the read; a closed file wakes it too
 	defer stop()
 
 	buf := make([]byte, 4096)

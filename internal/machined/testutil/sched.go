@@ -62,7 +62,7 @@ func FindProcess(args ...string) (int, error) {
 		if containsAll(cmdline, args) {
 			var pid int
 
-			fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid) //nolint:errcheck
+			fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid)
 
 			return pid, nil
 		}

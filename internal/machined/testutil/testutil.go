@@ -60,7 +60,7 @@ func Binary(t testing.TB) string {
 		binPath = filepath.Join(dir, "machined")
 		out, err := GoBuild("-o", binPath, "github.com/talos-go/talos/cmd/machined")
 		if err != nil {
-			buildErr = fmt.Errorf("building machined: %v\n%s", err, out)
+			buildErr = fmt.Errorf("building machined: %w\n%s", err, out)
 		}
 	})
 
@@ -179,12 +179,12 @@ func (n *Node) Stop(t testing.TB) {
 		return
 	}
 
-	n.Cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	n.Cmd.Process.Signal(syscall.SIGTERM)
 
 	select {
 	case <-n.Exited:
 	case <-time.After(30 * time.Second):
-		n.Cmd.Process.Kill() //nolint:errcheck
+		n.Cmd.Process.Kill()
 		<-n.Exited
 		t.Errorf("node %s did not stop within 30s", n.Address)
 	}
@@ -219,7 +219,7 @@ func (n *Node) Client(t testing.TB) *client.Client {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+	t.Cleanup(func() { c.Close() })
 
 	return c
 }

@@ -41,7 +41,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { os.RemoveAll(root) }) //nolint:errcheck
+	t.Cleanup(func() { os.RemoveAll(root) })
 
 	var progress bytes.Buffer
 
@@ -54,7 +54,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { provision.Destroy(root, "upgrade", &progress) }) //nolint:errcheck
+	t.Cleanup(func() { provision.Destroy(root, "upgrade", &progress) })
 
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -91,7 +91,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	}
 
 	cancel()
-	bc.Close() //nolint:errcheck
+	bc.Close()
 
 	for _, n := range nodes {
 		n.waitEtcdHealthy(t)
@@ -280,7 +280,7 @@ func (n *bootNode) waitEtcdHealthy(t *testing.T) {
 
 	n.waitFor(t, "etcd healthy", func() (bool, string) {
 		c := n.client(t)
-		defer c.Close() //nolint:errcheck
+		defer c.Close()
 
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -316,7 +316,7 @@ func etcdClient(t *testing.T, state string, addrs ...string) *clientv3.Client {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { cli.Close() }) //nolint:errcheck
+	t.Cleanup(func() { cli.Close() })
 
 	return cli
 }

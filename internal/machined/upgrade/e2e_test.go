@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 
 	if binDir != "" {
-		os.RemoveAll(binDir) //nolint:errcheck
+		os.RemoveAll(binDir)
 	}
 
 	os.Exit(code)
@@ -97,7 +97,7 @@ func realEtcd(t *testing.T) string {
 
 			etcdBin = filepath.Join(dir, "talos-go-test", "etcd")
 			if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
-				etcdErr = fmt.Errorf("building etcd: %v\n%s", err, out)
+				etcdErr = fmt.Errorf("building etcd: %w\n%s", err, out)
 
 				return
 			}
@@ -227,12 +227,12 @@ func startBootNode(t *testing.T, bin, state string, args ...string) *bootNode {
 		default:
 		}
 
-		n.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		n.cmd.Process.Signal(syscall.SIGTERM)
 
 		select {
 		case <-n.exited:
 		case <-time.After(30 * time.Second):
-			n.cmd.Process.Kill() //nolint:errcheck
+			n.cmd.Process.Kill()
 			t.Errorf("node did not stop on SIGTERM\n%s", n.out)
 		}
 	})
@@ -259,7 +259,7 @@ func (n *bootNode) client(t *testing.T) *client.Client {
 // version asks the node for its version once.
 func (n *bootNode) version(t *testing.T) (string, error) {
 	c := n.client(t)
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -348,7 +348,7 @@ func (n *bootNode) upgrade(t *testing.T, image string, preserve bool) error {
 	t.Helper()
 
 	c := n.client(t)
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -544,7 +544,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.Close() //nolint:errcheck
+	c.Close()
 
 	select {
 	case err = <-n.exited:

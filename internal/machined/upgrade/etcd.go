@@ -79,29 +79,29 @@ func (g *ClusterGuard) Lock(ctx context.Context, owner string) (func(), error) {
 
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(max(1, int(ttl/time.Second))), concurrency.WithContext(context.Background()))
 	if err != nil {
-		cli.Close() //nolint:errcheck
+		cli.Close()
 
 		return nil, fmt.Errorf("etcd session for the upgrade lock: %w", err)
 	}
 
 	mu := concurrency.NewMutex(sess, LockKey)
 	if err = mu.Lock(ctx); err != nil {
-		sess.Close() //nolint:errcheck
-		cli.Close()  //nolint:errcheck
+		sess.Close()
+		cli.Close()
 
 		return nil, fmt.Errorf("taking the etcd upgrade lock (another control plane may be upgrading): %w", err)
 	}
 
 	// Record who holds it, for humans.
-	cli.Put(ctx, LockKey+"-owner", owner, clientv3.WithLease(sess.Lease())) //nolint:errcheck
+	cli.Put(ctx, LockKey+"-owner", owner, clientv3.WithLease(sess.Lease())) //nolint:errcheck // the owner name is informational; the lock holds without it
 
 	return func() {
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 
-		mu.Unlock(uctx) //nolint:errcheck
-		sess.Close()    //nolint:errcheck
-		cli.Close()     //nolint:errcheck
+		mu.Unlock(uctx) //nolint:errcheck // the session's lease ends the lock anyway
+		sess.Close()
+		cli.Close()
 	}, nil
 }
 
@@ -118,7 +118,7 @@ func (g *ClusterGuard) CheckHealthyWithout(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	return QuorumWithout(ctx, cli, self)
 }
@@ -224,7 +224,7 @@ func (g *ClusterGuard) withClient(ctx context.Context, fn func(*clientv3.Client)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	return fn(cli)
 }

@@ -46,7 +46,7 @@ func etcdBinary(t *testing.T) string {
 
 		etcdBin = filepath.Join(dir, "talos-go-test", "etcd")
 		if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
-			etcdErr = fmt.Errorf("building etcd: %v\n%s", err, out)
+			etcdErr = fmt.Errorf("building etcd: %w\n%s", err, out)
 		}
 	})
 
@@ -77,10 +77,10 @@ func startEtcd(t *testing.T, addr string) string {
 
 	exited := make(chan struct{})
 
-	go func() { cmd.Wait(); close(exited) }() //nolint:errcheck
+	go func() { cmd.Wait(); close(exited) }()
 
 	t.Cleanup(func() {
-		cmd.Process.Kill() //nolint:errcheck
+		cmd.Process.Kill()
 		<-exited
 	})
 
@@ -88,7 +88,7 @@ func startEtcd(t *testing.T, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	for deadline := time.Now().Add(time.Minute); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -140,7 +140,7 @@ func (f *fakeEtcdNode) Status(ctx context.Context) (*clientv3.StatusResponse, er
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	return cli.Status(ctx, f.ep)
 }
@@ -154,7 +154,7 @@ func (f *fakeEtcdNode) kill() {
 	defer f.mu.Unlock()
 
 	for _, c := range f.clients {
-		c.Close() //nolint:errcheck
+		c.Close()
 	}
 }
 

@@ -40,7 +40,7 @@ var _ sequencer.Upgrader = (*install)(nil)
 // unless the node reboots holding it (it lapses with this process); once services were
 // stopped, a failure reboots into the current version rather than run degraded.
 func (in *install) finish(err error) {
-	os.RemoveAll(in.staging) //nolint:errcheck
+	os.RemoveAll(in.staging)
 
 	if in.unlock != nil && (err != nil || in.req.Stage) {
 		in.unlock()
@@ -48,7 +48,7 @@ func (in *install) finish(err error) {
 
 	if err != nil && in.stopped {
 		in.log.Error("upgrade failed after services were stopped: rebooting into the current version", zap.Error(err))
-		in.m.Node.Reboot() //nolint:errcheck
+		in.m.Node.Reboot() //nolint:errcheck // a failed reboot leaves the node running the old slot, which the state already says
 	}
 }
 
@@ -191,7 +191,7 @@ func (m *Manager) etcdChecks(ctx context.Context, log *zap.Logger, preserve, for
 
 	log.Info("waiting for the etcd upgrade lock")
 
-	hostname, _ := os.Hostname() //nolint:errcheck
+	hostname, _ := os.Hostname()
 
 	unlock, err := m.Etcd.Lock(ctx, m.R.Address+" "+hostname)
 	if err != nil {

@@ -105,7 +105,7 @@ func newEnv(t *testing.T, cp bool) *env {
 		filepath.Join(dir, "machined"):                    "new",
 		filepath.Join(dir, "etcd"):                        "etcd",
 	} {
-		os.MkdirAll(filepath.Dir(path), 0o700) //nolint:errcheck
+		os.MkdirAll(filepath.Dir(path), 0o700)
 
 		if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
 			t.Fatal(err)
@@ -296,7 +296,7 @@ func TestRollbackAndReset(t *testing.T) {
 		t.Fatalf("reset of user disks: %v", err)
 	}
 
-	os.MkdirAll(filepath.Join(e.root, "STATE"), 0o700) //nolint:errcheck
+	os.MkdirAll(filepath.Join(e.root, "STATE"), 0o700)
 
 	if err := os.WriteFile(filepath.Join(e.root, "STATE", "config.yaml"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)

@@ -154,7 +154,7 @@ func (m *Manager) BootSucceeded() {
 		}
 
 		if done {
-			v, _ := store.Read() //nolint:errcheck
+			v, _ := store.Read()
 			m.log().Info("upgrade complete: slot is now permanent", zap.String("slot", m.Slot),
 				zap.String("from", v[meta.UpgradeFrom]), zap.String("to", version.Tag))
 
@@ -225,7 +225,7 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 
 	store, err := m.meta()
 	if err != nil {
-		os.RemoveAll(staging) //nolint:errcheck
+		os.RemoveAll(staging)
 
 		return "", errkind.Errorf(errkind.Internal, "upgrade refused, nothing was changed: %w", err)
 	}

@@ -83,7 +83,7 @@ func ReadDisks(root string) (map[string]block.DiskSpec, error) {
 			return strings.TrimSpace(string(b))
 		}
 		number := func(rel string) uint64 {
-			n, _ := strconv.ParseUint(read(rel), 10, 64) //nolint:errcheck // missing reads as 0
+			n, _ := strconv.ParseUint(read(rel), 10, 64)
 
 			return n
 		}

@@ -111,7 +111,7 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 
 	defer func() {
 		for _, c := range conns {
-			c.Close() //nolint:errcheck
+			c.Close()
 		}
 	}()
 

@@ -63,7 +63,7 @@ func ParseCPUInfo(path string) ([]hardware.ProcessorSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading cpu information: %w", err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	type socket struct {
 		spec    hardware.ProcessorSpec

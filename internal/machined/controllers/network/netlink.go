@@ -50,7 +50,7 @@ func watchNetlink(ctx context.Context, r controller.Runtime, groups uint32, reco
 	}()
 
 	defer func() {
-		watch.Close() //nolint:errcheck
+		watch.Close()
 		<-done
 	}()
 
@@ -59,7 +59,7 @@ func watchNetlink(ctx context.Context, r controller.Runtime, groups uint32, reco
 		return fmt.Errorf("opening netlink: %w", err)
 	}
 
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	for {
 		if err = reconcile(conn); err != nil {

@@ -78,7 +78,7 @@ func privateNetNS(t *testing.T) *rtnetlink.Conn {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+	t.Cleanup(func() { conn.Close() })
 
 	links, err := conn.Link.List()
 	if err != nil {
@@ -266,7 +266,7 @@ func addressMessage(index uint32, p netip.Prefix) *rtnetlink.AddressMessage {
 	ip := net.IP(p.Addr().AsSlice())
 
 	return &rtnetlink.AddressMessage{
-		Family: family, PrefixLength: uint8(p.Bits()), Index: index, //nolint:gosec
+		Family: family, PrefixLength: uint8(p.Bits()), Index: index,
 		Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip},
 	}
 }

@@ -111,7 +111,7 @@ func watchFile(path string) (<-chan struct{}, func(), error) {
 	}
 
 	if _, err = unix.InotifyAddWatch(fd, filepath.Dir(path), unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_CREATE|unix.IN_DELETE); err != nil {
-		unix.Close(fd) //nolint:errcheck
+		unix.Close(fd)
 
 		return nil, nil, fmt.Errorf("watching %s: %w", filepath.Dir(path), err)
 	}
@@ -142,7 +142,7 @@ func watchFile(path string) (<-chan struct{}, func(), error) {
 		}
 	}()
 
-	return changed, func() { f.Close(); <-done }, nil //nolint:errcheck
+	return changed, func() { f.Close(); <-done }, nil
 }
 
 // namesFile reports whether a buffer of inotify events holds one about name.

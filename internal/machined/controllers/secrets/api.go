@@ -82,7 +82,7 @@ func (ctrl *APIController) Run(ctx context.Context, r controller.Runtime, log *z
 
 		if err := ctrl.reconcile(ctx, r, log, lifetime); err != nil {
 			if ctx.Err() != nil {
-				return nil //nolint:nilerr
+				return nil
 			}
 
 			// Retried on the next change or check.

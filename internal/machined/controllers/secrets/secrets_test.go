@@ -68,7 +68,7 @@ func waitAPI(ctx context.Context, t *testing.T, st state.State, cond func(srv *x
 			return false, nil
 		}
 
-		api := r.(*secrets.API) //nolint:forcetypeassert
+		api := r.(*secrets.API)
 		if api.TypedSpec().Server == nil || !cond(parse(t, api.TypedSpec().Server.Crt)) {
 			return false, nil
 		}

@@ -79,7 +79,7 @@ func (m *Manager) Close() error {
 	for _, l := range m.logs {
 		l.mu.Lock()
 		if l.f != nil {
-			l.f.Close() //nolint:errcheck
+			l.f.Close()
 			l.f = nil
 		}
 		l.mu.Unlock()
@@ -100,7 +100,7 @@ func (l *serviceLog) Write(p []byte) (int, error) {
 
 		st, err := f.Stat()
 		if err != nil {
-			f.Close() //nolint:errcheck
+			f.Close()
 			return 0, err
 		}
 
@@ -141,7 +141,7 @@ func (l *serviceLog) shrink() {
 		return
 	}
 
-	l.f.Close() //nolint:errcheck
+	l.f.Close()
 	l.f = nil
 
 	if f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND, 0o600); err == nil {

@@ -45,7 +45,7 @@ func TestTailAndFollow(t *testing.T) {
 	defer cancel()
 
 	got := make(chan string, 10)
-	go m.Read(ctx, "svc", 1, true, func(b []byte) error { got <- string(b); return nil }) //nolint:errcheck
+	go m.Read(ctx, "svc", 1, true, func(b []byte) error { got <- string(b); return nil })
 
 	if s := <-got; s != "line 9\n" {
 		t.Fatalf("first chunk %q", s)
@@ -77,12 +77,12 @@ func TestShrinkKeepsNewest(t *testing.T) {
 	line := bytes.Repeat([]byte("x"), 1023)
 	line = append(line, '\n')
 	for range MaxSize/1024 + 10 {
-		w.Write(line) //nolint:errcheck
+		w.Write(line)
 	}
-	w.Write([]byte("last\n")) //nolint:errcheck
+	w.Write([]byte("last\n"))
 
 	var buf bytes.Buffer
-	m.Read(context.Background(), "big", -1, false, func(b []byte) error { buf.Write(b); return nil }) //nolint:errcheck
+	m.Read(context.Background(), "big", -1, false, func(b []byte) error { buf.Write(b); return nil })
 	if buf.Len() > MaxSize || !bytes.HasSuffix(buf.Bytes(), []byte("last\n")) {
 		t.Fatalf("after shrink: %d bytes, suffix ok=%v", buf.Len(), bytes.HasSuffix(buf.Bytes(), []byte("last\n")))
 	}

@@ -119,16 +119,18 @@ func (p *Process) Run(ctx context.Context) error {
 		timeout = DefaultGracefulTimeout
 	}
 
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) //nolint:errcheck
+	// Kill fails only when the group is already gone, and then exited is closed too; the
+	// exit status of a process we are stopping is not news.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 
 	select {
-	case <-exited:
+	case _ = <-exited:
 		return nil
 	case <-time.After(timeout):
 	}
 
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck
-	<-exited
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = <-exited
 
 	return nil
 }
