@@ -41,7 +41,7 @@ func NewCSR(l Leaf) (csrPEM, keyPEM []byte, err error) {
 		return nil, nil, err
 	}
 
-	key, keyPEM, err := NewKey()
+	key, keyPEM, err := newKey()
 	if err != nil {
 		return nil, nil, err
 	}

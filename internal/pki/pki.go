@@ -136,7 +136,7 @@ func (ca *CA) Sign(pub crypto.PublicKey, l Leaf, now time.Time) ([]byte, error) 
 
 // Issue makes a new key and a certificate for it signed by the CA.
 func (ca *CA) Issue(l Leaf, now time.Time) (*cx509.PEMEncodedCertificateAndKey, error) {
-	key, keyPEM, err := NewKey()
+	key, keyPEM, err := newKey()
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (ca *CA) Issue(l Leaf, now time.Time) (*cx509.PEMEncodedCertificateAndKey, 
 // SelfSigned makes a key and a certificate signed by that key, kept in memory (the maintenance
 // API's, which clients do not verify).
 func SelfSigned(l Leaf, now time.Time) (tls.Certificate, error) {
-	key, _, err := NewKey()
+	key, _, err := newKey()
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -170,8 +170,8 @@ func SelfSigned(l Leaf, now time.Time) (tls.Certificate, error) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-// NewKey makes an ECDSA P-256 key and its PEM encoding ("EC PRIVATE KEY").
-func NewKey() (*ecdsa.PrivateKey, []byte, error) {
+// newKey makes an ECDSA P-256 key and its PEM encoding ("EC PRIVATE KEY").
+func newKey() (*ecdsa.PrivateKey, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
