@@ -24,6 +24,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -32,7 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talos-go/talos/internal/apid/certs"
-	"github.com/talos-go/talos/internal/machined/secrets"
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // testCA is an OS CA made for a test.
@@ -259,7 +260,7 @@ func startFakeMachined(t testing.TB, f *fakeMachined) string {
 	return sock
 }
 
-// testNode is one node: fake machined + apid with certificates issued by secrets.Issue.
+// testNode is one node: fake machined + apid with certificates issued by pki.
 type testNode struct {
 	accepts  atomic.Int64 // TCP connections apid accepted
 	addr     string
@@ -300,17 +301,35 @@ func listenNode(t testing.TB) net.Listener {
 func writeCerts(t testing.TB, ca *testCA, dir, addr string, accepted ...*testCA) {
 	t.Helper()
 
-	req := secrets.APIDRequest{CACert: ca.crtPEM, CAKey: ca.keyPEM, Addresses: []string{addr}, Hostname: "node-" + addr}
-	for _, a := range accepted {
-		req.AcceptedCAs = append(req.AcceptedCAs, a.crtPEM)
-	}
+	issuer := &pki.CA{Crt: ca.cert, CrtPEM: ca.crtPEM, Key: ca.key}
+	name := "node-" + addr
 
-	files, err := secrets.Issue(req)
+	server, err := issuer.Issue(pki.Leaf{
+		CommonName: name, IPs: []net.IP{net.ParseIP(addr)}, DNSNames: []string{name},
+		ExtKeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Lifetime: 24 * time.Hour,
+	}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if err = secrets.WriteAPID(dir, files); err != nil {
+	client, err := issuer.Issue(pki.Leaf{
+		CommonName: name, Organizations: []string{string(role.Impersonator)},
+		ExtKeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Lifetime: 24 * time.Hour,
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	bundle := [][]byte{ca.crtPEM}
+	for _, a := range accepted {
+		bundle = append(bundle, a.crtPEM)
+	}
+
+	if err = certs.WriteFiles(dir, map[string][]byte{
+		certs.CA:        pki.Bundle(bundle...),
+		certs.ServerCrt: server.Crt, certs.ServerKey: server.Key,
+		certs.ClientCrt: client.Crt, certs.ClientKey: client.Key,
+	}); err != nil {
 		t.Fatal(err)
 	}
 }

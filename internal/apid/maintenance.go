@@ -2,15 +2,10 @@ package apid
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"strings"
 	"time"
@@ -24,6 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // MaintenanceOptions configure the maintenance API.
@@ -198,37 +195,15 @@ func (r *replayStream) RecvMsg(m any) error {
 
 // selfSigned makes an in-memory server certificate for the maintenance API.
 func selfSigned(host string) (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "maintenance"},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
+	leaf := pki.Leaf{CommonName: "maintenance", ExtKeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Lifetime: 24 * time.Hour}
 
 	if ip := net.ParseIP(host); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
+		leaf.IPs = []net.IP{ip}
 	} else if host != "" {
-		tmpl.DNSNames = []string{host}
+		leaf.DNSNames = []string{host}
 	}
 
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	return pki.SelfSigned(leaf, time.Now())
 }
 
 // listenRetry listens on addr, retrying for a while when the port is still held (the

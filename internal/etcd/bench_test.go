@@ -10,7 +10,7 @@ import (
 // control planes to three healthy voting members (reported as s/cluster). Run with
 // hack/bench-etcd.sh or `go test -run ^$ -bench BootstrapThree -benchtime 3x ./internal/etcd`.
 func BenchmarkBootstrapThreeMembers(b *testing.B) {
-	caCert, caKey, err := GenerateCA()
+	caCert, caKey, err := testCA()
 	if err != nil {
 		b.Fatal(err)
 	}

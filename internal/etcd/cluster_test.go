@@ -15,7 +15,7 @@ import (
 // succeed; it comes back from its data; leave (with data wiped) and rejoin; remove by ID; a
 // leave that would lose quorum is refused.
 func TestClusterLifecycle(t *testing.T) {
-	caCert, caKey, err := GenerateCA()
+	caCert, caKey, err := testCA()
 	if err != nil {
 		t.Fatal(err)
 	}

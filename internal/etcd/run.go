@@ -15,6 +15,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/pki"
 	"github.com/talos-go/talos/internal/sandbox"
 )
 
@@ -35,9 +36,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 
-	ca, err := ParseCA(o.CACert, o.CAKey)
+	ca, err := pki.ParseCA(o.CACert, o.CAKey)
 	if err != nil {
-		return err
+		return fmt.Errorf("etcd CA: %w", err)
 	}
 
 	var ips []net.IP

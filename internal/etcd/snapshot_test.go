@@ -17,7 +17,7 @@ import (
 // bootstrap --recover-from: the keys are intact, deleted keys stay deleted; a tampered
 // snapshot and a recovery without a snapshot are refused.
 func TestSnapshotRecover(t *testing.T) {
-	caCert, caKey, err := GenerateCA()
+	caCert, caKey, err := testCA()
 	if err != nil {
 		t.Fatal(err)
 	}

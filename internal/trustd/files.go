@@ -6,16 +6,13 @@ package trustd
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"github.com/talos-go/talos/internal/filestore"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/talos-go/talos/internal/filestore"
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // Files in trustd's folder (<state>/system/secrets/trustd). All are written 0600.
@@ -33,9 +30,8 @@ var Files = []string{TokenFile, CAKey, CACrt, ServerKey, ServerCrt}
 
 // Bundle is one consistent load of trustd's folder.
 type Bundle struct {
-	CA       *x509.Certificate // issuing CA
-	CAKey    crypto.Signer
-	CABundle []byte // PEM: issuing CA, then accepted CAs (returned to callers)
+	CA       *pki.CA // issuing CA and its key
+	CABundle []byte  // PEM: issuing CA, then accepted CAs (returned to callers)
 	Token    []byte
 	Server   tls.Certificate
 }
@@ -56,24 +52,15 @@ func LoadBundle(dir string) (*Bundle, error) {
 		return nil, err
 	}
 
-	block, _ := pem.Decode(caPEM)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("parsing %s: no certificate", CACrt)
-	}
-
-	ca, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", CACrt, err)
-	}
-
 	keyPEM, err := read(CAKey)
 	if err != nil {
 		return nil, err
 	}
 
-	key, err := ParsePrivateKey(keyPEM)
+	// The bundle's first certificate is the issuing CA.
+	ca, err := pki.ParseCA(caPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", CAKey, err)
+		return nil, fmt.Errorf("parsing %s and %s: %w", CACrt, CAKey, err)
 	}
 
 	token, err := read(TokenFile)
@@ -101,33 +88,7 @@ func LoadBundle(dir string) (*Bundle, error) {
 		return nil, fmt.Errorf("parsing %s and its key: %w", ServerCrt, err)
 	}
 
-	return &Bundle{CA: ca, CAKey: key, CABundle: caPEM, Token: token, Server: server}, nil
-}
-
-// ParsePrivateKey parses a PEM private key (PKCS#8, EC, RSA or Talos's "ED25519 PRIVATE KEY").
-func ParsePrivateKey(data []byte) (crypto.Signer, error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return nil, errors.New("no PEM block")
-	}
-
-	if k, err := x509.ParsePKCS8PrivateKey(block.Bytes); err == nil {
-		if s, ok := k.(crypto.Signer); ok {
-			return s, nil
-		}
-
-		return nil, errors.New("key cannot sign")
-	}
-
-	if k, err := x509.ParseECPrivateKey(block.Bytes); err == nil {
-		return k, nil
-	}
-
-	if k, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
-		return k, nil
-	}
-
-	return nil, fmt.Errorf("unsupported private key (%s)", strings.ToLower(block.Type))
+	return &Bundle{CA: ca, CABundle: caPEM, Token: token, Server: server}, nil
 }
 
 // Store holds the current bundle and reloads it when the files change.
@@ -159,32 +120,8 @@ func (s *Store) ServerTLS() *tls.Config {
 	}
 }
 
-// WriteFiles writes trustd's folder, each file 0600 and replaced atomically (write, then
-// rename), in the order of Files.
+// WriteFiles writes trustd's folder (0700), each file 0600 and replaced atomically, in the
+// order of Files.
 func WriteFiles(dir string, files map[string][]byte) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-
-	for _, name := range Files {
-		data, ok := files[name]
-		if !ok {
-			return fmt.Errorf("missing %s", name)
-		}
-
-		if cur, err := os.ReadFile(filepath.Join(dir, name)); err == nil && bytes.Equal(cur, data) {
-			continue
-		}
-
-		tmp := filepath.Join(dir, "."+name+".tmp")
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
-		}
-
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("replacing %s: %w", name, err)
-		}
-	}
-
-	return nil
+	return pki.WriteFiles(dir, Files, files)
 }

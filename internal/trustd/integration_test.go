@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -43,16 +42,16 @@ import (
 	"github.com/talos-go/talos/internal/apid/certs"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/pki"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
 // cluster is a generated cluster: one secrets bundle, control-plane and worker configs.
 type cluster struct {
-	bundle   *gensecrets.Bundle
-	cp, wk   []byte
-	caPool   *x509.CertPool
-	caCert   *x509.Certificate
-	caSigner any
+	bundle *gensecrets.Bundle
+	cp, wk []byte
+	caPool *x509.CertPool
+	ca     *pki.CA
 }
 
 func newCluster(t *testing.T, cpAddr string, workerToken string) *cluster {
@@ -95,12 +94,7 @@ func newCluster(t *testing.T, cpAddr string, workerToken string) *cluster {
 	c.caPool = x509.NewCertPool()
 	c.caPool.AppendCertsFromPEM(bundle.Certs.OS.Crt)
 
-	block, _ := pem.Decode(bundle.Certs.OS.Crt)
-	if c.caCert, err = x509.ParseCertificate(block.Bytes); err != nil {
-		t.Fatal(err)
-	}
-
-	if c.caSigner, err = trustd.ParsePrivateKey(bundle.Certs.OS.Key); err != nil {
+	if c.ca, err = pki.ParseCA(bundle.Certs.OS.Crt, bundle.Certs.OS.Key); err != nil {
 		t.Fatal(err)
 	}
 
@@ -111,24 +105,20 @@ func newCluster(t *testing.T, cpAddr string, workerToken string) *cluster {
 func (c *cluster) adminCert(t *testing.T) tls.Certificate {
 	t.Helper()
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pair, err := c.ca.Issue(pki.Leaf{
+		CommonName: "admin", Organizations: []string{"os:admin"},
+		ExtKeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Lifetime: time.Hour,
+	}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "admin", Organization: []string{"os:admin"}},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, c.caCert, &key.PublicKey, c.caSigner)
+	cert, err := tls.X509KeyPair(pair.Crt, pair.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return cert
 }
 
 // waitFor polls cond until it holds; the deadline only guards against a hang.
@@ -306,7 +296,7 @@ func TestWorkerJoins(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 
-	if served == nil || served.Issuer.String() != c.caCert.Subject.String() {
+	if served == nil || served.Issuer.String() != c.ca.Crt.Subject.String() {
 		t.Fatalf("apid served %v, want a certificate issued by the OS CA", served)
 	}
 

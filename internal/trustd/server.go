@@ -143,7 +143,7 @@ func (s *Server) Certificate(ctx context.Context, req *securityapi.CertificateRe
 		lifetime = DefaultLifetime
 	}
 
-	crt, err := Sign(b.CA, b.CAKey, csr, ekus, lifetime, now)
+	crt, err := Sign(b.CA, csr, ekus, lifetime, now)
 	if err != nil {
 		log.Error("signing failed", zap.Error(err))
 

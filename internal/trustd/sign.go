@@ -1,20 +1,16 @@
 package trustd
 
 import (
-	"crypto"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"slices"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // DefaultLifetime is the lifetime of the certificates trustd signs: a day, as Talos's own.
@@ -23,11 +19,7 @@ const DefaultLifetime = 24 * time.Hour
 var (
 	oidBasicConstraints = asn1.ObjectIdentifier{2, 5, 29, 19}
 	oidKeyUsage         = asn1.ObjectIdentifier{2, 5, 29, 15}
-	oidExtKeyUsage      = asn1.ObjectIdentifier{2, 5, 29, 37}
 	oidSubjectAltName   = asn1.ObjectIdentifier{2, 5, 29, 17}
-
-	oidServerAuth = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 1}
-	oidClientAuth = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 2}
 )
 
 // ErrPolicy marks a CSR that trustd will not sign.
@@ -43,18 +35,9 @@ var allowedOrganizations = []string{string(role.Impersonator)}
 // requested extensions besides subject alternative names. It returns the requested extended
 // usages.
 func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, error) {
-	block, _ := pem.Decode(csrPEM)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, nil, fmt.Errorf("%w: csr is not a PEM certificate request", ErrPolicy)
-	}
-
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	csr, err := pki.ParseCSR(csrPEM)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: parsing csr: %w", ErrPolicy, err)
-	}
-
-	if err = csr.CheckSignature(); err != nil {
-		return nil, nil, fmt.Errorf("%w: csr signature: %w", ErrPolicy, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
 
 	for _, o := range csr.Subject.Organization {
@@ -82,7 +65,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 			}
 
 			if _, err = asn1.Unmarshal(ext.Value, &bc); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing basic constraints: %w", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: parsing basic constraints: %v", ErrPolicy, err)
 			}
 
 			if bc.IsCA {
@@ -91,7 +74,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 		case ext.Id.Equal(oidKeyUsage):
 			var bits asn1.BitString
 			if _, err = asn1.Unmarshal(ext.Value, &bits); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing key usage: %w", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: parsing key usage: %v", ErrPolicy, err)
 			}
 
 			// digitalSignature (0) and keyEncipherment (2) only.
@@ -100,21 +83,9 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 					return nil, nil, fmt.Errorf("%w: key usage bit %d is not allowed in a node certificate", ErrPolicy, i)
 				}
 			}
-		case ext.Id.Equal(oidExtKeyUsage):
-			var oids []asn1.ObjectIdentifier
-			if _, err = asn1.Unmarshal(ext.Value, &oids); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing extended key usage: %w", ErrPolicy, err)
-			}
-
-			for _, oid := range oids {
-				switch {
-				case oid.Equal(oidServerAuth):
-					ekus = append(ekus, x509.ExtKeyUsageServerAuth)
-				case oid.Equal(oidClientAuth):
-					ekus = append(ekus, x509.ExtKeyUsageClientAuth)
-				default:
-					return nil, nil, fmt.Errorf("%w: extended key usage %s is not allowed in a node certificate", ErrPolicy, oid)
-				}
+		case ext.Id.Equal(pki.OIDExtKeyUsage):
+			if ekus, err = pki.ParseExtKeyUsages(ext.Value); err != nil {
+				return nil, nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 			}
 		default:
 			return nil, nil, fmt.Errorf("%w: extension %s is not allowed", ErrPolicy, ext.Id)
@@ -127,43 +98,17 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 // Sign issues a node certificate for a checked CSR: the CSR's subject and IP/DNS names, the
 // requested extended usages (server and client authentication when none were asked for),
 // never a CA, valid for lifetime but not beyond the CA.
-func Sign(ca *x509.Certificate, caKey crypto.Signer, csr *x509.CertificateRequest, ekus []x509.ExtKeyUsage, lifetime time.Duration, now time.Time) ([]byte, error) {
+func Sign(ca *pki.CA, csr *x509.CertificateRequest, ekus []x509.ExtKeyUsage, lifetime time.Duration, now time.Time) ([]byte, error) {
 	if len(ekus) == 0 {
 		ekus = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
 
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, err
-	}
-
-	notAfter := now.Add(lifetime)
-	if notAfter.After(ca.NotAfter) {
-		notAfter = ca.NotAfter
-	}
-
-	usage := x509.KeyUsageDigitalSignature
-	if _, ok := csr.PublicKey.(*rsa.PublicKey); ok {
-		usage |= x509.KeyUsageKeyEncipherment
-	}
-
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: csr.Subject.CommonName, Organization: csr.Subject.Organization},
-		IPAddresses:           csr.IPAddresses,
-		DNSNames:              csr.DNSNames,
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              notAfter,
-		KeyUsage:              usage,
-		ExtKeyUsage:           ekus,
-		BasicConstraintsValid: true,
-		IsCA:                  false,
-	}
-
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, csr.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("signing certificate: %w", err)
-	}
-
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+	return ca.Sign(csr.PublicKey, pki.Leaf{
+		CommonName:    csr.Subject.CommonName,
+		Organizations: csr.Subject.Organization,
+		IPs:           csr.IPAddresses,
+		DNSNames:      csr.DNSNames,
+		ExtKeyUsages:  ekus,
+		Lifetime:      lifetime,
+	}, now)
 }

@@ -29,9 +29,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/discovery"
+	"github.com/talos-go/talos/internal/pki"
 )
 
 const testToken = "abcdef.0123456789abcdef"
+
+// Written out here rather than taken from pki, so the test checks the wire values.
+var (
+	oidExtKeyUsage = asn1.ObjectIdentifier{2, 5, 29, 37}
+	oidServerAuth  = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 1}
+	oidClientAuth  = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 3, 2}
+)
 
 type testCA struct {
 	crt    *x509.Certificate
@@ -68,6 +76,8 @@ func newTestCA(t testing.TB) *testCA {
 		keyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}
 }
+
+func (ca *testCA) issuer() *pki.CA { return &pki.CA{Crt: ca.crt, CrtPEM: ca.crtPEM, Key: ca.key} }
 
 func (ca *testCA) pool() *x509.CertPool {
 	p := x509.NewCertPool()
@@ -171,7 +181,7 @@ func TestCheckCSR(t *testing.T) {
 
 			ca := newTestCA(t)
 
-			crtPEM, err := Sign(ca.crt, ca.key, csr, ekus, time.Hour, time.Now())
+			crtPEM, err := Sign(ca.issuer(), csr, ekus, time.Hour, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +220,7 @@ func TestSignCapsLifetimeAtCA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	crtPEM, err := Sign(ca.crt, ca.key, csr, ekus, 365*24*time.Hour, time.Now())
+	crtPEM, err := Sign(ca.issuer(), csr, ekus, 365*24*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

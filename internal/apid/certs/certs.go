@@ -1,5 +1,5 @@
-// Package certs is apid's certificate folder: the file names machined writes, and a store that
-// loads them and picks up rotated files without a restart.
+// Package certs is apid's certificate folder: the file names, the writer machined uses, and a
+// store that loads them and picks up rotated files without a restart.
 package certs
 
 import (
@@ -7,10 +7,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/talos-go/talos/internal/filestore"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/talos-go/talos/internal/filestore"
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // Files in apid's certificate folder. Keys are written 0600.
@@ -22,8 +24,15 @@ const (
 	ClientKey = "client.key"
 )
 
-// All lists every file of the folder.
-var All = []string{CA, ServerCrt, ServerKey, ClientCrt, ClientKey}
+// All lists every file of the folder, in the order WriteFiles replaces them: keys and
+// certificates first, the CA bundle last.
+var All = []string{ServerKey, ServerCrt, ClientKey, ClientCrt, CA}
+
+// WriteFiles writes apid's folder (0700), each file 0600 and replaced atomically, so apid never
+// reads a half-written file.
+func WriteFiles(dir string, files map[string][]byte) error {
+	return pki.WriteFiles(dir, All, files)
+}
 
 // Bundle is one consistent load of the folder.
 type Bundle struct {

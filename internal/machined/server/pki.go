@@ -1,17 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
-	"slices"
 	"time"
 
 	cx509 "github.com/siderolabs/crypto/x509"
@@ -22,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/talos-go/talos/internal/trustd"
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // DefaultClientCertTTL is the lifetime of a generated client certificate when the request names
@@ -106,68 +97,34 @@ func (s *Machine) GenerateClientConfiguration(ctx context.Context, req *machine.
 // caBundle is the issuing CA followed by the accepted ones (without repeats), one PEM block
 // after another, each ending in a newline.
 func caBundle(issuing []byte, accepted []*cx509.PEMEncodedCertificate) []byte {
-	bundle := append(bytes.TrimSpace(slices.Clone(issuing)), '\n')
+	pems := [][]byte{issuing}
 
 	for _, acc := range accepted {
-		if acc != nil && len(acc.Crt) > 0 && !bytes.Equal(acc.Crt, issuing) {
-			bundle = append(append(bundle, bytes.TrimSpace(acc.Crt)...), '\n')
+		if acc != nil {
+			pems = append(pems, acc.Crt)
 		}
 	}
 
-	return bundle
+	return pki.Bundle(pems...)
 }
 
 // issueClient signs a client certificate for cn whose organizations are orgs (Talos roles, or
 // Kubernetes groups), capped at the CA's own expiry.
 func issueClient(caPEM, caKeyPEM []byte, cn string, orgs []string, ttl time.Duration, now time.Time) (crtPEM, keyPEM []byte, err error) {
-	block, _ := pem.Decode(caPEM)
-	if block == nil {
-		return nil, nil, fmt.Errorf("CA: no PEM certificate")
-	}
-
-	ca, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("CA: %w", err)
-	}
-
-	caKey, err := trustd.ParsePrivateKey(caKeyPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("CA key: %w", err)
-	}
-
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.ParseCA(caPEM, caKeyPEM)
 	if err != nil {
 		return nil, nil, err
 	}
 
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	pair, err := ca.Issue(pki.Leaf{
+		CommonName:    cn,
+		Organizations: orgs,
+		ExtKeyUsages:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Lifetime:      ttl,
+	}, now)
 	if err != nil {
 		return nil, nil, err
 	}
 
-	notAfter := now.Add(ttl)
-	if notAfter.After(ca.NotAfter) {
-		notAfter = ca.NotAfter
-	}
-
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-	}, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+	return pair.Crt, pair.Key, nil
 }

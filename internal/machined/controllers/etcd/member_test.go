@@ -12,6 +12,7 @@ import (
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
+	cx509 "github.com/siderolabs/crypto/x509"
 	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"go.uber.org/zap/zaptest"
 
@@ -42,7 +43,7 @@ func TestMemberController(t *testing.T) {
 		t.Skip("starts etcd")
 	}
 
-	caCert, caKey, err := etcd.GenerateCA()
+	ca, err := cx509.NewSelfSignedCertificateAuthority(cx509.ECDSA(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +55,8 @@ func TestMemberController(t *testing.T) {
 		Address:    fmt.Sprintf("127.81.%d.1", os.Getpid()%250+1),
 		DataDir:    filepath.Join(dir, "EPHEMERAL", "lib", "etcd"),
 		SecretsDir: filepath.Join(dir, "secrets", "etcd"),
-		CACert:     caCert,
-		CAKey:      caKey,
+		CACert:     ca.CrtPEM,
+		CAKey:      ca.KeyPEM,
 	}
 	m := etcd.NewManager(func() (etcd.Options, error) { return opts, nil })
 

@@ -18,6 +18,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/pki"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -230,7 +231,7 @@ func (ctrl *APIController) remote(ctx context.Context, r controller.Runtime, log
 		return endpoints
 	}
 
-	csr, key, err := newCSR(w)
+	csr, key, err := pki.NewCSR(w.leaf(0))
 	if err != nil {
 		return nil, err
 	}

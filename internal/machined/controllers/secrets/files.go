@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/apid/certs"
-	apidsecrets "github.com/talos-go/talos/internal/machined/secrets"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -91,7 +90,7 @@ func (ctrl *APIFilesController) Run(ctx context.Context, r controller.Runtime, l
 			return err
 		}
 
-		if err = apidsecrets.WriteAPID(ctrl.Dir, files); err != nil {
+		if err = certs.WriteFiles(ctrl.Dir, files); err != nil {
 			return fmt.Errorf("writing apid certificates: %w", err)
 		}
 

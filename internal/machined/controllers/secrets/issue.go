@@ -2,16 +2,8 @@ package secrets
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	stdx509 "crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/asn1"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/netip"
 	"net/url"
@@ -22,7 +14,7 @@ import (
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 
-	"github.com/talos-go/talos/internal/trustd"
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // renewFraction: a certificate is renewed once this much of its lifetime has passed.
@@ -43,116 +35,35 @@ type want struct {
 	usage      stdx509.ExtKeyUsage
 }
 
-func (w want) template(now time.Time, lifetime time.Duration) *stdx509.Certificate {
+// leaf is the certificate pki issues for w.
+func (w want) leaf(lifetime time.Duration) pki.Leaf {
 	ips := make([]net.IP, 0, len(w.ips))
 	for _, ip := range w.ips {
 		ips = append(ips, ip.AsSlice())
 	}
 
-	return &stdx509.Certificate{
-		Subject:               pkix.Name{CommonName: w.commonName, Organization: w.orgs},
-		IPAddresses:           ips,
-		DNSNames:              w.dns,
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              now.Add(lifetime),
-		KeyUsage:              stdx509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []stdx509.ExtKeyUsage{w.usage},
-		BasicConstraintsValid: true,
+	return pki.Leaf{
+		CommonName:    w.commonName,
+		Organizations: w.orgs,
+		IPs:           ips,
+		DNSNames:      w.dns,
+		ExtKeyUsages:  []stdx509.ExtKeyUsage{w.usage},
+		Lifetime:      lifetime,
 	}
-}
-
-func newKey() (*ecdsa.PrivateKey, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	der, err := stdx509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	return key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }
 
 // signLocal issues the certificate with the CA's key (control planes).
 func signLocal(ca *x509.PEMEncodedCertificateAndKey, w want, lifetime time.Duration, now time.Time) (*x509.PEMEncodedCertificateAndKey, error) {
-	caCrt, err := parseCert(ca.Crt)
+	issuer, err := pki.ParseCA(ca.Crt, ca.Key)
 	if err != nil {
-		return nil, fmt.Errorf("parsing CA certificate: %w", err)
+		return nil, fmt.Errorf("machine.ca: %w", err)
 	}
 
-	caKey, err := trustd.ParsePrivateKey(ca.Key)
-	if err != nil {
-		return nil, fmt.Errorf("parsing CA key: %w", err)
-	}
-
-	key, keyPEM, err := newKey()
-	if err != nil {
-		return nil, err
-	}
-
-	tmpl := w.template(now, lifetime)
-	if tmpl.NotAfter.After(caCrt.NotAfter) {
-		tmpl.NotAfter = caCrt.NotAfter
-	}
-
-	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127)); err != nil {
-		return nil, err
-	}
-
-	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCrt, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("signing %s certificate: %w", w.commonName, err)
-	}
-
-	return &x509.PEMEncodedCertificateAndKey{
-		Crt: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		Key: keyPEM,
-	}, nil
-}
-
-var oidExtKeyUsage = asn1.ObjectIdentifier{2, 5, 29, 37}
-
-var ekuOIDs = map[stdx509.ExtKeyUsage]asn1.ObjectIdentifier{
-	stdx509.ExtKeyUsageServerAuth: {1, 3, 6, 1, 5, 5, 7, 3, 1},
-	stdx509.ExtKeyUsageClientAuth: {1, 3, 6, 1, 5, 5, 7, 3, 2},
-}
-
-// newCSR makes a key and a CSR asking for the certificate (workers, signed by trustd).
-func newCSR(w want) (csrPEM, keyPEM []byte, err error) {
-	key, keyPEM, err := newKey()
-	if err != nil {
-		return nil, nil, err
-	}
-
-	eku, err := asn1.Marshal([]asn1.ObjectIdentifier{ekuOIDs[w.usage]})
-	if err != nil {
-		return nil, nil, err
-	}
-
-	tmpl := w.template(time.Now(), 0)
-
-	der, err := stdx509.CreateCertificateRequest(rand.Reader, &stdx509.CertificateRequest{
-		Subject:         tmpl.Subject,
-		IPAddresses:     tmpl.IPAddresses,
-		DNSNames:        tmpl.DNSNames,
-		ExtraExtensions: []pkix.Extension{{Id: oidExtKeyUsage, Value: eku}},
-	}, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating CSR: %w", err)
-	}
-
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), keyPEM, nil
+	return issuer.Issue(w.leaf(lifetime), now)
 }
 
 func parseCert(data []byte) (*stdx509.Certificate, error) {
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New("no PEM certificate")
-	}
-
-	return stdx509.ParseCertificate(block.Bytes)
+	return (&x509.PEMEncodedCertificate{Crt: data}).GetCert()
 }
 
 // current reports why a certificate no longer fits (empty: it fits): a different issuer or
