@@ -19,7 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 var (
@@ -42,24 +42,17 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	var err error
 
-	if binDir, err = os.MkdirTemp("", "e2e-bin-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir) //nolint:errcheck
-
 	if home, err = os.MkdirTemp("", "e2e-home-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(home) //nolint:errcheck
 
-	out, err := exec.Command("go", "build", "-o", binDir+"/",
-		"github.com/talos-go/talos/cmd/machined", "github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
+	if binDir, err = testenv.Binaries(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer testenv.RemoveBinaries()
 
 	talosconfig = filepath.Join(home, ".talos", "config")
 
@@ -91,11 +84,7 @@ func run(m *testing.M) int {
 func dumpLogs() {
 	logs, _ := filepath.Glob(filepath.Join(home, ".talos", "clusters", clusterName, "*.log"))
 	for _, l := range logs {
-		data, _ := os.ReadFile(l)
-		if len(data) > 4000 {
-			data = data[len(data)-4000:]
-		}
-		fmt.Fprintf(os.Stderr, "==> %s <==\n%s\n", l, data)
+		fmt.Fprintf(os.Stderr, "==> %s <==\n%s\n", l, testenv.TailFile(l, 4000))
 	}
 }
 
@@ -367,7 +356,7 @@ func stream(t *testing.T, args ...string) func() string {
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
 	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 
-	out := &testutil.SyncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 
 	if err := cmd.Start(); err != nil {

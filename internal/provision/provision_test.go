@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestNodeAddresses(t *testing.T) {
@@ -31,7 +31,7 @@ func TestCreateShowDestroy(t *testing.T) {
 
 	req := provision.Request{
 		Name: "t1", ControlPlanes: 1, Workers: 1, CIDR: netip.MustParsePrefix("127.5.20.0/24"),
-		StateRoot: root, Binary: testutil.Binary(t), Progress: &progress,
+		StateRoot: root, Binary: testenv.MachinedBinary(t), Progress: &progress,
 		Patches:       []string{`{"machine": {"certSANs": ["example.test"]}}`},
 		CPPatches:     []string{`{"machine": {"env": {"ROLE_PATCH": "controlplane"}}}`},
 		WorkerPatches: []string{`{"machine": {"env": {"ROLE_PATCH": "worker"}}}`},

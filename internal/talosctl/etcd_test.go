@@ -3,7 +3,6 @@ package talosctl
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,7 @@ import (
 	mtype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/spf13/cobra"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestParseMemberID(t *testing.T) {
@@ -118,24 +117,10 @@ func TestEtcdCommands(t *testing.T) {
 		t.Skip("starts machined and etcd")
 	}
 
-	// machined finds etcd next to its own binary: $TALOS_ETCD_BINARY, or built here.
-	next := filepath.Join(filepath.Dir(testutil.Binary(t)), "etcd")
-	if _, err := os.Lstat(next); err != nil {
-		if etcdBin := os.Getenv("TALOS_ETCD_BINARY"); etcdBin != "" {
-			err = os.Symlink(etcdBin, next)
-		} else if out, berr := testutil.GoBuild("-o", next, "github.com/talos-go/talos/cmd/etcd"); berr != nil {
-			err = fmt.Errorf("building etcd: %v\n%s", berr, out)
-		} else {
-			err = nil
-		}
+	testenv.EtcdNextToMachined(t)
 
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	addr := fmt.Sprintf("127.78.%d.1", os.Getpid()%250+1)
-	n := testutil.StartNode(t, addr, testutil.Config(t, mtype.TypeControlPlane, addr))
+	addr := testenv.Loopback(78) + "1"
+	n := testenv.StartNode(t, addr, testenv.Config(t, mtype.TypeControlPlane, addr))
 	n.WaitConfigured(t, n.Client(t))
 
 	sock := n.Socket()
@@ -202,8 +187,8 @@ func TestEtcdCommands(t *testing.T) {
 
 	// Recover the snapshot into a fresh control plane: a tampered copy is refused, the real
 	// one starts a cluster.
-	addr2 := fmt.Sprintf("127.78.%d.2", os.Getpid()%250+1)
-	n2 := testutil.StartNode(t, addr2, testutil.Config(t, mtype.TypeControlPlane, addr2))
+	addr2 := testenv.Loopback(78) + "2"
+	n2 := testenv.StartNode(t, addr2, testenv.Config(t, mtype.TypeControlPlane, addr2))
 	n2.WaitConfigured(t, n2.Client(t))
 
 	data, err := os.ReadFile(snap)

@@ -2,13 +2,11 @@ package talosctl
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestGetInsecure: a node without a config answers `get --insecure` for hardware, disks and
@@ -18,8 +16,8 @@ func TestGetInsecure(t *testing.T) {
 		t.Skip("starts machined")
 	}
 
-	addr := fmt.Sprintf("127.79.%d.1", os.Getpid()%250+1)
-	testutil.StartNode(t, addr, nil)
+	addr := testenv.Loopback(79) + "1"
+	testenv.StartNode(t, addr, nil)
 
 	talosctl := func(args ...string) (string, string, int) {
 		var stdout, stderr bytes.Buffer

@@ -3,8 +3,6 @@ package upgrade
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,53 +14,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/testenv"
 )
-
-var (
-	etcdOnce sync.Once
-	etcdBin  string
-	etcdErr  error
-)
-
-// etcdBinary is our etcd command: $TALOS_ETCD_BINARY, or built once into the user cache.
-func etcdBinary(t *testing.T) string {
-	t.Helper()
-
-	if testing.Short() {
-		t.Skip("starts a real etcd")
-	}
-
-	etcdOnce.Do(func() {
-		if p := os.Getenv("TALOS_ETCD_BINARY"); p != "" {
-			etcdBin = p
-
-			return
-		}
-
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			dir = os.TempDir()
-		}
-
-		etcdBin = filepath.Join(dir, "talos-go-test", "etcd")
-		if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
-			etcdErr = fmt.Errorf("building etcd: %v\n%s", err, out)
-		}
-	})
-
-	if etcdErr != nil {
-		t.Fatal(etcdErr)
-	}
-
-	return etcdBin
-}
 
 // startEtcd runs a one-member etcd on addr and returns its client URL.
 func startEtcd(t *testing.T, addr string) string {
 	t.Helper()
 
 	client, peer := "http://"+addr+":2379", "http://"+addr+":2380"
-	cmd := exec.Command(etcdBinary(t), "--name", "n1", "--data-dir", t.TempDir(),
+	cmd := exec.Command(testenv.EtcdBinary(t), "--name", "n1", "--data-dir", t.TempDir(),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "n1="+peer,
 		"--log-level", "error")
