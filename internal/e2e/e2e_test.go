@@ -220,28 +220,17 @@ func TestGetAddressesAndMembers(t *testing.T) {
 	}
 
 	// Members arrive through the discovery exchange, a few seconds after boot.
-	deadline := time.Now().Add(30 * time.Second)
-
-	for {
+	testenv.WaitFor(t, "every node in the members", 30*time.Second, func() error {
 		out = must(t, "-n", cp1, "get", "members")
 
-		missing := ""
 		for _, host := range []string{"e2e-controlplane-1", "e2e-controlplane-2", "e2e-controlplane-3", "e2e-worker-1"} {
 			if !strings.Contains(out, host) {
-				missing = host
+				return fmt.Errorf("members lack %s:\n%s", host, out)
 			}
 		}
 
-		if missing == "" {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("members lack %s:\n%s", missing, out)
-		}
-
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestEtcdMembers(t *testing.T) {
@@ -375,27 +364,15 @@ func stream(t *testing.T, args ...string) func() string {
 func waitOutput(t *testing.T, what string, output func() string, patterns ...string) {
 	t.Helper()
 
-	deadline := time.Now().Add(30 * time.Second)
-
-	for {
-		missing := ""
-
+	testenv.WaitFor(t, what, 30*time.Second, func() error {
 		for _, p := range patterns {
-			if !regexp.MustCompile(p).MatchString(output()) {
-				missing = p
+			if out := output(); !regexp.MustCompile(p).MatchString(out) {
+				return fmt.Errorf("no match for %q in\n%s", p, out)
 			}
 		}
 
-		if missing == "" {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no match for %q in\n%s", what, missing, output())
-		}
-
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // processesOf returns the PIDs whose command line contains every part.
@@ -513,15 +490,9 @@ func TestServiceCommandsAndStreams(t *testing.T) {
 	waitOutput(t, "logs -f", logs, `"service": "trustd".*Stopping`)
 
 	// The restarted service comes back healthy.
-	deadline := time.Now().Add(30 * time.Second)
-
-	for !regexp.MustCompile(`(?m)^HEALTH\s+OK`).MatchString(must(t, "-n", cp2, "service", "trustd")) {
-		if time.Now().After(deadline) {
-			t.Fatal("trustd not healthy after restart")
-		}
-
-		time.Sleep(300 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "trustd healthy after restart", 30*time.Second, func() bool {
+		return regexp.MustCompile(`(?m)^HEALTH\s+OK`).MatchString(must(t, "-n", cp2, "service", "trustd"))
+	})
 }
 
 func TestProcessesWatch(t *testing.T) {

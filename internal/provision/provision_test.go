@@ -3,6 +3,7 @@ package provision_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -68,20 +69,13 @@ func TestCreateShowDestroy(t *testing.T) {
 	// Each node serves its socket.
 	for _, n := range c.Nodes {
 		sock := filepath.Join(n.State, "system", "run", "machined", "machined.sock")
-		deadline := time.Now().Add(30 * time.Second)
-
-		for {
-			if _, err := os.Stat(sock); err == nil {
-				break
+		testenv.WaitFor(t, "node "+n.Name+" serving its socket", 30*time.Second, func() error {
+			if _, err := os.Stat(sock); err != nil {
+				return fmt.Errorf("%w; its log:\n%s", err, testenv.TailFile(filepath.Join(c.Dir, n.Name+".log"), 32<<10))
 			}
 
-			if time.Now().After(deadline) {
-				log, _ := os.ReadFile(filepath.Join(c.Dir, n.Name+".log"))
-				t.Fatalf("node %s did not start:\n%s", n.Name, log)
-			}
-
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 
 	// A second create with the same name is refused.

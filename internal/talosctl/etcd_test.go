@@ -3,6 +3,7 @@ package talosctl
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,22 +132,16 @@ func TestEtcdCommands(t *testing.T) {
 
 	var out string
 
-	deadline := time.Now().Add(time.Minute)
-
-	for {
+	testenv.WaitFor(t, "etcd status", time.Minute, func() error {
 		o, _, err := runEtcdCommand(t, sock, "etcd", "status")
-		if err == nil && strings.Contains(o, "3.6") {
-			out = o
-
-			break
+		if err == nil && !strings.Contains(o, "3.6") {
+			err = fmt.Errorf("no version 3.6 in %s", o)
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd status never answered: %v %s", err, o)
-		}
+		out = o
 
-		time.Sleep(300 * time.Millisecond)
-	}
+		return err
+	})
 
 	if !strings.Contains(out, "false") { // LEARNER column
 		t.Errorf("status:\n%s", out)
@@ -212,18 +207,12 @@ func TestEtcdCommands(t *testing.T) {
 		t.Fatalf("bootstrap --recover-from: %v", err)
 	}
 
-	deadline = time.Now().Add(time.Minute)
-
-	for {
+	testenv.WaitFor(t, "the recovered node listing itself", time.Minute, func() error {
 		out, _, err := runEtcdCommand(t, n2.Socket(), "etcd", "members")
-		if err == nil && strings.Contains(out, "https://"+addr2+":2380") {
-			break
+		if err == nil && !strings.Contains(out, "https://"+addr2+":2380") {
+			err = fmt.Errorf("not in %s", out)
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("recovered node never listed itself: %v %s", err, out)
-		}
-
-		time.Sleep(300 * time.Millisecond)
-	}
+		return err
+	})
 }

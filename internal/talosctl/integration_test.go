@@ -46,30 +46,23 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	n := testenv.StartNode(t, addr, cfg)
 	sock := []string{"--machined-socket", n.Socket()}
 
-	out, _ := runUntil(t, ok, append(sock, "version")...)
-	mustContain(t, out, "Client:", "Server:", "Tag:")
-
-	out, _ = runUntil(t, ok, append(sock, "memory")...)
-	mustContain(t, out, "NODE", "TOTAL", "AVAILABLE")
-
-	out, _ = runUntil(t, ok, append(sock, "processes")...)
-	mustContain(t, out, "PID", "COMMAND")
-
-	out, _ = runUntil(t, ok, append(sock, "mounts")...)
-	mustContain(t, out, "MOUNTED ON")
-
-	out, _ = runUntil(t, ok, append(sock, "services")...)
-	mustContain(t, out, "SERVICE", "STATE", "HEALTH")
-
-	out, _ = runUntil(t, ok, append(sock, "get", "hostnamestatus")...)
-	mustContain(t, out, "HostnameStatuses.net.talos.dev", "talos-")
-
-	out, _ = runUntil(t, ok, append(sock, "get", "machineconfig", "-o", "yaml")...)
-	mustContain(t, out, "node: local", "type: MachineConfigs.config.talos.dev")
-
-	// ls / read within the node's view.
-	out, _ = runUntil(t, ok, append(sock, "ls", "-l", "/")...)
-	mustContain(t, out, "MODE", "NAME")
+	// Read-only commands, each retried until the node serves it.
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"version"}, []string{"Client:", "Server:", "Tag:"}},
+		{[]string{"memory"}, []string{"NODE", "TOTAL", "AVAILABLE"}},
+		{[]string{"processes"}, []string{"PID", "COMMAND"}},
+		{[]string{"mounts"}, []string{"MOUNTED ON"}},
+		{[]string{"services"}, []string{"SERVICE", "STATE", "HEALTH"}},
+		{[]string{"get", "hostnamestatus"}, []string{"HostnameStatuses.net.talos.dev", "talos-"}},
+		{[]string{"get", "machineconfig", "-o", "yaml"}, []string{"node: local", "type: MachineConfigs.config.talos.dev"}},
+		{[]string{"ls", "-l", "/"}, []string{"MODE", "NAME"}}, // within the node's view
+	} {
+		out, _ := runUntil(t, ok, append(sock, c.args...)...)
+		mustContain(t, out, c.want...)
+	}
 
 	// dry-run apply of the same config reports without changing anything.
 	cfgFile := filepath.Join(t.TempDir(), "cfg.yaml")
@@ -91,7 +84,7 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 
 	t.Setenv("TALOS_EDITOR", "true")
 
-	out, _ = runUntil(t, ok, append(sock, "edit", "machineconfig")...)
+	out, _ := runUntil(t, ok, append(sock, "edit", "machineconfig")...)
 	mustContain(t, out, "no changes detected")
 
 	t.Setenv("TALOS_EDITOR", editor)

@@ -28,19 +28,11 @@ func TestGetInsecure(t *testing.T) {
 	}
 
 	// The maintenance API comes up once the boot reaches it.
-	deadline := time.Now().Add(30 * time.Second)
+	testenv.WaitFor(t, "the maintenance API", 30*time.Second, func() bool {
+		_, _, code := talosctl("-n", addr, "version", "--insecure")
 
-	for {
-		if _, _, code := talosctl("-n", addr, "version", "--insecure"); code == 0 {
-			break
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatal("maintenance API did not answer")
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
+		return code == 0
+	})
 
 	for _, tc := range []struct {
 		args []string
