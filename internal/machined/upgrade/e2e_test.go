@@ -190,35 +190,25 @@ func (n *bootNode) version(t *testing.T) (string, error) {
 	return resp.Messages[0].Version.Tag, nil
 }
 
-// waitFor polls cond until it holds; the deadline only guards against a hang.
+// waitFor polls cond until it holds, and gives up at once if the node exits.
 func (n *bootNode) waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 
-	deadline := time.Now().Add(3 * time.Minute)
-
-	last := ""
-
-	for {
+	testenv.WaitFor(t, what, 3*time.Minute, func() error {
 		ok, state := cond()
 		if ok {
-			return
+			return nil
 		}
-
-		last = state
 
 		select {
 		case err := <-n.exited:
 			n.exited <- err
-			t.Fatalf("%s: node exited (%v); last state %s\n%s", what, err, last, n.out)
+			t.Fatalf("%s: node exited (%v); last state %s\n%s", what, err, state, n.out)
 		default:
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: gave up; last state %s\n%s", what, last, n.out)
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("last state %s\n%s", state, n.out)
+	})
 }
 
 func (n *bootNode) waitVersion(t *testing.T, want string) {

@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,7 @@ func startEtcd(t *testing.T, addr string) string {
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "n1="+peer,
 		"--log-level", "error")
 
-	var out strings.Builder
+	var out testenv.SyncBuffer
 
 	cmd.Stdout, cmd.Stderr = &out, &out
 
@@ -50,27 +51,24 @@ func startEtcd(t *testing.T, addr string) string {
 	}
 	defer cli.Close() //nolint:errcheck
 
-	for deadline := time.Now().Add(time.Minute); ; {
+	testenv.WaitFor(t, "etcd answering", time.Minute, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err = cli.Status(ctx, client)
-		cancel()
+		defer cancel()
 
-		if err == nil {
-			return client
+		if _, err := cli.Status(ctx, client); err != nil {
+			select {
+			case <-exited:
+				t.Fatalf("etcd exited: %s", out.String())
+			default:
+			}
+
+			return fmt.Errorf("%w\n%s", err, out.String())
 		}
 
-		select {
-		case <-exited:
-			t.Fatalf("etcd exited: %s", out.String())
-		default:
-		}
+		return nil
+	})
 
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd did not answer: %v\n%s", err, out.String())
-		}
-
-		time.Sleep(50 * time.Millisecond)
-	}
+	return client
 }
 
 // fakeEtcdNode is the etcd manager of one "control plane" in these tests. kill closes every
