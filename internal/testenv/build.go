@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -29,14 +30,6 @@ var etcdCache = func() string {
 
 	return filepath.Join(dir, "talos-go-test", "etcd")
 }()
-
-// GoBuild runs `go build args...` with the Go caches of the user who started the tests.
-func GoBuild(args ...string) ([]byte, error) {
-	cmd := exec.Command("go", append([]string{"build"}, args...)...)
-	cmd.Env = append(os.Environ(), "HOME="+startHome, "XDG_CACHE_HOME="+startCache)
-
-	return cmd.CombinedOutput()
-}
 
 // Every binary is built once per test process into one folder: machined looks for etcd next to
 // itself, and talosctl's cluster create for machined next to itself.
@@ -71,10 +64,15 @@ func built(name string, produce func(path string) error) (string, error) {
 	return path, err
 }
 
+// goBuild builds pkg to the path it is given, with the Go caches of the user who started the
+// tests.
 func goBuild(pkg string, flags ...string) func(string) error {
 	return func(path string) error {
-		out, err := GoBuild(append(append(flags, "-o", path), "github.com/talos-go/talos/"+pkg)...)
-		if err != nil {
+		args := append(append(append([]string{"build"}, flags...), "-o", path), "github.com/talos-go/talos/"+pkg)
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "HOME="+startHome, "XDG_CACHE_HOME="+startCache)
+
+		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 		}
 
@@ -147,10 +145,30 @@ func etcdBinary() (string, error) {
 		}
 
 		etcd.path = etcdCache
-		etcd.err = goBuild("cmd/etcd")(etcd.path)
+		etcd.err = lockedBuild(etcdCache, goBuild("cmd/etcd"))
 	})
 
 	return etcd.path, etcd.err
+}
+
+// lockedBuild builds into a path shared by test processes (go test runs packages in
+// parallel): one at a time, so none runs a file that another is still writing.
+func lockedBuild(path string, build func(string) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close() //nolint:errcheck
+
+	if err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+
+	return build(path)
 }
 
 // EtcdNextToMachined copies etcd into the folder of the node binaries, where machined looks for
@@ -191,6 +209,8 @@ func RemoveBinaries() {
 	if bins.dir != "" {
 		os.RemoveAll(bins.dir) //nolint:errcheck
 	}
+
+	bins.dir, bins.done = "", map[string]error{}
 }
 
 // copyFile copies rather than links, so the folder holds the binaries themselves as a node's
