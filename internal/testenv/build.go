@@ -64,15 +64,19 @@ func built(name string, produce func(path string) error) (string, error) {
 	return path, err
 }
 
-// goBuild builds pkg to the path it is given, with the Go caches of the user who started the
-// tests.
+// GoBuild runs `go build args...` with the Go caches of the user who started the tests, for a
+// suite that needs its own build flags (the container suite's static binaries).
+func GoBuild(args ...string) ([]byte, error) {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+startHome, "XDG_CACHE_HOME="+startCache)
+
+	return cmd.CombinedOutput()
+}
+
+// goBuild builds pkg to the path it is given.
 func goBuild(pkg string, flags ...string) func(string) error {
 	return func(path string) error {
-		args := append(append(append([]string{"build"}, flags...), "-o", path), "github.com/talos-go/talos/"+pkg)
-		cmd := exec.Command("go", args...)
-		cmd.Env = append(os.Environ(), "HOME="+startHome, "XDG_CACHE_HOME="+startCache)
-
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := GoBuild(append(append(flags, "-o", path), "github.com/talos-go/talos/"+pkg)...); err != nil {
 			return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 		}
 
