@@ -161,7 +161,7 @@ func TestRenderCgroups(t *testing.T) {
 
 	// A schema file, and the errors that name what to fix.
 	file := t.TempDir() + "/schema.yaml"
-	writeFile(t, file, "columns:\n  - name: Current\n    template: '{{ .MemoryCurrent }}'\n")
+	testenv.WriteFile(t, file, "columns:\n  - name: Current\n    template: '{{ .MemoryCurrent }}'\n", 0o600)
 
 	schema, err := loadCgroupSchema(file, "")
 	if err != nil {
