@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/talos-go/talos/internal/imager"
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // The test binary doubles as a fake machined in the slots: a slot's "machined" is a script that
@@ -74,13 +74,13 @@ func fakeMachined(role string) int {
 
 type testNode struct {
 	state string
-	log   *testutil.SyncBuffer
+	log   *testenv.SyncBuffer
 }
 
 func newTestNode(t *testing.T) *testNode {
 	t.Helper()
 
-	return &testNode{state: t.TempDir(), log: &testutil.SyncBuffer{}}
+	return &testNode{state: t.TempDir(), log: &testenv.SyncBuffer{}}
 }
 
 func slotScript(t *testing.T, path, role string) {

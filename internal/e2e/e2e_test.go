@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,7 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 var (
@@ -43,24 +42,17 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	var err error
 
-	if binDir, err = os.MkdirTemp("", "e2e-bin-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir)
-
 	if home, err = os.MkdirTemp("", "e2e-home-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(home)
+	defer os.RemoveAll(home) //nolint:errcheck
 
-	out, err := exec.Command("go", "build", "-o", binDir+"/",
-		"github.com/talos-go/talos/cmd/machined", "github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
+	if binDir, err = testenv.Binaries(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer testenv.RemoveBinaries()
 
 	talosconfig = filepath.Join(home, ".talos", "config")
 
@@ -92,11 +84,7 @@ func run(m *testing.M) int {
 func dumpLogs() {
 	logs, _ := filepath.Glob(filepath.Join(home, ".talos", "clusters", clusterName, "*.log"))
 	for _, l := range logs {
-		data, _ := os.ReadFile(l)
-		if len(data) > 4000 {
-			data = data[len(data)-4000:]
-		}
-		fmt.Fprintf(os.Stderr, "==> %s <==\n%s\n", l, data)
+		fmt.Fprintf(os.Stderr, "==> %s <==\n%s\n", l, testenv.TailFile(l, 4000))
 	}
 }
 
@@ -114,8 +102,7 @@ func talosctl(t *testing.T, args ...string) (string, string, int) {
 	err := cmd.Run()
 	code := 0
 
-	exitErr := &exec.ExitError{}
-	if errors.As(err, &exitErr) {
+	if exitErr, ok := err.(*exec.ExitError); ok {
 		code = exitErr.ExitCode()
 	} else if err != nil {
 		if t != nil {
@@ -233,28 +220,17 @@ func TestGetAddressesAndMembers(t *testing.T) {
 	}
 
 	// Members arrive through the discovery exchange, a few seconds after boot.
-	deadline := time.Now().Add(30 * time.Second)
-
-	for {
+	testenv.WaitFor(t, "every node in the members", 30*time.Second, func() error {
 		out = must(t, "-n", cp1, "get", "members")
 
-		missing := ""
 		for _, host := range []string{"e2e-controlplane-1", "e2e-controlplane-2", "e2e-controlplane-3", "e2e-worker-1"} {
 			if !strings.Contains(out, host) {
-				missing = host
+				return fmt.Errorf("members lack %s:\n%s", host, out)
 			}
 		}
 
-		if missing == "" {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("members lack %s:\n%s", missing, out)
-		}
-
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestEtcdMembers(t *testing.T) {
@@ -369,7 +345,7 @@ func stream(t *testing.T, args ...string) func() string {
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
 	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 
-	out := &testutil.SyncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 
 	if err := cmd.Start(); err != nil {
@@ -378,7 +354,7 @@ func stream(t *testing.T, args ...string) func() string {
 
 	t.Cleanup(func() {
 		cancel()
-		cmd.Wait()
+		cmd.Wait() //nolint:errcheck
 	})
 
 	return out.String
@@ -388,27 +364,15 @@ func stream(t *testing.T, args ...string) func() string {
 func waitOutput(t *testing.T, what string, output func() string, patterns ...string) {
 	t.Helper()
 
-	deadline := time.Now().Add(30 * time.Second)
-
-	for {
-		missing := ""
-
+	testenv.WaitFor(t, what, 30*time.Second, func() error {
 		for _, p := range patterns {
-			if !regexp.MustCompile(p).MatchString(output()) {
-				missing = p
+			if out := output(); !regexp.MustCompile(p).MatchString(out) {
+				return fmt.Errorf("no match for %q in\n%s", p, out)
 			}
 		}
 
-		if missing == "" {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no match for %q in\n%s", what, missing, output())
-		}
-
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // processesOf returns the PIDs whose command line contains every part.
@@ -526,15 +490,9 @@ func TestServiceCommandsAndStreams(t *testing.T) {
 	waitOutput(t, "logs -f", logs, `"service": "trustd".*Stopping`)
 
 	// The restarted service comes back healthy.
-	deadline := time.Now().Add(30 * time.Second)
-
-	for !regexp.MustCompile(`(?m)^HEALTH\s+OK`).MatchString(must(t, "-n", cp2, "service", "trustd")) {
-		if time.Now().After(deadline) {
-			t.Fatal("trustd not healthy after restart")
-		}
-
-		time.Sleep(300 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "trustd healthy after restart", 30*time.Second, func() bool {
+		return regexp.MustCompile(`(?m)^HEALTH\s+OK`).MatchString(must(t, "-n", cp2, "service", "trustd"))
+	})
 }
 
 func TestProcessesWatch(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // BenchmarkBootstrapThreeMembers measures the time from Bootstrap on one of three waiting
@@ -36,7 +38,7 @@ func BenchmarkBootstrapThreeMembers(b *testing.B) {
 			b.Fatal(err)
 		}
 
-		waitFor(b, "three healthy voting members", 2*time.Minute, func() error { return c.votersHealthy(c.nodes[0], 3) })
+		testenv.WaitFor(b, "three healthy voting members", 2*time.Minute, func() error { return c.votersHealthy(c.nodes[0], 3) })
 
 		total += time.Since(start)
 

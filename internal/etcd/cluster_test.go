@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestClusterLifecycle: nothing starts before bootstrap; bootstrap on one node, the others join
@@ -46,7 +48,7 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 
 	// Certificates are private (they are written in the background: wait for them).
-	waitFor(t, "etcd certificates", 30*time.Second, func() error {
+	testenv.WaitFor(t, "etcd certificates", 30*time.Second, func() error {
 		_, err := os.Stat(CertPaths{Dir: n1.opts.SecretsDir}.Path(FilePeerCert))
 
 		return err
@@ -80,7 +82,7 @@ func TestClusterLifecycle(t *testing.T) {
 
 	t.Logf("bootstrap accepted after %s", time.Since(start))
 
-	waitFor(t, "three healthy voting members", 2*time.Minute, func() error { return c.votersHealthy(n1, 3) })
+	testenv.WaitFor(t, "three healthy voting members", 2*time.Minute, func() error { return c.votersHealthy(n1, 3) })
 	t.Logf("bootstrap to three healthy voting members: %s", time.Since(start).Round(time.Millisecond))
 
 	// Bootstrap anywhere else is refused now.
@@ -115,14 +117,14 @@ func TestClusterLifecycle(t *testing.T) {
 
 	// The killed member comes back from its data and catches up.
 	n3.start()
-	waitFor(t, "member 3 back", time.Minute, func() error { return c.votersHealthy(n1, 3) })
+	testenv.WaitFor(t, "member 3 back", time.Minute, func() error { return c.votersHealthy(n1, 3) })
 
 	resp, err := n3.m.LocalClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	waitFor(t, "member 3 sees the write", 30*time.Second, func() error {
+	testenv.WaitFor(t, "member 3 sees the write", 30*time.Second, func() error {
 		gctx, gcancel := context.WithTimeout(ctx, 3*time.Second)
 		defer gcancel()
 
@@ -150,14 +152,14 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatal("data still present after leave")
 	}
 
-	waitFor(t, "two members after leave", 30*time.Second, func() error { return c.votersHealthy(n1, 2) })
+	testenv.WaitFor(t, "two members after leave", 30*time.Second, func() error { return c.votersHealthy(n1, 2) })
 
 	t.Logf("%s: left; rejoining", time.Since(start).Round(time.Millisecond))
 
 	// Rejoin after a reset: learner, then promoted.
 	n3.m.Reset()
 	n3.start()
-	waitFor(t, "member 3 rejoined", 2*time.Minute, func() error { return c.votersHealthy(n1, 3) })
+	testenv.WaitFor(t, "member 3 rejoined", 2*time.Minute, func() error { return c.votersHealthy(n1, 3) })
 
 	t.Logf("%s: rejoined; removing by ID", time.Since(start).Round(time.Millisecond))
 
@@ -179,7 +181,7 @@ func TestClusterLifecycle(t *testing.T) {
 	n3.stop()
 
 	// The quorum check wants both remaining voters to see a leader: elections can still churn.
-	waitFor(t, "member 3 removed", 30*time.Second, func() error {
+	testenv.WaitFor(t, "member 3 removed", 30*time.Second, func() error {
 		err := n1.m.RemoveMember(ctx, st3.Header.MemberId)
 		if err != nil && !errorIs(err, ErrQuorum) {
 			t.Fatalf("remove member: %v", err)
@@ -207,7 +209,7 @@ func TestClusterLifecycle(t *testing.T) {
 	// and the call (an election), so both are tried again together.
 	var newLeader string
 
-	waitFor(t, "leadership handed over", 30*time.Second, func() error {
+	testenv.WaitFor(t, "leadership handed over", 30*time.Second, func() error {
 		st := mustStatus(t, n1)
 
 		leader := n1

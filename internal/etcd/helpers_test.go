@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -14,49 +13,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
-
-var (
-	etcdBinOnce sync.Once
-	etcdBin     string
-	etcdBinErr  error
-)
-
-// etcdBinary returns our etcd command: $TALOS_ETCD_BINARY, or `go build ./cmd/etcd` once into
-// the user cache (later builds hit the Go build cache).
-func etcdBinary(t testing.TB) string {
-	t.Helper()
-
-	if testing.Short() {
-		t.Skip("starts real etcd processes")
-	}
-
-	etcdBinOnce.Do(func() {
-		if p := os.Getenv("TALOS_ETCD_BINARY"); p != "" {
-			etcdBin = p
-
-			return
-		}
-
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			dir = os.TempDir()
-		}
-
-		etcdBin = filepath.Join(dir, "talos-go-test", "etcd")
-		cmd := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			etcdBinErr = fmt.Errorf("building etcd: %w\n%s", err, out)
-		}
-	})
-
-	if etcdBinErr != nil {
-		t.Fatal(etcdBinErr)
-	}
-
-	return etcdBin
-}
 
 // testNet picks a 127.X.Y.0/24 block for this test process so concurrent runs do not collide.
 func testNet() string {
@@ -84,7 +43,7 @@ type testCluster struct {
 func newTestCluster(t testing.TB, n int, caCert, caKey []byte) *testCluster {
 	t.Helper()
 
-	bin := etcdBinary(t)
+	bin := testenv.EtcdBinary(t)
 	base := testNet()
 	c := &testCluster{t: t}
 
@@ -109,7 +68,7 @@ func newTestCluster(t testing.TB, n int, caCert, caKey []byte) *testCluster {
 			if t.Failed() {
 				data, _ := os.ReadFile(logFile.Name())
 				if os.Getenv("TALOS_ETCD_TEST_KEEP_LOGS") != "" {
-					os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("etcd-test-%s.log", addr)), data, 0o600)
+					os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("etcd-test-%s.log", addr)), data, 0o600) //nolint:errcheck
 				}
 
 				if len(data) > 6000 {
@@ -215,25 +174,6 @@ func (n *testNode) stopCtx(context.Context) error {
 	n.stop()
 
 	return nil
-}
-
-// waitFor polls cond until it returns nil or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(timeout)
-
-	var err error
-
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
-
-	t.Fatalf("timed out waiting for %s: %v", what, err)
 }
 
 // votersHealthy returns nil when the cluster seen from n has want voting members, all healthy.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestSnapshotRecover: snapshot a member with data, recover into a fresh node with
@@ -32,7 +34,7 @@ func TestSnapshotRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitFor(t, "source healthy", time.Minute, func() error { return src.m.Health(ctx) })
+	testenv.WaitFor(t, "source healthy", time.Minute, func() error { return src.m.Health(ctx) })
 
 	cli, err := src.m.LocalClient()
 	if err != nil {
@@ -129,7 +131,7 @@ func TestSnapshotRecover(t *testing.T) {
 	}
 
 	dst.start()
-	waitFor(t, "recovered node healthy", time.Minute, func() error { return dst.m.Health(ctx) })
+	testenv.WaitFor(t, "recovered node healthy", time.Minute, func() error { return dst.m.Health(ctx) })
 	t.Logf("recovery of %d keys: healthy after %s", len(want), time.Since(start).Round(time.Millisecond))
 
 	dcli, err := dst.m.LocalClient()
@@ -191,7 +193,7 @@ func TestSnapshotRecover(t *testing.T) {
 	}
 
 	dst2.start()
-	waitFor(t, "node recovered from a data folder copy healthy", time.Minute, func() error { return dst2.m.Health(ctx) })
+	testenv.WaitFor(t, "node recovered from a data folder copy healthy", time.Minute, func() error { return dst2.m.Health(ctx) })
 
 	cli2, err := dst2.m.LocalClient()
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // BenchmarkBootToAPI measures, per boot of a configured node, the time from process start to
@@ -24,8 +24,8 @@ import (
 //
 //	go test -run '^$' -bench BootToAPI -benchtime 10x ./internal/machined/
 func BenchmarkBootToAPI(b *testing.B) {
-	cfg := testutil.Config(b, machinetype.TypeWorker, "127.5.9.2")
-	testutil.Binary(b)
+	cfg := testenv.Config(b, machinetype.TypeWorker, "127.5.9.2")
+	testenv.MachinedBinary(b)
 
 	var totalStart time.Duration
 
@@ -34,7 +34,7 @@ func BenchmarkBootToAPI(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		addr := fmt.Sprintf("127.5.9.%d", 2+i%200)
 		start := time.Now()
-		n := testutil.StartNode(b, addr, cfg)
+		n := testenv.StartNode(b, addr, cfg)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 

@@ -12,14 +12,15 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestDeepStateFolder: a state folder so deep that the machine API socket's path passes the
 // kernel's limit for socket addresses (as under a long home folder or cluster name) still
 // serves, on the socket and through apid, which is sandboxed.
 func TestDeepStateFolder(t *testing.T) {
-	ctx := ctxT(t)
+	testenv.MachinedBinary(t) // built before the deadline starts
+	ctx := testenv.Context(t, 3*time.Minute)
 
 	const addr = "127.5.1.9"
 
@@ -29,11 +30,11 @@ func TestDeepStateFolder(t *testing.T) {
 	}
 
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfgPath, testutil.Config(t, machinetype.TypeControlPlane, addr), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, testenv.Config(t, machinetype.TypeControlPlane, addr), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
-	n := testutil.StartNodeArgs(t, state, "--platform", "container", "--state", state, "--address", addr, "--config", cfgPath)
+	n := testenv.StartNodeArgs(t, state, "--platform", "container", "--state", state, "--address", addr, "--config", cfgPath)
 
 	if len(n.Socket()) <= 108 {
 		t.Fatalf("the test socket path is only %d bytes: make the folder deeper", len(n.Socket()))

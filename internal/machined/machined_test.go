@@ -23,18 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
-
-// ctxT guards a test against hangs. The machined build comes first, outside the deadline.
-func ctxT(t *testing.T) context.Context {
-	testutil.Binary(t)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-
-	return ctx
-}
 
 // invalidConfig breaks the control plane endpoint, which validation must catch.
 func invalidConfig(valid []byte) []byte {
@@ -59,8 +49,9 @@ func waitHostname(ctx context.Context, t *testing.T, c *client.Client, pred func
 }
 
 func TestMaintenanceApplyAndAPI(t *testing.T) {
-	ctx := ctxT(t)
-	n := testutil.StartNode(t, "127.5.1.2", nil)
+	testenv.MachinedBinary(t) // built before the deadline starts
+	ctx := testenv.Context(t, 3*time.Minute)
+	n := testenv.StartNode(t, "127.5.1.2", nil)
 	c := n.Client(t)
 
 	// Maintenance mode: the API answers, there is no config.
@@ -77,7 +68,7 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 		t.Fatalf("maintenance node has a config: %v", err)
 	}
 
-	valid := testutil.Config(t, machinetype.TypeControlPlane, "127.5.1.2")
+	valid := testenv.Config(t, machinetype.TypeControlPlane, "127.5.1.2")
 
 	// An invalid config is refused with the field, and changes nothing.
 	_, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: invalidConfig(valid)})
@@ -272,9 +263,10 @@ func TestMaintenanceApplyAndAPI(t *testing.T) {
 }
 
 func TestApplyModes(t *testing.T) {
-	ctx := ctxT(t)
-	valid := testutil.Config(t, machinetype.TypeWorker, "127.5.1.3")
-	n := testutil.StartNode(t, "127.5.1.3", valid)
+	testenv.MachinedBinary(t) // built before the deadline starts
+	ctx := testenv.Context(t, 3*time.Minute)
+	valid := testenv.Config(t, machinetype.TypeWorker, "127.5.1.3")
+	n := testenv.StartNode(t, "127.5.1.3", valid)
 	c := n.Client(t)
 
 	// The hostname is generated before the config loads: wait for the config itself.
@@ -344,7 +336,7 @@ func TestApplyModes(t *testing.T) {
 	waitHostname(ctx, t, c, func(h string) bool { return h == "applied" })
 
 	// A change that needs a reboot is refused in no-reboot mode, and nothing changes.
-	otherType := testutil.Config(t, machinetype.TypeWorker, "127.5.1.3") // new secrets: new token and CA
+	otherType := testenv.Config(t, machinetype.TypeWorker, "127.5.1.3") // new secrets: new token and CA
 	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: otherType, Mode: machine.ApplyConfigurationRequest_NO_REBOOT}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("no-reboot with a reboot-only change: want FailedPrecondition, got %v", err)
 	}
@@ -388,7 +380,7 @@ func TestApplyModes(t *testing.T) {
 }
 
 // rebootedClient waits for the node to come back from a reboot and connects again.
-func rebootedClient(ctx context.Context, t *testing.T, n *testutil.Node) *client.Client {
+func rebootedClient(ctx context.Context, t *testing.T, n *testenv.Node) *client.Client {
 	t.Helper()
 
 	for {
@@ -410,8 +402,8 @@ func rebootedClient(ctx context.Context, t *testing.T, n *testutil.Node) *client
 }
 
 func TestInvalidConfigFlagRefused(t *testing.T) {
-	valid := testutil.Config(t, machinetype.TypeWorker, "127.5.1.4")
-	n := testutil.StartNode(t, "127.5.1.4", invalidConfig(valid))
+	valid := testenv.Config(t, machinetype.TypeWorker, "127.5.1.4")
+	n := testenv.StartNode(t, "127.5.1.4", invalidConfig(valid))
 
 	select {
 	case err := <-n.Exited:
@@ -433,10 +425,10 @@ func TestInvalidConfigFlagRefused(t *testing.T) {
 }
 
 func TestSecondMachinedOnSameStateRefused(t *testing.T) {
-	n := testutil.StartNode(t, "127.5.1.5", nil)
+	n := testenv.StartNode(t, "127.5.1.5", nil)
 	n.Client(t)
 
-	second := testutil.StartNodeArgs(t, n.State, "--platform", "container", "--state", n.State, "--address", "127.5.1.6")
+	second := testenv.StartNodeArgs(t, n.State, "--platform", "container", "--state", n.State, "--address", "127.5.1.6")
 
 	select {
 	case err := <-second.Exited:

@@ -19,16 +19,17 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestMaintenanceOverNetwork: a node without a config serves the maintenance API on :50000
 // (no client certificate); a config applied there boots the node and mTLS apid takes over.
 func TestMaintenanceOverNetwork(t *testing.T) {
-	ctx := ctxT(t)
+	testenv.MachinedBinary(t) // built before the deadline starts
+	ctx := testenv.Context(t, 3*time.Minute)
 	const addr = "127.5.1.7"
 
-	n := testutil.StartNode(t, addr, nil)
+	n := testenv.StartNode(t, addr, nil)
 	n.Client(t) // wait for the boot to reach maintenance
 
 	insecure := func() *client.Client {
@@ -86,7 +87,7 @@ func TestMaintenanceOverNetwork(t *testing.T) {
 		t.Fatalf("maintenance must not list services: %v", err)
 	}
 
-	valid := testutil.Config(t, machinetype.TypeControlPlane, addr)
+	valid := testenv.Config(t, machinetype.TypeControlPlane, addr)
 	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: invalidConfig(valid)}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("invalid config through maintenance: %v", err)
 	}

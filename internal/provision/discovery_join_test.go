@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestWorkerRenewsThroughDiscoveredControlPlane: with short-lived certificates, a worker keeps
@@ -35,7 +35,7 @@ func TestWorkerRenewsThroughDiscoveredControlPlane(t *testing.T) {
 
 	c, _, err := provision.Create(context.Background(), provision.Request{
 		Name: "dj", ControlPlanes: 2, Workers: 1, CIDR: netip.MustParsePrefix("127.5.22.0/24"),
-		StateRoot: root, Binary: testutil.Binary(t), Progress: &progress,
+		StateRoot: root, Binary: testenv.MachinedBinary(t), Progress: &progress,
 	})
 	if err != nil {
 		t.Fatal(err)

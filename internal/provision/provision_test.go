@@ -3,6 +3,7 @@ package provision_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestNodeAddresses(t *testing.T) {
@@ -31,7 +32,7 @@ func TestCreateShowDestroy(t *testing.T) {
 
 	req := provision.Request{
 		Name: "t1", ControlPlanes: 1, Workers: 1, CIDR: netip.MustParsePrefix("127.5.20.0/24"),
-		StateRoot: root, Binary: testutil.Binary(t), Progress: &progress,
+		StateRoot: root, Binary: testenv.MachinedBinary(t), Progress: &progress,
 		Patches:       []string{`{"machine": {"certSANs": ["example.test"]}}`},
 		CPPatches:     []string{`{"machine": {"env": {"ROLE_PATCH": "controlplane"}}}`},
 		WorkerPatches: []string{`{"machine": {"env": {"ROLE_PATCH": "worker"}}}`},
@@ -68,20 +69,13 @@ func TestCreateShowDestroy(t *testing.T) {
 	// Each node serves its socket.
 	for _, n := range c.Nodes {
 		sock := filepath.Join(n.State, "system", "run", "machined", "machined.sock")
-		deadline := time.Now().Add(30 * time.Second)
-
-		for {
-			if _, err := os.Stat(sock); err == nil {
-				break
+		testenv.WaitFor(t, "node "+n.Name+" serving its socket", 30*time.Second, func() error {
+			if _, err := os.Stat(sock); err != nil {
+				return fmt.Errorf("%w; its log:\n%s", err, testenv.TailFile(filepath.Join(c.Dir, n.Name+".log"), 32<<10))
 			}
 
-			if time.Now().After(deadline) {
-				log, _ := os.ReadFile(filepath.Join(c.Dir, n.Name+".log"))
-				t.Fatalf("node %s did not start:\n%s", n.Name, log)
-			}
-
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 
 	// A second create with the same name is refused.

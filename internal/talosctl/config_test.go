@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestConfigPathOrder(t *testing.T) {
@@ -33,10 +35,10 @@ func TestConfigPathOrder(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", xdg)
 	check("xdg set but missing: home", "", homeCfg)
 
-	writeFile(t, xdgCfg, "context: a\n")
+	testenv.WriteFile(t, xdgCfg, "context: a\n", 0o600)
 	check("xdg file exists", "", xdgCfg)
 
-	writeFile(t, homeCfg, "context: b\n")
+	testenv.WriteFile(t, homeCfg, "context: b\n", 0o600)
 	check("xdg wins over home", "", xdgCfg)
 
 	t.Setenv(TalosconfigEnv, "/env/config")
@@ -72,7 +74,7 @@ contexts:
 func TestConfigContextCommands(t *testing.T) {
 	home := isolate(t)
 	path := filepath.Join(home, ".talos", "config")
-	writeFile(t, path, twoContexts)
+	testenv.WriteFile(t, path, twoContexts, 0o600)
 
 	code, out, stderr := run(t, "config", "contexts")
 	if code != 0 {
@@ -147,10 +149,10 @@ func loadFile(t *testing.T, path string) *clientconfig.Config {
 func TestConfigMergeRenamesClashes(t *testing.T) {
 	home := isolate(t)
 	path := filepath.Join(home, ".talos", "config")
-	writeFile(t, path, twoContexts)
+	testenv.WriteFile(t, path, twoContexts, 0o600)
 
 	other := filepath.Join(home, "other")
-	writeFile(t, other, "context: one\ncontexts:\n    one:\n        endpoints: [192.168.0.1]\n    three:\n        endpoints: [192.168.0.3]\n")
+	testenv.WriteFile(t, other, "context: one\ncontexts:\n    one:\n        endpoints: [192.168.0.1]\n    three:\n        endpoints: [192.168.0.3]\n", 0o600)
 
 	code, out, stderr := run(t, "config", "merge", other)
 	if code != 0 {
@@ -195,7 +197,7 @@ func TestConfigMergeRenamesClashes(t *testing.T) {
 func TestConfigMergeIntoMissingFileCreatesIt(t *testing.T) {
 	home := isolate(t)
 	other := filepath.Join(home, "talosconfig")
-	writeFile(t, other, twoContexts)
+	testenv.WriteFile(t, other, twoContexts, 0o600)
 
 	target := filepath.Join(home, "new", "config")
 	t.Setenv(TalosconfigEnv, target)
@@ -213,7 +215,7 @@ func TestConfigMergeIntoMissingFileCreatesIt(t *testing.T) {
 func TestConfigAdd(t *testing.T) {
 	home := isolate(t)
 	ca := filepath.Join(home, "ca.crt")
-	writeFile(t, ca, "CA")
+	testenv.WriteFile(t, ca, "CA", 0o600)
 
 	if code, _, stderr := run(t, "config", "add", "x", "--ca", ca); code != 0 {
 		t.Fatal(stderr)

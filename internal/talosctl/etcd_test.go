@@ -15,7 +15,7 @@ import (
 	mtype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/spf13/cobra"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestParseMemberID(t *testing.T) {
@@ -118,24 +118,10 @@ func TestEtcdCommands(t *testing.T) {
 		t.Skip("starts machined and etcd")
 	}
 
-	// machined finds etcd next to its own binary: $TALOS_ETCD_BINARY, or built here.
-	next := filepath.Join(filepath.Dir(testutil.Binary(t)), "etcd")
-	if _, err := os.Lstat(next); err != nil {
-		if etcdBin := os.Getenv("TALOS_ETCD_BINARY"); etcdBin != "" {
-			err = os.Symlink(etcdBin, next)
-		} else if out, berr := testutil.GoBuild("-o", next, "github.com/talos-go/talos/cmd/etcd"); berr != nil {
-			err = fmt.Errorf("building etcd: %w\n%s", berr, out)
-		} else {
-			err = nil
-		}
+	testenv.EtcdNextToMachined(t)
 
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	addr := fmt.Sprintf("127.78.%d.1", os.Getpid()%250+1)
-	n := testutil.StartNode(t, addr, testutil.Config(t, mtype.TypeControlPlane, addr))
+	addr := testenv.Loopback(78) + "1"
+	n := testenv.StartNode(t, addr, testenv.Config(t, mtype.TypeControlPlane, addr))
 	n.WaitConfigured(t, n.Client(t))
 
 	sock := n.Socket()
@@ -146,22 +132,16 @@ func TestEtcdCommands(t *testing.T) {
 
 	var out string
 
-	deadline := time.Now().Add(time.Minute)
-
-	for {
+	testenv.WaitFor(t, "etcd status", time.Minute, func() error {
 		o, _, err := runEtcdCommand(t, sock, "etcd", "status")
-		if err == nil && strings.Contains(o, "3.6") {
-			out = o
-
-			break
+		if err == nil && !strings.Contains(o, "3.6") {
+			err = fmt.Errorf("no version 3.6 in %s", o)
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd status never answered: %v %s", err, o)
-		}
+		out = o
 
-		time.Sleep(300 * time.Millisecond)
-	}
+		return err
+	})
 
 	if !strings.Contains(out, "false") { // LEARNER column
 		t.Errorf("status:\n%s", out)
@@ -202,8 +182,8 @@ func TestEtcdCommands(t *testing.T) {
 
 	// Recover the snapshot into a fresh control plane: a tampered copy is refused, the real
 	// one starts a cluster.
-	addr2 := fmt.Sprintf("127.78.%d.2", os.Getpid()%250+1)
-	n2 := testutil.StartNode(t, addr2, testutil.Config(t, mtype.TypeControlPlane, addr2))
+	addr2 := testenv.Loopback(78) + "2"
+	n2 := testenv.StartNode(t, addr2, testenv.Config(t, mtype.TypeControlPlane, addr2))
 	n2.WaitConfigured(t, n2.Client(t))
 
 	data, err := os.ReadFile(snap)
@@ -227,18 +207,12 @@ func TestEtcdCommands(t *testing.T) {
 		t.Fatalf("bootstrap --recover-from: %v", err)
 	}
 
-	deadline = time.Now().Add(time.Minute)
-
-	for {
+	testenv.WaitFor(t, "the recovered node listing itself", time.Minute, func() error {
 		out, _, err := runEtcdCommand(t, n2.Socket(), "etcd", "members")
-		if err == nil && strings.Contains(out, "https://"+addr2+":2380") {
-			break
+		if err == nil && !strings.Contains(out, "https://"+addr2+":2380") {
+			err = fmt.Errorf("not in %s", out)
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("recovered node never listed itself: %v %s", err, out)
-		}
-
-		time.Sleep(300 * time.Millisecond)
-	}
+		return err
+	})
 }

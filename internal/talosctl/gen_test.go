@@ -9,6 +9,8 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestGenConfigProducesValidConfigs(t *testing.T) {
@@ -146,7 +148,7 @@ func TestGenConfigRejectsBadEndpoint(t *testing.T) {
 func TestValidateReportsErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
-	writeFile(t, bad, "version: v1alpha1\nmachine:\n  type: worker\n  token: \"\"\ncluster:\n  controlPlane:\n    endpoint: https://1.2.3.4:6443\n")
+	testenv.WriteFile(t, bad, "version: v1alpha1\nmachine:\n  type: worker\n  token: \"\"\ncluster:\n  controlPlane:\n    endpoint: https://1.2.3.4:6443\n", 0o600)
 
 	code, _, stderr := run(t, "validate", "-c", bad, "-m", "metal")
 	if code == 0 {

@@ -59,18 +59,6 @@ func isolate(t *testing.T) string {
 	return home
 }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func mustContain(t *testing.T, s string, parts ...string) {
 	t.Helper()
 

@@ -1,6 +1,7 @@
 package talosctl
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,31 +11,29 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // Integration tests: talosctl against a real machined process, over its machine API socket
 // (the hidden --machined-socket flag). When apid serves :50000, the same commands run through
 // it with a talosconfig (-e/-n) through apid: internal/e2e runs those commands against a cluster.
 
-// waitFor runs talosctl until check accepts its output or the deadline passes.
-func waitFor(t *testing.T, check func(code int, out, stderr string) bool, args ...string) (string, string) {
+// runUntil runs talosctl until check accepts its output.
+func runUntil(t *testing.T, check func(code int, out, stderr string) bool, args ...string) (string, string) {
 	t.Helper()
 
-	deadline := time.Now().Add(30 * time.Second)
+	var out, stderr string
 
-	for {
-		code, out, stderr := run(t, args...)
-		if check(code, out, stderr) {
-			return out, stderr
+	testenv.WaitFor(t, fmt.Sprintf("talosctl %v", args), 30*time.Second, func() error {
+		var code int
+		if code, out, stderr = run(t, args...); check(code, out, stderr) {
+			return nil
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("talosctl %v: code %d\nstdout:\n%s\nstderr:\n%s", args, code, out, stderr)
-		}
+		return fmt.Errorf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	})
 
-		time.Sleep(200 * time.Millisecond)
-	}
+	return out, stderr
 }
 
 func ok(code int, _, _ string) bool { return code == 0 }
@@ -43,34 +42,27 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	isolate(t)
 
 	addr := "127.5.20.1"
-	cfg := testutil.Config(t, machine.TypeControlPlane, addr)
-	n := testutil.StartNode(t, addr, cfg)
+	cfg := testenv.Config(t, machine.TypeControlPlane, addr)
+	n := testenv.StartNode(t, addr, cfg)
 	sock := []string{"--machined-socket", n.Socket()}
 
-	out, _ := waitFor(t, ok, append(sock, "version")...)
-	mustContain(t, out, "Client:", "Server:", "Tag:")
-
-	out, _ = waitFor(t, ok, append(sock, "memory")...)
-	mustContain(t, out, "NODE", "TOTAL", "AVAILABLE")
-
-	out, _ = waitFor(t, ok, append(sock, "processes")...)
-	mustContain(t, out, "PID", "COMMAND")
-
-	out, _ = waitFor(t, ok, append(sock, "mounts")...)
-	mustContain(t, out, "MOUNTED ON")
-
-	out, _ = waitFor(t, ok, append(sock, "services")...)
-	mustContain(t, out, "SERVICE", "STATE", "HEALTH")
-
-	out, _ = waitFor(t, ok, append(sock, "get", "hostnamestatus")...)
-	mustContain(t, out, "HostnameStatuses.net.talos.dev", "talos-")
-
-	out, _ = waitFor(t, ok, append(sock, "get", "machineconfig", "-o", "yaml")...)
-	mustContain(t, out, "node: local", "type: MachineConfigs.config.talos.dev")
-
-	// ls / read within the node's view.
-	out, _ = waitFor(t, ok, append(sock, "ls", "-l", "/")...)
-	mustContain(t, out, "MODE", "NAME")
+	// Read-only commands, each retried until the node serves it.
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"version"}, []string{"Client:", "Server:", "Tag:"}},
+		{[]string{"memory"}, []string{"NODE", "TOTAL", "AVAILABLE"}},
+		{[]string{"processes"}, []string{"PID", "COMMAND"}},
+		{[]string{"mounts"}, []string{"MOUNTED ON"}},
+		{[]string{"services"}, []string{"SERVICE", "STATE", "HEALTH"}},
+		{[]string{"get", "hostnamestatus"}, []string{"HostnameStatuses.net.talos.dev", "talos-"}},
+		{[]string{"get", "machineconfig", "-o", "yaml"}, []string{"node: local", "type: MachineConfigs.config.talos.dev"}},
+		{[]string{"ls", "-l", "/"}, []string{"MODE", "NAME"}}, // within the node's view
+	} {
+		out, _ := runUntil(t, ok, append(sock, c.args...)...)
+		mustContain(t, out, c.want...)
+	}
 
 	// dry-run apply of the same config reports without changing anything.
 	cfgFile := filepath.Join(t.TempDir(), "cfg.yaml")
@@ -84,7 +76,7 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 
 	// edit: the editor's change is applied; an untouched file applies nothing.
 	editor := filepath.Join(t.TempDir(), "editor.sh")
-	writeFile(t, editor, "#!/bin/sh\nsed -i 's/network: {}/network:\\n        hostname: edited-node/' \"$1\"\n")
+	testenv.WriteFile(t, editor, "#!/bin/sh\nsed -i 's/network: {}/network:\\n        hostname: edited-node/' \"$1\"\n", 0o600)
 
 	if err := os.Chmod(editor, 0o700); err != nil {
 		t.Fatal(err)
@@ -92,25 +84,25 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 
 	t.Setenv("TALOS_EDITOR", "true")
 
-	out, _ = waitFor(t, ok, append(sock, "edit", "machineconfig")...)
+	out, _ := runUntil(t, ok, append(sock, "edit", "machineconfig")...)
 	mustContain(t, out, "no changes detected")
 
 	t.Setenv("TALOS_EDITOR", editor)
-	waitFor(t, ok, append(sock, "edit", "mc", "--mode", "no-reboot")...)
-	waitFor(t, func(code int, out, _ string) bool { return code == 0 && strings.Contains(out, "edited-node") }, append(sock, "get", "hostnamestatus")...)
+	runUntil(t, ok, append(sock, "edit", "mc", "--mode", "no-reboot")...)
+	runUntil(t, func(code int, out, _ string) bool { return code == 0 && strings.Contains(out, "edited-node") }, append(sock, "get", "hostnamestatus")...)
 
 	// A broken edit is refused, the node keeps its config, and the edit is kept for a retry.
-	writeFile(t, editor, "#!/bin/sh\nsed -i 's/^version: v1alpha1/version: v1alpha1\\nbogus: [/' \"$1\"\n")
+	testenv.WriteFile(t, editor, "#!/bin/sh\nsed -i 's/^version: v1alpha1/version: v1alpha1\\nbogus: [/' \"$1\"\n", 0o600)
 
 	if code, _, stderr := run(t, append(sock, "edit", "mc")...); code == 0 || !strings.Contains(stderr, "apply-config -f") {
 		t.Fatalf("broken edit: code %d, %s", code, stderr)
 	}
 
-	out, _ = waitFor(t, ok, append(sock, "get", "hostnamestatus")...)
+	out, _ = runUntil(t, ok, append(sock, "get", "hostnamestatus")...)
 	mustContain(t, out, "edited-node")
 
 	// usage: each file under /var/log with -a, and the folder's total is at least their sum.
-	out, _ = waitFor(t, ok, append(sock, "usage", "-a", "-d", "1", "/var/log")...)
+	out, _ = runUntil(t, ok, append(sock, "usage", "-a", "-d", "1", "/var/log")...)
 	mustContain(t, out, "NODE", "SIZE", "/var/log/machined.log")
 
 	sizes := map[string]int64{}
@@ -142,7 +134,7 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	}
 
 	// Depth 0 is the path's own total only.
-	out, _ = waitFor(t, ok, append(sock, "du", "/var/log")...)
+	out, _ = runUntil(t, ok, append(sock, "du", "/var/log")...)
 	if rows := strings.Split(strings.TrimSpace(out), "\n"); len(rows) != 2 || !strings.HasSuffix(rows[1], " /var/log") {
 		t.Fatalf("usage at depth 0:\n%s", out)
 	}
@@ -154,20 +146,20 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	// copy: extracted under the folder's own name, the same bytes as read (up to the length
 	// at copy time: the log grows).
 	dest := t.TempDir()
-	waitFor(t, ok, append(sock, "copy", "/var/log", dest)...)
+	runUntil(t, ok, append(sock, "copy", "/var/log", dest)...)
 
 	copied, err := os.ReadFile(filepath.Join(dest, "log", "machined.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	read, _ := waitFor(t, ok, append(sock, "read", "/var/log/machined.log")...)
+	read, _ := runUntil(t, ok, append(sock, "read", "/var/log/machined.log")...)
 	if len(copied) == 0 || !strings.HasPrefix(read, string(copied)) {
 		t.Fatalf("copied machined.log (%d bytes) is not a prefix of the node's (%d bytes)", len(copied), len(read))
 	}
 
 	// "-" streams the archive itself.
-	out, _ = waitFor(t, ok, append(sock, "cp", "/var/log/machined.log", "-")...)
+	out, _ = runUntil(t, ok, append(sock, "cp", "/var/log/machined.log", "-")...)
 	if !strings.HasPrefix(out, "\x1f\x8b") {
 		t.Fatalf("copy to stdout is not gzip: %q", out[:min(len(out), 8)])
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func kc(cluster, user, server string) string {
@@ -53,7 +55,7 @@ func names(list []namedEntry) []string {
 func TestKubeconfigMergeRenamesWithIndexSuffix(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config")
-	writeFile(t, path, kc("talos", "admin", "https://old:6443"))
+	testenv.WriteFile(t, path, kc("talos", "admin", "https://old:6443"), 0o600)
 
 	var log strings.Builder
 
@@ -95,7 +97,7 @@ func TestKubeconfigMergeRenamesWithIndexSuffix(t *testing.T) {
 func TestKubeconfigMergeForceReplaces(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config")
-	writeFile(t, path, kc("other", "me", "https://other:6443")+"preferences: {}\n")
+	testenv.WriteFile(t, path, kc("other", "me", "https://other:6443")+"preferences: {}\n", 0o600)
 
 	for _, server := range []string{"https://a:6443", "https://b:6443"} {
 		if err := mergeKubeconfigFile(path, []byte(kc("talos", "admin", server)), "", true, &strings.Builder{}); err != nil {
@@ -122,7 +124,7 @@ func TestKubeconfigMergeForceReplaces(t *testing.T) {
 func TestKubeconfigForceContextName(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config")
-	writeFile(t, path, kc("talos", "admin", "https://old:6443"))
+	testenv.WriteFile(t, path, kc("talos", "admin", "https://old:6443"), 0o600)
 
 	if err := mergeKubeconfigFile(path, []byte(kc("talos", "admin", "https://new:6443")), "prod", false, &strings.Builder{}); err != nil {
 		t.Fatal(err)

@@ -2,13 +2,11 @@ package talosctl
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestGetInsecure: a node without a config answers `get --insecure` for hardware, disks and
@@ -18,8 +16,8 @@ func TestGetInsecure(t *testing.T) {
 		t.Skip("starts machined")
 	}
 
-	addr := fmt.Sprintf("127.79.%d.1", os.Getpid()%250+1)
-	testutil.StartNode(t, addr, nil)
+	addr := testenv.Loopback(79) + "1"
+	testenv.StartNode(t, addr, nil)
 
 	talosctl := func(args ...string) (string, string, int) {
 		var stdout, stderr bytes.Buffer
@@ -30,19 +28,11 @@ func TestGetInsecure(t *testing.T) {
 	}
 
 	// The maintenance API comes up once the boot reaches it.
-	deadline := time.Now().Add(30 * time.Second)
+	testenv.WaitFor(t, "the maintenance API", 30*time.Second, func() bool {
+		_, _, code := talosctl("-n", addr, "version", "--insecure")
 
-	for {
-		if _, _, code := talosctl("-n", addr, "version", "--insecure"); code == 0 {
-			break
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatal("maintenance API did not answer")
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
+		return code == 0
+	})
 
 	for _, tc := range []struct {
 		args []string

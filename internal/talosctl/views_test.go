@@ -12,7 +12,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestIntegrationNodeViews: the node's kernel views and network state through talosctl,
@@ -23,15 +23,15 @@ func TestIntegrationNodeViews(t *testing.T) {
 	isolate(t)
 
 	addr := "127.5.20.2"
-	n := testutil.StartNode(t, addr, testutil.Config(t, machine.TypeWorker, addr))
+	n := testenv.StartNode(t, addr, testenv.Config(t, machine.TypeWorker, addr))
 	sock := []string{"--machined-socket", n.Socket()}
 
-	out, _ := waitFor(t, ok, append(sock, "read", "/proc/loadavg")...)
+	out, _ := runUntil(t, ok, append(sock, "read", "/proc/loadavg")...)
 	if len(strings.Fields(out)) != 5 {
 		t.Errorf("read /proc/loadavg: %q", out)
 	}
 
-	out, _ = waitFor(t, ok, append(sock, "ls", "/sys/devices/virtual/net/lo")...)
+	out, _ = runUntil(t, ok, append(sock, "ls", "/sys/devices/virtual/net/lo")...)
 	mustContain(t, out, "mtu", "operstate")
 
 	// A socket in the namespace the process-mode node shares, with its owner.
@@ -41,7 +41,7 @@ func TestIntegrationNodeViews(t *testing.T) {
 	}
 	defer l.Close()
 
-	out, _ = waitFor(t, ok, append(sock, "netstat", "-l", "-t", "-p")...)
+	out, _ = runUntil(t, ok, append(sock, "netstat", "-l", "-t", "-p")...)
 	mustContain(t, out, "NODE", "Proto", "Recv-Q", "Send-Q", "Local Address", "Foreign Address", "State", "PID/Program name",
 		l.Addr().String(), "LISTEN", fmt.Sprintf("%d/", os.Getpid()))
 
@@ -54,23 +54,23 @@ func TestIntegrationNodeViews(t *testing.T) {
 		t.Errorf("dmesg refused without saying why: %s", stderr)
 	}
 
-	out, _ = waitFor(t, ok, append(sock, "cgroups", "--preset", "memory", "--skip-cri-resolve")...)
+	out, _ = runUntil(t, ok, append(sock, "cgroups", "--preset", "memory", "--skip-cri-resolve")...)
 	mustContain(t, out, "NAME", "MemCurrent", "MemMax", "\n.")
 
-	out, _ = waitFor(t, ok, append(sock, "get", "links")...)
+	out, _ = runUntil(t, ok, append(sock, "get", "links")...)
 	mustContain(t, out, "LinkStatuses.net.talos.dev", " lo ")
 
-	out, _ = waitFor(t, ok, append(sock, "get", "addresses")...)
+	out, _ = runUntil(t, ok, append(sock, "get", "addresses")...)
 	mustContain(t, out, "AddressStatuses.net.talos.dev", "lo/127.0.0.1/8")
 
-	out, _ = waitFor(t, ok, append(sock, "get", "routes")...)
+	out, _ = runUntil(t, ok, append(sock, "get", "routes")...)
 	mustContain(t, out, "RouteStatuses.net.talos.dev")
 
-	out, _ = waitFor(t, ok, append(sock, "get", "resolvers", "-o", "yaml")...)
+	out, _ = runUntil(t, ok, append(sock, "get", "resolvers", "-o", "yaml")...)
 	mustContain(t, out, "ResolverStatuses.net.talos.dev", "dnsServers")
 
 	// A process-mode node is reached on its loopback address, whatever the host's links hold.
-	out, _ = waitFor(t, ok, append(sock, "get", "nodeaddresses", "current", "-o", "yaml")...)
+	out, _ = runUntil(t, ok, append(sock, "get", "nodeaddresses", "current", "-o", "yaml")...)
 	mustContain(t, out, addr+"/32")
 }
 
@@ -161,7 +161,7 @@ func TestRenderCgroups(t *testing.T) {
 
 	// A schema file, and the errors that name what to fix.
 	file := t.TempDir() + "/schema.yaml"
-	writeFile(t, file, "columns:\n  - name: Current\n    template: '{{ .MemoryCurrent }}'\n")
+	testenv.WriteFile(t, file, "columns:\n  - name: Current\n    template: '{{ .MemoryCurrent }}'\n", 0o600)
 
 	schema, err := loadCgroupSchema(file, "")
 	if err != nil {

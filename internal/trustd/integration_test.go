@@ -41,8 +41,8 @@ import (
 
 	"github.com/talos-go/talos/internal/apid/certs"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/pki"
+	"github.com/talos-go/talos/internal/testenv"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -121,25 +121,6 @@ func (c *cluster) adminCert(t *testing.T) tls.Certificate {
 	return cert
 }
 
-// waitFor polls cond until it holds; the deadline only guards against a hang.
-func waitFor(t *testing.T, what string, node *testutil.Node, cond func() bool) {
-	t.Helper()
-
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			out := ""
-			if node != nil {
-				out = node.Output.String()
-			}
-
-			t.Fatalf("%s did not happen\n%s", what, out)
-		}
-
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func readCert(t *testing.T, path string) *x509.Certificate {
 	t.Helper()
 
@@ -167,11 +148,11 @@ func exists(path string) bool {
 	return err == nil
 }
 
-func apidDir(n *testutil.Node) string   { return filepath.Join(n.State, "system", "secrets", "apid") }
-func trustdDir(n *testutil.Node) string { return filepath.Join(n.State, "system", "secrets", "trustd") }
+func apidDir(n *testenv.Node) string   { return filepath.Join(n.State, "system", "secrets", "apid") }
+func trustdDir(n *testenv.Node) string { return filepath.Join(n.State, "system", "secrets", "trustd") }
 
 // apidAddr is the node's apid, started by machined once its certificates exist.
-func apidAddr(n *testutil.Node) string { return net.JoinHostPort(n.Address, "50000") }
+func apidAddr(n *testenv.Node) string { return net.JoinHostPort(n.Address, "50000") }
 
 // dialAPID opens an mTLS connection to apid and records the server certificates it sees.
 func dialAPID(t *testing.T, c *cluster, addr string, seen func(*x509.Certificate)) *grpc.ClientConn {
@@ -197,7 +178,7 @@ func dialAPID(t *testing.T, c *cluster, addr string, seen func(*x509.Certificate
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
 
 	return conn
 }
@@ -223,14 +204,14 @@ func TestWorkerJoins(t *testing.T) {
 	const cpAddr, wkAddr = "127.44.0.2", "127.44.0.3"
 
 	c := newCluster(t, cpAddr, "")
-	cp := testutil.StartNode(t, cpAddr, c.cp)
-	testutil.Binary(t)
+	cp := testenv.StartNode(t, cpAddr, c.cp)
+	testenv.MachinedBinary(t)
 
 	started := time.Now()
-	wk := testutil.StartNode(t, wkAddr, c.wk)
+	wk := testenv.StartNode(t, wkAddr, c.wk)
 
-	waitFor(t, "control plane trustd files", cp, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
-	waitFor(t, "worker apid certificates", wk, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })
+	testenv.WaitFor(t, "control plane trustd files", 90*time.Second, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
+	testenv.WaitFor(t, "worker apid certificates", 90*time.Second, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })
 	t.Logf("worker process start to trustd-signed apid certificates on disk: %v", time.Since(started).Round(time.Millisecond))
 
 	srv := readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt))
@@ -260,7 +241,7 @@ func TestWorkerJoins(t *testing.T) {
 
 	// The signature was trustd's: the control plane's trustd log records it, without the token.
 	trustdLog := filepath.Join(cp.State, "EPHEMERAL", "log", "trustd.log")
-	waitFor(t, "trustd log of the signing", cp, func() bool {
+	testenv.WaitFor(t, "trustd log of the signing", 90*time.Second, func() bool {
 		data, _ := os.ReadFile(trustdLog)
 
 		return bytes.Contains(data, []byte("signed certificate"))
@@ -282,7 +263,7 @@ func TestWorkerJoins(t *testing.T) {
 
 	var resp *machine.VersionResponse
 
-	waitFor(t, "worker apid answering", wk, func() bool {
+	testenv.WaitFor(t, "worker apid answering", 90*time.Second, func() bool {
 		var err error
 		resp, err = machine.NewMachineServiceClient(conn).Version(context.Background(), &emptypb.Empty{})
 
@@ -318,7 +299,7 @@ func TestWorkerJoins(t *testing.T) {
 
 	var gen *machine.GenerateClientConfigurationResponse
 
-	waitFor(t, "control plane apid answering", cp, func() bool {
+	testenv.WaitFor(t, "control plane apid answering", 90*time.Second, func() bool {
 		var err error
 		gen, err = machine.NewMachineServiceClient(cpConn).GenerateClientConfiguration(context.Background(),
 			&machine.GenerateClientConfigurationRequest{Roles: []string{"os:reader"}, CrtTtl: durationpb.New(time.Hour)})
@@ -360,7 +341,7 @@ func TestWorkerJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer readerConn.Close()
+	defer readerConn.Close() //nolint:errcheck
 
 	if _, err = machine.NewMachineServiceClient(readerConn).Version(context.Background(), &emptypb.Empty{}); err != nil {
 		t.Errorf("reader Version: %v", err)
@@ -394,10 +375,10 @@ func TestWrongTokenRefused(t *testing.T) {
 	const cpAddr, wkAddr = "127.44.1.2", "127.44.1.3"
 
 	c := newCluster(t, cpAddr, "wrong0.0123456789abcdef")
-	cp := testutil.StartNode(t, cpAddr, c.cp)
-	wk := testutil.StartNode(t, wkAddr, c.wk)
+	cp := testenv.StartNode(t, cpAddr, c.cp)
+	wk := testenv.StartNode(t, wkAddr, c.wk)
 
-	waitFor(t, "trustd serving", cp, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
+	testenv.WaitFor(t, "trustd serving", 90*time.Second, func() bool { return exists(filepath.Join(trustdDir(cp), trustd.ServerCrt)) })
 
 	// The test calls from its own address, as another machine would.
 	client := trustdClient(t, c, cpAddr, "127.44.1.9")
@@ -405,7 +386,7 @@ func TestWrongTokenRefused(t *testing.T) {
 
 	var code codes.Code
 
-	waitFor(t, "trustd answering", cp, func() bool {
+	testenv.WaitFor(t, "trustd answering", 90*time.Second, func() bool {
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "token", "not-the-token")
 		_, err := client.Certificate(ctx, &securityapi.CertificateRequest{Csr: csr})
 		code = status.Code(err)
@@ -430,7 +411,7 @@ func TestWrongTokenRefused(t *testing.T) {
 	// The worker with the wrong token was refused: trustd logged refusals, signed nothing, and
 	// the worker has no certificates.
 	trustdLog := filepath.Join(cp.State, "EPHEMERAL", "log", "trustd.log")
-	waitFor(t, "refusal of the worker logged", cp, func() bool {
+	testenv.WaitFor(t, "refusal of the worker logged", 90*time.Second, func() bool {
 		data, _ := os.ReadFile(trustdLog)
 
 		return bytes.Contains(data, []byte(`"peer": "`+wkAddr+`"`)) || bytes.Contains(data, []byte(`"peer":"`+wkAddr+`"`))
@@ -504,11 +485,11 @@ func TestRotation(t *testing.T) {
 	t.Setenv(secretsctrl.LifetimeEnv, "6s") // inherited by the node processes
 
 	c := newCluster(t, cpAddr, "")
-	cp := testutil.StartNode(t, cpAddr, c.cp)
-	wk := testutil.StartNode(t, wkAddr, c.wk)
+	cp := testenv.StartNode(t, cpAddr, c.cp)
+	wk := testenv.StartNode(t, wkAddr, c.wk)
 
-	waitFor(t, "control plane apid certificates", cp, func() bool { return exists(filepath.Join(apidDir(cp), certs.CA)) })
-	waitFor(t, "worker apid certificates", wk, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })
+	testenv.WaitFor(t, "control plane apid certificates", 90*time.Second, func() bool { return exists(filepath.Join(apidDir(cp), certs.CA)) })
+	testenv.WaitFor(t, "worker apid certificates", 90*time.Second, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })
 
 	first := readCert(t, filepath.Join(apidDir(cp), certs.ServerCrt))
 	if life := first.NotAfter.Sub(first.NotBefore); life > time.Hour {
@@ -532,7 +513,7 @@ func TestRotation(t *testing.T) {
 	// signing, hence a new line.
 	var stream grpc.ServerStreamingClient[common.Data]
 
-	waitFor(t, "log stream opened", cp, func() bool {
+	testenv.WaitFor(t, "log stream opened", 90*time.Second, func() bool {
 		var err error
 		if stream, err = api.Logs(ctx, &machine.LogsRequest{Namespace: "system", Id: "trustd", Follow: true, TailLines: 1}); err != nil {
 			return false
@@ -550,7 +531,7 @@ func TestRotation(t *testing.T) {
 
 	var viaWorker grpc.ServerStreamingClient[common.Data]
 
-	waitFor(t, "proxied log stream opened", wk, func() bool {
+	testenv.WaitFor(t, "proxied log stream opened", 90*time.Second, func() bool {
 		var err error
 		if viaWorker, err = proxied.Logs(metadata.AppendToOutgoingContext(ctx, "node", cpAddr),
 			&machine.LogsRequest{Namespace: "system", Id: "trustd", Follow: true, TailLines: 1}); err != nil {
@@ -571,10 +552,10 @@ func TestRotation(t *testing.T) {
 	}
 
 	// Wait until apid serves a rotated certificate on a new connection.
-	waitFor(t, "apid serving a rotated certificate", cp, func() bool {
+	testenv.WaitFor(t, "apid serving a rotated certificate", 90*time.Second, func() bool {
 		c2 := dialAPID(t, c, addr, func(crt *x509.Certificate) { mu.Lock(); serials[crt.SerialNumber.String()] = true; mu.Unlock() })
 		_, err := machine.NewMachineServiceClient(c2).Version(ctx, &emptypb.Empty{})
-		c2.Close()
+		c2.Close() //nolint:errcheck
 
 		mu.Lock()
 		defer mu.Unlock()
@@ -584,7 +565,7 @@ func TestRotation(t *testing.T) {
 
 	// The worker renewed through trustd as well.
 	wkFirst := readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt)).SerialNumber
-	waitFor(t, "worker certificate rotated", wk, func() bool {
+	testenv.WaitFor(t, "worker certificate rotated", 90*time.Second, func() bool {
 		return readCert(t, filepath.Join(apidDir(wk), certs.ServerCrt)).SerialNumber.Cmp(wkFirst) != 0
 	})
 
@@ -619,7 +600,7 @@ func trustdClient(t *testing.T, c *cluster, addr, from string) securityapi.Secur
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
 
 	return securityapi.NewSecurityServiceClient(conn)
 }

@@ -37,7 +37,7 @@ var allowedOrganizations = []string{string(role.Impersonator)}
 func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, error) {
 	csr, err := pki.ParseCSR(csrPEM)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrPolicy, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
 
 	for _, o := range csr.Subject.Organization {
@@ -65,7 +65,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 			}
 
 			if _, err = asn1.Unmarshal(ext.Value, &bc); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing basic constraints: %v", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: parsing basic constraints: %w", ErrPolicy, err)
 			}
 
 			if bc.IsCA {
@@ -74,7 +74,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 		case ext.Id.Equal(oidKeyUsage):
 			var bits asn1.BitString
 			if _, err = asn1.Unmarshal(ext.Value, &bits); err != nil {
-				return nil, nil, fmt.Errorf("%w: parsing key usage: %v", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: parsing key usage: %w", ErrPolicy, err)
 			}
 
 			// digitalSignature (0) and keyEncipherment (2) only.
@@ -85,7 +85,7 @@ func CheckCSR(csrPEM []byte) (*x509.CertificateRequest, []x509.ExtKeyUsage, erro
 			}
 		case ext.Id.Equal(pki.OIDExtKeyUsage):
 			if ekus, err = pki.ParseExtKeyUsages(ext.Value); err != nil {
-				return nil, nil, fmt.Errorf("%w: %v", ErrPolicy, err)
+				return nil, nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 			}
 		default:
 			return nil, nil, fmt.Errorf("%w: extension %s is not allowed", ErrPolicy, ext.Id)

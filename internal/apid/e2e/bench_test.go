@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // relayEnv makes the test binary a bare byte relay: it accepts on one unix socket and copies
@@ -118,7 +118,7 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 	order := []string{"direct", "relay", "apid"}
 	ctx := context.Background()
 
-	apidPID, err := testutil.FindProcess("apid", cl.addrs[0]+":50000")
+	apidPID, err := testenv.FindProcess("apid", cl.addrs[0]+":50000")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,17 +134,17 @@ func BenchmarkVersionRealMachined(b *testing.B) {
 	}
 
 	// apid's own cost: CPU and context switches of its threads, read around each apid call.
-	var apidSched testutil.Sched
+	var apidSched testenv.Sched
 
 	measured := func(c machine.MachineServiceClient) time.Duration {
-		before, err := testutil.ProcessSched(apidPID)
+		before, err := testenv.ProcessSched(apidPID)
 		if err != nil {
 			b.Fatal(err)
 		}
 
 		d := call(c)
 
-		after, err := testutil.ProcessSched(apidPID)
+		after, err := testenv.ProcessSched(apidPID)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -41,8 +41,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // cluster is one local cluster shared by the tests of this package.
@@ -86,12 +86,12 @@ func createCluster(t testing.TB) (*cluster, error) {
 
 	// Whatever got started is destroyed at the end, even when creation fails half-way.
 	cleanup = func() {
-		provision.Destroy(root, "apid", io.Discard)
-		os.RemoveAll(root)
+		provision.Destroy(root, "apid", io.Discard) //nolint:errcheck
+		os.RemoveAll(root)                          //nolint:errcheck
 	}
 
 	c, cfgs, err := provision.Create(context.Background(), provision.Request{
-		Name: "apid", ControlPlanes: 1, Workers: 2, CIDR: cidr, StateRoot: root, Binary: testutil.Binary(t),
+		Name: "apid", ControlPlanes: 1, Workers: 2, CIDR: cidr, StateRoot: root, Binary: testenv.MachinedBinary(t),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
@@ -124,7 +124,7 @@ func createCluster(t testing.TB) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
+	defer cli.Close() //nolint:errcheck
 
 	deadline := time.Now().Add(90 * time.Second)
 
@@ -141,23 +141,14 @@ func createCluster(t testing.TB) (*cluster, error) {
 		if time.Now().After(deadline) {
 			var logs strings.Builder
 			for _, n := range c.Nodes {
-				data, _ := os.ReadFile(n.State + "/../" + n.Name + ".log")
-				fmt.Fprintf(&logs, "--- %s\n%s\n", n.Name, tail(data, 3000))
+				fmt.Fprintf(&logs, "--- %s\n%s\n", n.Name, testenv.TailFile(n.State+"/../"+n.Name+".log", 3000))
 			}
 
-			return nil, fmt.Errorf("apid did not come up on every node: %v %w\n%s", resp, err, logs.String())
+			return nil, fmt.Errorf("apid did not come up on every node: %v %v\n%s", resp, err, logs.String())
 		}
 
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-
-	return b
 }
 
 func allOK(msgs []*machine.Version) bool {
@@ -176,6 +167,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 
 	cleanup()
+	testenv.RemoveBinaries()
 	os.Exit(code)
 }
 
@@ -230,23 +222,16 @@ func (cl *cluster) mustClient(t *testing.T, roles ...string) *client.Client {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { c.Close() }) //nolint:errcheck
 
 	return c
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-
-	return ctx
 }
 
 func TestVersionFromEveryNode(t *testing.T) {
 	cl := getCluster(t)
 	c := cl.mustClient(t, "os:reader")
 
-	resp, err := c.Version(client.WithNodes(ctxT(t), cl.addrs...))
+	resp, err := c.Version(client.WithNodes(testenv.Context(t, time.Minute), cl.addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,12 +250,12 @@ func TestVersionFromEveryNode(t *testing.T) {
 	}
 
 	// One-to-one to a worker: the reply is that worker's own (machined fills its hostname).
-	one, err := c.Version(client.WithNode(ctxT(t), cl.addrs[2]))
+	one, err := c.Version(client.WithNode(testenv.Context(t, time.Minute), cl.addrs[2]))
 	if err != nil || len(one.Messages) != 1 {
 		t.Fatalf("one-to-one: %v %v", one, err)
 	}
 
-	h, err := c.MachineClient.Hostname(client.WithNode(ctxT(t), cl.addrs[2]), &emptypb.Empty{})
+	h, err := c.MachineClient.Hostname(client.WithNode(testenv.Context(t, time.Minute), cl.addrs[2]), &emptypb.Empty{})
 	if err != nil || h.Messages[0].GetHostname() != cl.c.Nodes[2].Name {
 		t.Errorf("hostname of worker 2: %v %v", h, err)
 	}
@@ -280,7 +265,7 @@ func TestLogsMergedFromTwoNodes(t *testing.T) {
 	cl := getCluster(t)
 	c := cl.mustClient(t, "os:reader")
 
-	s, err := c.Logs(client.WithNodes(ctxT(t), cl.addrs[0], cl.addrs[1]), "system", common.ContainerDriver_CONTAINERD, "apid", false, 5)
+	s, err := c.Logs(client.WithNodes(testenv.Context(t, time.Minute), cl.addrs[0], cl.addrs[1]), "system", common.ContainerDriver_CONTAINERD, "apid", false, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +301,7 @@ func TestRoleMatrixOnRealNodes(t *testing.T) {
 
 	reader := cl.mustClient(t, "os:reader").MachineClient
 	operator := cl.mustClient(t, "os:operator").MachineClient
-	ctx := client.WithNode(ctxT(t), cl.addrs[1])
+	ctx := client.WithNode(testenv.Context(t, time.Minute), cl.addrs[1])
 
 	if _, err := reader.Version(ctx, &emptypb.Empty{}); err != nil {
 		t.Errorf("reader Version: %v", err)
@@ -348,7 +333,7 @@ func TestSensitiveResourcesNeedAdmin(t *testing.T) {
 	cl := getCluster(t)
 	reader := cl.mustClient(t, "os:reader")
 	admin := cl.mustClient(t, "os:admin")
-	ctx := client.WithNode(ctxT(t), cl.addrs[1])
+	ctx := client.WithNode(testenv.Context(t, time.Minute), cl.addrs[1])
 
 	if _, err := safe.StateGetByID[*network.HostnameStatus](ctx, reader.COSI, network.HostnameID); err != nil {
 		t.Errorf("reader reading the hostname: %v", err)
@@ -359,7 +344,7 @@ func TestSensitiveResourcesNeedAdmin(t *testing.T) {
 		t.Errorf("reader reading the machine config: want PermissionDenied naming os:admin, got %v", err)
 	}
 
-	_, err = safe.StateListAll[*secrets.OSRoot](ctxT(t), reader.COSI)
+	_, err = safe.StateListAll[*secrets.OSRoot](testenv.Context(t, time.Minute), reader.COSI)
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("reader listing secrets: %v", err)
 	}
@@ -387,7 +372,7 @@ func TestRejectedCertificatesOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	other, _ := x509.ParseCertificate(otherDER)
+	other, _ := x509.ParseCertificate(otherDER) //nolint:errcheck
 
 	for name, cert := range map[string]tls.Certificate{
 		"expired":  cl.cert(t, cl.caCrt, cl.caKey, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), "os:admin"),
@@ -400,44 +385,20 @@ func TestRejectedCertificatesOnRealNode(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		_, err = machine.NewMachineServiceClient(conn).Version(ctxT(t), &emptypb.Empty{})
+		_, err = machine.NewMachineServiceClient(conn).Version(testenv.Context(t, time.Minute), &emptypb.Empty{})
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("%s: want refused handshake, got %v", name, err)
 		}
 
-		conn.Close()
+		conn.Close() //nolint:errcheck
 	}
 }
 
-var (
-	talosctlOnce sync.Once
-	talosctlPath string
-	talosctlErr  error
-)
-
-// talosctl builds talosctl once and runs it with the cluster's talosconfig.
+// talosctl runs talosctl with the cluster's talosconfig.
 func (cl *cluster) talosctl(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 
-	talosctlOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "talosctl-bin-")
-		if err != nil {
-			talosctlErr = err
-
-			return
-		}
-
-		talosctlPath = filepath.Join(dir, "talosctl")
-
-		out, err := exec.Command("go", "build", "-o", talosctlPath, "github.com/talos-go/talos/cmd/talosctl").CombinedOutput()
-		if err != nil {
-			talosctlErr = fmt.Errorf("building talosctl: %w\n%s", err, out)
-		}
-	})
-
-	if talosctlErr != nil {
-		t.Fatal(talosctlErr)
-	}
+	talosctlPath := testenv.TalosctlBinary(t)
 
 	cfgPath := filepath.Join(t.TempDir(), "talosconfig")
 	if err = cl.cfgs.Talosconfig.Save(cfgPath); err != nil {
@@ -489,7 +450,7 @@ func TestStoppedNodePartialReply(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resp, err := c.MachineClient.Version(client.WithNodes(ctxT(t), cl.addrs...), &emptypb.Empty{})
+	resp, err := c.MachineClient.Version(client.WithNodes(testenv.Context(t, time.Minute), cl.addrs...), &emptypb.Empty{})
 	if err != nil {
 		t.Fatalf("the call must succeed with one node stopped: %v", err)
 	}
@@ -513,7 +474,7 @@ func TestStoppedNodePartialReply(t *testing.T) {
 
 	// The machinery client (talosctl) turns the per-node error into an error naming the node,
 	// and still returns the good replies.
-	good, err := c.Version(client.WithNodes(ctxT(t), cl.addrs...))
+	good, err := c.Version(client.WithNodes(testenv.Context(t, time.Minute), cl.addrs...))
 	if err == nil || !strings.Contains(err.Error(), cl.addrs[2]) || good == nil || len(good.Messages) != 2 {
 		t.Errorf("filtered reply: %v %v", good, err)
 	}

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // bytesCodec carries messages as raw bytes, so the tests need no generated service.
@@ -185,20 +187,13 @@ func client(t *testing.T, addr string) *grpc.ClientConn {
 	return c
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-
-	return ctx
-}
-
 // Messages far larger than every window cross both ways intact, on many streams at once:
 // flow control is passed through, not assumed.
 func TestLargeMessagesAndConcurrentStreams(t *testing.T) {
 	b := startBackend(t)
 	_, addr := startRelay(t, toFirst, 256<<10, b.sock) // small windows: many updates
 	c := client(t, addr)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, time.Minute)
 
 	var wg sync.WaitGroup
 
@@ -297,7 +292,7 @@ func TestSlowReaderServerStream(t *testing.T) {
 	b := startBackend(t)
 	_, addr := startRelay(t, toFirst, 64<<10, b.sock)
 	c := client(t, addr)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, time.Minute)
 
 	s := download(t, ctx, c, 12)
 
@@ -333,7 +328,7 @@ func TestCancellationReachesBackend(t *testing.T) {
 	_, addr := startRelay(t, toFirst, 0, b.sock)
 	c := client(t, addr)
 
-	ctx, cancel := context.WithCancel(ctxT(t))
+	ctx, cancel := context.WithCancel(testenv.Context(t, time.Minute))
 
 	s, err := c.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/t/Hang")
 	if err != nil {
@@ -372,7 +367,7 @@ func TestRouteDecisions(t *testing.T) {
 
 	_, addr := startRelay(t, route, 0, b.sock)
 	c := client(t, addr)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, time.Minute)
 
 	req := []byte("x")
 
@@ -420,7 +415,7 @@ func TestBackendsAndFailures(t *testing.T) {
 
 	_, addr := startRelay(t, route, 0, b0.sock, b1.sock, gone)
 	c := client(t, addr)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, time.Minute)
 	req := []byte("x")
 
 	var resp []byte
@@ -488,7 +483,7 @@ func TestStopDrains(t *testing.T) {
 	b := startBackend(t)
 	s, addr := startRelay(t, toFirst, 0, b.sock)
 	c := client(t, addr)
-	ctx := ctxT(t)
+	ctx := testenv.Context(t, time.Minute)
 
 	st := download(t, ctx, c, 3)
 

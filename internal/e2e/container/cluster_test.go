@@ -12,6 +12,7 @@ import (
 	"time"
 
 	ctr "github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // rowsFor returns the table rows (without header) whose first column is one of the nodes.
@@ -73,7 +74,7 @@ func TestHostnameChange(t *testing.T) {
 
 	must(t, "-n", w, "patch", "machineconfig", "--mode", "no-reboot", "-p", `{"machine": {"network": {"hostname": "`+name+`"}}}`)
 
-	eventually(t, 30*time.Second, func() error {
+	testenv.WaitFor(t, "the new hostname", 30*time.Second, func() error {
 		if hosts := must(t, "-n", w, "read", "/system/etc/hosts"); !strings.Contains(hosts, w+"\t"+name+"\n") {
 			return fmt.Errorf("/system/etc/hosts:\n%s", hosts)
 		}
@@ -139,7 +140,7 @@ func TestReadLoadavg(t *testing.T) {
 }
 
 func TestServicesHealthy(t *testing.T) {
-	eventually(t, time.Minute, func() error {
+	testenv.WaitFor(t, "healthy services", time.Minute, func() error {
 		out := must(t, "-n", cp, "services")
 
 		for _, svc := range []string{"apid", "etcd", "trustd"} {
@@ -216,7 +217,7 @@ func TestZDestroyLeavesNothing(t *testing.T) {
 	must(t, "cluster", "destroy", "--name", clusterName)
 	destroyed = true
 
-	eventually(t, 30*time.Second, func() error {
+	testenv.WaitFor(t, "nothing left after destroy", 30*time.Second, func() error {
 		after, err := snapshot()
 		if err != nil {
 			return err

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/talos-go/talos/internal/container/netnstest"
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 var (
@@ -67,7 +67,7 @@ func run(m *testing.M) int {
 	// machined and etcd static, as the image needs them; the host's launcher is that machined too.
 	os.Setenv("CGO_ENABLED", "0") //nolint:usetesting // TestMain has no t.Setenv
 
-	if out, err := testutil.GoBuild("-trimpath", "-ldflags=-s", "-o", binDir+"/", "github.com/talos-go/talos/cmd/machined",
+	if out, err := testenv.GoBuild("-trimpath", "-ldflags=-s", "-o", binDir+"/", "github.com/talos-go/talos/cmd/machined",
 		"github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd"); err != nil {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
 
@@ -214,19 +214,4 @@ func must(t *testing.T, args ...string) string {
 	}
 
 	return stdout
-}
-
-// eventually retries fn until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, fn func() error) {
-	t.Helper()
-
-	var err error
-
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if err = fn(); err == nil {
-			return
-		}
-	}
-
-	t.Fatal(err)
 }

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,38 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
+	"github.com/talos-go/talos/internal/testenv"
 )
-
-var (
-	etcdOnce sync.Once
-	etcdErr  error
-)
-
-// etcdNextToMachined puts our etcd command next to the machined binary, where machined looks
-// for it first ($TALOS_ETCD_BINARY, or built once).
-func etcdNextToMachined(t *testing.T) {
-	t.Helper()
-
-	dst := filepath.Join(filepath.Dir(testutil.Binary(t)), "etcd")
-
-	etcdOnce.Do(func() {
-		if src := os.Getenv("TALOS_ETCD_BINARY"); src != "" {
-			etcdErr = os.Symlink(src, dst)
-
-			return
-		}
-
-		out, err := exec.Command("go", "build", "-o", dst, "github.com/talos-go/talos/cmd/etcd").CombinedOutput()
-		if err != nil {
-			etcdErr = fmt.Errorf("building etcd: %w\n%s", err, out)
-		}
-	})
-
-	if etcdErr != nil {
-		t.Fatal(etcdErr)
-	}
-}
 
 func etcdServiceHealthy(ctx context.Context, c *client.Client) error {
 	resp, err := c.ServiceInfo(ctx, "etcd")
@@ -56,33 +24,15 @@ func etcdServiceHealthy(ctx context.Context, c *client.Client) error {
 		return err
 	}
 
-	if len(resp) == 0 {
-		return fmt.Errorf("no etcd service")
-	}
+	for _, s := range resp {
+		if s.Service.GetState() == "Running" && s.Service.GetHealth().GetHealthy() {
+			return nil
+		}
 
-	if s := resp[0]; s.Service.GetState() != "Running" || !s.Service.GetHealth().GetHealthy() {
 		return fmt.Errorf("etcd service %s, healthy=%v: %s", s.Service.GetState(), s.Service.GetHealth().GetHealthy(), s.Service.GetHealth().GetLastMessage())
 	}
 
-	return nil
-}
-
-func poll(t *testing.T, what string, timeout time.Duration, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(timeout)
-
-	var err error
-
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-
-		time.Sleep(200 * time.Millisecond)
-	}
-
-	t.Fatalf("timed out waiting for %s: %v", what, err)
+	return fmt.Errorf("no etcd service")
 }
 
 // TestEtcdThroughMachined: three machined control planes share one config (endpoint = the
@@ -94,19 +44,19 @@ func TestEtcdThroughMachined(t *testing.T) {
 		t.Skip("starts machined and etcd processes")
 	}
 
-	etcdNextToMachined(t)
+	testenv.EtcdNextToMachined(t)
 
-	base := fmt.Sprintf("127.77.%d.", os.Getpid()%250+1)
+	base := testenv.Loopback(77)
 	addrs := []string{base + "1", base + "2", base + "3"}
-	cfg := testutil.Config(t, mtype.TypeControlPlane, addrs[0])
+	cfg := testenv.Config(t, mtype.TypeControlPlane, addrs[0])
 
 	var (
-		nodes   []*testutil.Node
+		nodes   []*testenv.Node
 		clients []*client.Client
 	)
 
 	for _, a := range addrs {
-		n := testutil.StartNode(t, a, cfg)
+		n := testenv.StartNode(t, a, cfg)
 		nodes = append(nodes, n)
 		clients = append(clients, n.Client(t))
 	}
@@ -114,12 +64,7 @@ func TestEtcdThroughMachined(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range nodes {
-				data, _ := os.ReadFile(filepath.Join(n.State, "EPHEMERAL", "log", "etcd.log"))
-				if len(data) > 3000 {
-					data = data[len(data)-3000:]
-				}
-
-				t.Logf("etcd log of %s:\n%s", n.Address, data)
+				t.Logf("etcd log of %s:\n%s", n.Address, testenv.TailFile(filepath.Join(n.State, "EPHEMERAL", "log", "etcd.log"), 3000))
 			}
 		}
 	})
@@ -129,7 +74,7 @@ func TestEtcdThroughMachined(t *testing.T) {
 	defer cancel()
 
 	// Before bootstrap, etcd waits: not healthy, no data.
-	poll(t, "etcd service waiting", time.Minute, func() error {
+	testenv.WaitFor(t, "etcd service waiting", time.Minute, func() error {
 		resp, err := clients[0].ServiceInfo(ctx, "etcd")
 		if err != nil {
 			return err
@@ -156,7 +101,7 @@ func TestEtcdThroughMachined(t *testing.T) {
 		t.Fatalf("bootstrap: %v", err)
 	}
 
-	poll(t, "three healthy voting members", 3*time.Minute, func() error {
+	testenv.WaitFor(t, "three healthy voting members", 3*time.Minute, func() error {
 		resp, err := clients[0].EtcdMemberList(ctx, &machine.EtcdMemberListRequest{})
 		if err != nil {
 			return err
@@ -239,7 +184,7 @@ func TestEtcdThroughMachined(t *testing.T) {
 
 	// Node 3 leaves: its etcd stops, its data is wiped, two members remain. Right after the
 	// handovers the quorum check may still see an election: FailedPrecondition is tried again.
-	poll(t, "node 3 left", 30*time.Second, func() error {
+	testenv.WaitFor(t, "node 3 left", 30*time.Second, func() error {
 		err := clients[2].EtcdLeaveCluster(ctx, &machine.EtcdLeaveClusterRequest{})
 		if err != nil && status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("leave: %v", err)
@@ -278,17 +223,17 @@ func TestEtcdOnWorker(t *testing.T) {
 		t.Skip("starts machined")
 	}
 
-	addr := fmt.Sprintf("127.77.%d.9", os.Getpid()%250+1)
-	n := testutil.StartNode(t, addr, testutil.Config(t, mtype.TypeWorker, "127.77.0.250"))
+	addr := testenv.Loopback(77) + "9"
+	n := testenv.StartNode(t, addr, testenv.Config(t, mtype.TypeWorker, "127.77.0.250"))
 	c := n.Client(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	poll(t, "bootstrap refused on a worker", 30*time.Second, func() error {
+	testenv.WaitFor(t, "bootstrap refused on a worker", 30*time.Second, func() error {
 		err := c.Bootstrap(ctx, &machine.BootstrapRequest{})
 		if status.Code(err) != codes.FailedPrecondition {
-			return fmt.Errorf("got %w, want FailedPrecondition", err)
+			return fmt.Errorf("got %v, want FailedPrecondition", err)
 		}
 
 		return nil

@@ -16,10 +16,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talos-go/talos/internal/etcd"
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/provision"
 	"github.com/talos-go/talos/internal/talosctl"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestClusterRollingUpgrade creates a local cluster of three control planes running under the
@@ -31,8 +31,8 @@ func TestClusterRollingUpgrade(t *testing.T) {
 		t.Skip("creates a cluster")
 	}
 
-	etcdBin := realEtcd(t)
-	binX := buildVersion(t, vX)
+	etcdBin := testenv.EtcdNextToMachined(t)
+	binX := testenv.MachinedVersion(t, vX)
 	im := makeImages(t, etcdBin)
 
 	// Short: unix socket paths under the node folders must stay under 108 bytes.
@@ -59,8 +59,8 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range c.Nodes {
-				t.Logf("==== %s\n%s", n.Name, tail(filepath.Join(c.Dir, n.Name+".log"), 4000))
-				t.Logf("==== %s etcd\n%s", n.Name, tail(filepath.Join(n.State, "EPHEMERAL", "log", "etcd.log"), 2000))
+				t.Logf("==== %s\n%s", n.Name, testenv.TailFile(filepath.Join(c.Dir, n.Name+".log"), 4000))
+				t.Logf("==== %s etcd\n%s", n.Name, testenv.TailFile(filepath.Join(n.State, "EPHEMERAL", "log", "etcd.log"), 2000))
 			}
 		}
 	})
@@ -72,7 +72,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 
 	nodes := make([]*bootNode, len(c.Nodes))
 	for i, n := range c.Nodes {
-		nodes[i] = &bootNode{state: n.State, out: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
+		nodes[i] = &bootNode{state: n.State, out: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
 		nodes[i].waitSettled(t, vX)
 	}
 
@@ -82,7 +82,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	bctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 
 	// The socket answers before the boot has loaded the config.
-	if err = testutil.AwaitConfig(bctx, bc); err != nil {
+	if err = testenv.AwaitConfig(bctx, bc); err != nil {
 		t.Fatal(err)
 	}
 
@@ -174,7 +174,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	waited := 0
 
 	for _, i := range []int{1, 2} {
-		if strings.Contains(tail(filepath.Join(c.Dir, c.Nodes[i].Name+".log"), 1<<20), "etcd upgrade lock taken") {
+		if strings.Contains(testenv.TailFile(filepath.Join(c.Dir, c.Nodes[i].Name+".log"), 1<<20), "etcd upgrade lock taken") {
 			waited++
 		}
 	}
@@ -217,7 +217,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	nodes[1].waitSettled(t, vX2)
 	nodes[1].waitEtcdHealthy(t)
 
-	if b := tail(filepath.Join(c.Dir, c.Nodes[1].Name+".log"), 1<<20); !strings.Contains(b, "EPHEMERAL wiped") || !strings.Contains(b, "left the cluster") {
+	if b := testenv.TailFile(filepath.Join(c.Dir, c.Nodes[1].Name+".log"), 1<<20); !strings.Contains(b, "EPHEMERAL wiped") || !strings.Contains(b, "left the cluster") {
 		t.Fatal("upgrade without --preserve did not leave etcd and wipe EPHEMERAL")
 	}
 
@@ -255,7 +255,7 @@ func TestClusterRollingUpgrade(t *testing.T) {
 	})
 	nodes[2].waitEtcdHealthy(t)
 
-	if b := tail(filepath.Join(c.Dir, c.Nodes[2].Name+".log"), 1<<20); !strings.Contains(b, "left the cluster") || !strings.Contains(b, `"partition": "EPHEMERAL"`) {
+	if b := testenv.TailFile(filepath.Join(c.Dir, c.Nodes[2].Name+".log"), 1<<20); !strings.Contains(b, "left the cluster") || !strings.Contains(b, `"partition": "EPHEMERAL"`) {
 		t.Fatal("graceful reset did not leave etcd and wipe EPHEMERAL")
 	}
 
@@ -347,15 +347,6 @@ func sortStrings(s []string) []string {
 	}
 
 	return s
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-
-	return string(b)
 }
 
 // logTime is the time of the first line of a node's log that contains msg.

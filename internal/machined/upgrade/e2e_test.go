@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,97 +25,16 @@ import (
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/imager"
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/talosctl"
-)
-
-var (
-	binDir  string
-	binMu   sync.Mutex
-	binPath = map[string]string{}
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-
+	testenv.RemoveBinaries()
 	os.Exit(code)
-}
-
-// buildVersion builds the multi-call binary with the given version tag (once per test binary).
-func buildVersion(t *testing.T, tag string) string {
-	t.Helper()
-
-	binMu.Lock()
-	defer binMu.Unlock()
-
-	if p, ok := binPath[tag]; ok {
-		return p
-	}
-
-	if binDir == "" {
-		var err error
-		if binDir, err = os.MkdirTemp("", "upgrade-bins-"); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	out := filepath.Join(binDir, "machined-"+tag)
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/talos-go/talos/internal/version.Tag="+tag, "-o", out, "github.com/talos-go/talos/cmd/machined")
-
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v\n%s", tag, err, b)
-	}
-
-	binPath[tag] = out
-
-	return out
-}
-
-var (
-	etcdOnce sync.Once
-	etcdBin  string
-	etcdErr  error
-)
-
-// realEtcd is our etcd command ($TALOS_ETCD_BINARY, or built once into the user cache), also
-// copied next to the built node binaries, where machined looks for it.
-func realEtcd(t *testing.T) string {
-	t.Helper()
-
-	etcdOnce.Do(func() {
-		if etcdBin = os.Getenv("TALOS_ETCD_BINARY"); etcdBin == "" {
-			dir, err := os.UserCacheDir()
-			if err != nil {
-				dir = os.TempDir()
-			}
-
-			etcdBin = filepath.Join(dir, "talos-go-test", "etcd")
-			if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
-				etcdErr = fmt.Errorf("building etcd: %w\n%s", err, out)
-
-				return
-			}
-		}
-
-		data, err := os.ReadFile(etcdBin)
-		if err == nil {
-			buildVersion(t, vX) // makes binDir
-			err = os.WriteFile(filepath.Join(binDir, "etcd"), data, 0o755)
-		}
-
-		etcdErr = err
-	})
-
-	if etcdErr != nil {
-		t.Fatal(etcdErr)
-	}
-
-	return etcdBin
 }
 
 // images holds what the upgrade tests share: a signing key and signed images.
@@ -136,7 +54,7 @@ func (im *images) image(t *testing.T, version string) string {
 
 	path := filepath.Join(im.dir, version+".img")
 	if _, err := imager.BuildFile(path, imager.BuildOptions{Version: version, Key: im.priv, Compress: true,
-		Files: map[string]string{imager.MachinedName: buildVersion(t, version), imager.EtcdName: im.etcd}}); err != nil {
+		Files: map[string]string{imager.MachinedName: testenv.MachinedVersion(t, version), imager.EtcdName: im.etcd}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -149,7 +67,7 @@ func makeImages(t *testing.T, etcd string) *images {
 	t.Helper()
 
 	dir := t.TempDir()
-	binX1 := buildVersion(t, vX1)
+	binX1 := testenv.MachinedVersion(t, vX1)
 
 	keyDir := filepath.Join(dir, "keys")
 	if _, err := imager.GenerateKey(filepath.Join(keyDir, "image.key"), filepath.Join(keyDir, "image.pub")); err != nil {
@@ -163,11 +81,11 @@ func makeImages(t *testing.T, etcd string) *images {
 
 	if etcd == "" {
 		etcd = filepath.Join(dir, "etcd")
-		writeFile(t, etcd, "#!/bin/sh\nexit 0\n", 0o755)
+		testenv.WriteFile(t, etcd, "#!/bin/sh\nexit 0\n", 0o755)
 	}
 
 	broken := filepath.Join(dir, "broken")
-	writeFile(t, broken, "#!/bin/sh\necho broken machined >&2\nexit 3\n", 0o755)
+	testenv.WriteFile(t, broken, "#!/bin/sh\necho broken machined >&2\nexit 3\n", 0o755)
 
 	image := func(name, version, machined string, key []byte) string {
 		path := filepath.Join(dir, name)
@@ -192,7 +110,7 @@ func makeImages(t *testing.T, etcd string) *images {
 	im.tampered = filepath.Join(dir, "tampered.img")
 	data, _ := os.ReadFile(im.good)
 	data[len(data)/2] ^= 0xff
-	writeFile(t, im.tampered, string(data), 0o644)
+	testenv.WriteFile(t, im.tampered, string(data), 0o644)
 
 	return im
 }
@@ -201,14 +119,14 @@ func makeImages(t *testing.T, etcd string) *images {
 type bootNode struct {
 	state  string
 	cmd    *exec.Cmd
-	out    *testutil.SyncBuffer
+	out    *testenv.SyncBuffer
 	exited chan error
 }
 
 func startBootNode(t *testing.T, bin, state string, args ...string) *bootNode {
 	t.Helper()
 
-	n := &bootNode{state: state, out: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
+	n := &bootNode{state: state, out: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
 	n.cmd = exec.Command(bin, append([]string{"boot", "--state", state}, args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 
@@ -227,12 +145,12 @@ func startBootNode(t *testing.T, bin, state string, args ...string) *bootNode {
 		default:
 		}
 
-		n.cmd.Process.Signal(syscall.SIGTERM)
+		n.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 
 		select {
 		case <-n.exited:
 		case <-time.After(30 * time.Second):
-			n.cmd.Process.Kill()
+			n.cmd.Process.Kill() //nolint:errcheck
 			t.Errorf("node did not stop on SIGTERM\n%s", n.out)
 		}
 	})
@@ -259,7 +177,7 @@ func (n *bootNode) client(t *testing.T) *client.Client {
 // version asks the node for its version once.
 func (n *bootNode) version(t *testing.T) (string, error) {
 	c := n.client(t)
-	defer c.Close()
+	defer c.Close() //nolint:errcheck
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -272,35 +190,25 @@ func (n *bootNode) version(t *testing.T) (string, error) {
 	return resp.Messages[0].Version.Tag, nil
 }
 
-// waitFor polls cond until it holds; the deadline only guards against a hang.
+// waitFor polls cond until it holds, and gives up at once if the node exits.
 func (n *bootNode) waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 
-	deadline := time.Now().Add(3 * time.Minute)
-
-	last := ""
-
-	for {
+	testenv.WaitFor(t, what, 3*time.Minute, func() error {
 		ok, state := cond()
 		if ok {
-			return
+			return nil
 		}
-
-		last = state
 
 		select {
 		case err := <-n.exited:
 			n.exited <- err
-			t.Fatalf("%s: node exited (%v); last state %s\n%s", what, err, last, n.out)
+			t.Fatalf("%s: node exited (%v); last state %s\n%s", what, err, state, n.out)
 		default:
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: gave up; last state %s\n%s", what, last, n.out)
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("last state %s\n%s", state, n.out)
+	})
 }
 
 func (n *bootNode) waitVersion(t *testing.T, want string) {
@@ -348,7 +256,7 @@ func (n *bootNode) upgrade(t *testing.T, image string, preserve bool) error {
 	t.Helper()
 
 	c := n.client(t)
-	defer c.Close()
+	defer c.Close() //nolint:errcheck
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -363,18 +271,6 @@ func (n *bootNode) upgrade(t *testing.T, image string, preserve bool) error {
 	}
 
 	return nil
-}
-
-func writeFile(t *testing.T, path, content string, mode os.FileMode) {
-	t.Helper()
-
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := os.WriteFile(path, []byte(content), mode); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // talosctl runs a talosctl command against the node's machine API socket.
@@ -402,13 +298,13 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		t.Skip("builds two node binaries")
 	}
 
-	binX := buildVersion(t, vX)
+	binX := testenv.MachinedVersion(t, vX)
 	im := makeImages(t, "")
 	dir, good, brokenImg, foreign, tampered := im.dir, im.good, im.broken, im.foreign, im.tampered
 
 	state := t.TempDir()
 	cfg := filepath.Join(dir, "worker.yaml")
-	writeFile(t, cfg, string(testutil.Config(t, machinetype.TypeWorker, "127.5.8.2")), 0o600)
+	testenv.WriteFile(t, cfg, string(testenv.Config(t, machinetype.TypeWorker, "127.5.8.2")), 0o600)
 
 	n := startBootNode(t, binX, state, "--image-keys", im.pub, "--boot-timeout", "2m",
 		"--platform", "container", "--address", "127.5.8.2", "--config", cfg)
@@ -420,7 +316,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	}
 
 	marker := filepath.Join(state, "EPHEMERAL", "lib", "marker")
-	writeFile(t, marker, "keep me", 0o600)
+	testenv.WriteFile(t, marker, "keep me", 0o600)
 
 	// Refused images: clear errors, and the node is untouched (no slot B, same version).
 	for _, tc := range []struct {
@@ -538,13 +434,13 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		t.Fatalf("refused reset changed STATE: %v", err)
 	}
 
-	writeFile(t, marker, "wipe me", 0o600)
+	testenv.WriteFile(t, marker, "wipe me", 0o600)
 
 	if _, err = c.ResetGenericWithResponse(ctx, &machine.ResetRequest{Graceful: true, Reboot: false}); err != nil {
 		t.Fatal(err)
 	}
 
-	c.Close()
+	c.Close() //nolint:errcheck
 
 	select {
 	case err = <-n.exited:

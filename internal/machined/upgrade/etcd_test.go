@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,58 +15,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/testenv"
 )
-
-var (
-	etcdOnce sync.Once
-	etcdBin  string
-	etcdErr  error
-)
-
-// etcdBinary is our etcd command: $TALOS_ETCD_BINARY, or built once into the user cache.
-func etcdBinary(t *testing.T) string {
-	t.Helper()
-
-	if testing.Short() {
-		t.Skip("starts a real etcd")
-	}
-
-	etcdOnce.Do(func() {
-		if p := os.Getenv("TALOS_ETCD_BINARY"); p != "" {
-			etcdBin = p
-
-			return
-		}
-
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			dir = os.TempDir()
-		}
-
-		etcdBin = filepath.Join(dir, "talos-go-test", "etcd")
-		if out, err := exec.Command("go", "build", "-o", etcdBin, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
-			etcdErr = fmt.Errorf("building etcd: %w\n%s", err, out)
-		}
-	})
-
-	if etcdErr != nil {
-		t.Fatal(etcdErr)
-	}
-
-	return etcdBin
-}
 
 // startEtcd runs a one-member etcd on addr and returns its client URL.
 func startEtcd(t *testing.T, addr string) string {
 	t.Helper()
 
 	client, peer := "http://"+addr+":2379", "http://"+addr+":2380"
-	cmd := exec.Command(etcdBinary(t), "--name", "n1", "--data-dir", t.TempDir(),
+	cmd := exec.Command(testenv.EtcdBinary(t), "--name", "n1", "--data-dir", t.TempDir(),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "n1="+peer,
 		"--log-level", "error")
 
-	var out strings.Builder
+	var out testenv.SyncBuffer
 
 	cmd.Stdout, cmd.Stderr = &out, &out
 
@@ -77,10 +38,10 @@ func startEtcd(t *testing.T, addr string) string {
 
 	exited := make(chan struct{})
 
-	go func() { cmd.Wait(); close(exited) }()
+	go func() { cmd.Wait(); close(exited) }() //nolint:errcheck
 
 	t.Cleanup(func() {
-		cmd.Process.Kill()
+		cmd.Process.Kill() //nolint:errcheck
 		<-exited
 	})
 
@@ -88,29 +49,26 @@ func startEtcd(t *testing.T, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	defer cli.Close() //nolint:errcheck
 
-	for deadline := time.Now().Add(time.Minute); ; {
+	testenv.WaitFor(t, "etcd answering", time.Minute, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err = cli.Status(ctx, client)
-		cancel()
+		defer cancel()
 
-		if err == nil {
-			return client
+		if _, err := cli.Status(ctx, client); err != nil {
+			select {
+			case <-exited:
+				t.Fatalf("etcd exited: %s", out.String())
+			default:
+			}
+
+			return fmt.Errorf("%w\n%s", err, out.String())
 		}
 
-		select {
-		case <-exited:
-			t.Fatalf("etcd exited: %s", out.String())
-		default:
-		}
+		return nil
+	})
 
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd did not answer: %v\n%s", err, out.String())
-		}
-
-		time.Sleep(50 * time.Millisecond)
-	}
+	return client
 }
 
 // fakeEtcdNode is the etcd manager of one "control plane" in these tests. kill closes every
@@ -140,7 +98,7 @@ func (f *fakeEtcdNode) Status(ctx context.Context) (*clientv3.StatusResponse, er
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
+	defer cli.Close() //nolint:errcheck
 
 	return cli.Status(ctx, f.ep)
 }
@@ -154,7 +112,7 @@ func (f *fakeEtcdNode) kill() {
 	defer f.mu.Unlock()
 
 	for _, c := range f.clients {
-		c.Close()
+		c.Close() //nolint:errcheck
 	}
 }
 

@@ -2,9 +2,6 @@ package etcd_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,22 +16,8 @@ import (
 	"github.com/talos-go/talos/internal/etcd"
 	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
 	"github.com/talos-go/talos/internal/machined/resources"
+	"github.com/talos-go/talos/internal/testenv"
 )
-
-func etcdBinary(t *testing.T) string {
-	t.Helper()
-
-	if p := os.Getenv("TALOS_ETCD_BINARY"); p != "" {
-		return p
-	}
-
-	p := filepath.Join(t.TempDir(), "etcd")
-	if out, err := exec.Command("go", "build", "-o", p, "github.com/talos-go/talos/cmd/etcd").CombinedOutput(); err != nil {
-		t.Fatalf("building etcd: %v\n%s", err, out)
-	}
-
-	return p
-}
 
 // TestMemberController: the local Member resource carries the running member's ID and goes
 // away once etcd stops.
@@ -50,9 +33,9 @@ func TestMemberController(t *testing.T) {
 
 	dir := t.TempDir()
 	opts := etcd.Options{
-		Binary:     etcdBinary(t),
+		Binary:     testenv.EtcdBinary(t),
 		Name:       "cp",
-		Address:    fmt.Sprintf("127.81.%d.1", os.Getpid()%250+1),
+		Address:    testenv.Loopback(81) + "1",
 		DataDir:    filepath.Join(dir, "EPHEMERAL", "lib", "etcd"),
 		SecretsDir: filepath.Join(dir, "secrets", "etcd"),
 		CACert:     ca.CrtPEM,

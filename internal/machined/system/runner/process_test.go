@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/sandbox"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestProcessOutputAndExitCode(t *testing.T) {
-	var out testutil.SyncBuffer
+	var out testenv.SyncBuffer
 	p := &Process{Args: []string{"/bin/sh", "-c", "echo hello; echo err >&2; exit 3"}, Output: &out}
 	err := p.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
@@ -23,7 +23,7 @@ func TestProcessOutputAndExitCode(t *testing.T) {
 }
 
 func TestProcessGracefulStop(t *testing.T) {
-	var out testutil.SyncBuffer
+	var out testenv.SyncBuffer
 	p := &Process{
 		Args:   []string{"/bin/sh", "-c", "trap 'echo got-term; exit 0' TERM; echo ready; while true; do sleep 0.05; done"},
 		Output: &out, GracefulTimeout: 5 * time.Second,
@@ -44,7 +44,7 @@ func TestProcessGracefulStop(t *testing.T) {
 }
 
 func TestProcessKilledAfterTimeout(t *testing.T) {
-	var out testutil.SyncBuffer
+	var out testenv.SyncBuffer
 	p := &Process{
 		Args:   []string{"/bin/sh", "-c", "trap '' TERM; echo ready; while true; do sleep 0.05; done"},
 		Output: &out, GracefulTimeout: 100 * time.Millisecond,
@@ -70,7 +70,7 @@ func TestProcessKilledAfterTimeout(t *testing.T) {
 // TimerSlack reaches the child (and every thread it starts), confined or not.
 func TestProcessTimerSlack(t *testing.T) {
 	for _, sandboxed := range []bool{false, true} {
-		var out testutil.SyncBuffer
+		var out testenv.SyncBuffer
 
 		p := &Process{Args: []string{"/bin/cat", "/proc/self/timerslack_ns"}, Output: &out, TimerSlack: 3 * time.Millisecond}
 		if sandboxed {

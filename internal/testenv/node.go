@@ -1,6 +1,4 @@
-// Package testutil starts real machined processes for tests: the binary is built once per
-// test binary, each node gets its own loopback address and state folder.
-package testutil
+package testenv
 
 import (
 	"bytes"
@@ -28,49 +26,6 @@ import (
 	"github.com/talos-go/talos/internal/unixsock"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// The caches of the user who started the tests: tests point HOME elsewhere (t.Setenv), which
-// must not send go build to an empty cache and module folder.
-var startHome, startCache = os.Getenv("HOME"), os.Getenv("XDG_CACHE_HOME")
-
-// GoBuild runs `go build args...` with the Go caches of the user who started the tests.
-func GoBuild(args ...string) ([]byte, error) {
-	cmd := exec.Command("go", append([]string{"build"}, args...)...)
-	cmd.Env = append(os.Environ(), "HOME="+startHome, "XDG_CACHE_HOME="+startCache)
-
-	return cmd.CombinedOutput()
-}
-
-// Binary builds the multi-call binary (once) and returns its path.
-func Binary(t testing.TB) string {
-	t.Helper()
-
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "machined-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-
-		binPath = filepath.Join(dir, "machined")
-		out, err := GoBuild("-o", binPath, "github.com/talos-go/talos/cmd/machined")
-		if err != nil {
-			buildErr = fmt.Errorf("building machined: %w\n%s", err, out)
-		}
-	})
-
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-
-	return binPath
-}
-
 // Config generates a machine config of the given type for a cluster whose endpoint is addr.
 func Config(t testing.TB, typ machine.Type, endpointAddr string) []byte {
 	t.Helper()
@@ -93,7 +48,10 @@ func Config(t testing.TB, typ machine.Type, endpointAddr string) []byte {
 	return out
 }
 
-// Node is a running machined process.
+// outputTail is how much of a node's output a failed test shows.
+const outputTail = 32 << 10
+
+// Node is a running machined process; when its test fails, the end of its output is logged.
 type Node struct {
 	Address string
 	State   string
@@ -139,7 +97,7 @@ func StartNodeArgs(t testing.TB, state string, args ...string) *Node {
 		}
 	}
 
-	n.Cmd = exec.Command(Binary(t), args...)
+	n.Cmd = exec.Command(MachinedBinary(t), args...)
 	n.Cmd.Stdout, n.Cmd.Stderr = n.Output, n.Output
 
 	if err := n.Cmd.Start(); err != nil {
@@ -148,7 +106,13 @@ func StartNodeArgs(t testing.TB, state string, args ...string) *Node {
 
 	go func() { n.Exited <- n.Cmd.Wait() }()
 
-	t.Cleanup(func() { n.Stop(t) })
+	t.Cleanup(func() {
+		n.Stop(t)
+
+		if t.Failed() {
+			t.Logf("output of node %s (at most its last %d bytes):\n%s", n.Address, outputTail, tail(n.Output.String(), outputTail))
+		}
+	})
 
 	return n
 }
@@ -179,12 +143,12 @@ func (n *Node) Stop(t testing.TB) {
 		return
 	}
 
-	n.Cmd.Process.Signal(syscall.SIGTERM)
+	n.Cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 
 	select {
 	case <-n.Exited:
 	case <-time.After(30 * time.Second):
-		n.Cmd.Process.Kill()
+		n.Cmd.Process.Kill() //nolint:errcheck
 		<-n.Exited
 		t.Errorf("node %s did not stop within 30s", n.Address)
 	}
@@ -203,12 +167,12 @@ func (n *Node) Client(t testing.TB) *client.Client {
 		select {
 		case err := <-n.Exited:
 			n.Exited <- err
-			t.Fatalf("node exited before serving: %v\n%s", err, n.Output.String())
+			t.Fatalf("node exited before serving: %v", err)
 		default:
 		}
 
 		if time.Now().After(deadline) {
-			t.Fatalf("socket %s did not appear\n%s", n.Socket(), n.Output.String())
+			t.Fatalf("socket %s did not appear", n.Socket())
 		}
 
 		time.Sleep(20 * time.Millisecond)
@@ -219,7 +183,7 @@ func (n *Node) Client(t testing.TB) *client.Client {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { c.Close() }) //nolint:errcheck
 
 	return c
 }
@@ -233,7 +197,7 @@ func (n *Node) WaitConfigured(t testing.TB, c *client.Client) {
 	defer cancel()
 
 	if err := AwaitConfig(ctx, c); err != nil {
-		t.Fatalf("%v\n%s", err, n.Output.String())
+		t.Fatal(err)
 	}
 }
 

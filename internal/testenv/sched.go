@@ -1,4 +1,4 @@
-package testutil
+package testenv
 
 import (
 	"fmt"
