@@ -19,7 +19,7 @@ import (
 func getCmd(g *Global) *cobra.Command {
 	var (
 		outFormat, namespace string
-		watch, insecure   bool
+		watch, insecure      bool
 	)
 
 	cmd := &cobra.Command{
