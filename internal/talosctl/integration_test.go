@@ -63,7 +63,16 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	mustContain(t, out, "SERVICE", "STATE", "HEALTH")
 
 	out, _ = waitFor(t, ok, append(sock, "get", "hostnamestatus")...)
-	mustContain(t, out, "HostnameStatuses.net.talos.dev", "talos-")
+	mustContain(t, out, "HostnameStatus", "talos-")
+
+	// get rd on a real node: the ALIASES column is {.aliases[:]}.
+	out, _ = waitFor(t, ok, append(sock, "get", "rd")...)
+	mustContain(t, out, "ALIASES", "hostnamestatuses.net.talos.dev", "hostname hostnamestatus hs")
+
+	for _, format := range []string{"yaml", "json", "jsonpath={.spec.aliases[:]}", "jsonpath-as-json={.spec.aliases}"} {
+		out, _ = waitFor(t, ok, append(sock, "get", "rd", "hostnamestatuses.net.talos.dev", "-o", format)...)
+		mustContain(t, out, "hostnamestatus")
+	}
 
 	out, _ = waitFor(t, ok, append(sock, "get", "machineconfig", "-o", "yaml")...)
 	mustContain(t, out, "node: local", "type: MachineConfigs.config.talos.dev")
