@@ -35,6 +35,7 @@ func configCmd(g *Global) *cobra.Command {
 		configNodeCmd(g),
 		configInfoCmd(g),
 		configNewCmd(g),
+		configRemoveCmd(g),
 	)
 
 	return cmd

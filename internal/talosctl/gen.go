@@ -34,7 +34,10 @@ func genCmd() *cobra.Command {
 		Short: "Generate machine configurations, secrets and client configuration",
 	}
 
-	cmd.AddCommand(genConfigCmd(), genSecretsCmd())
+	force := cmd.PersistentFlags().BoolP("force", "f", false, "will overwrite existing files")
+
+	cmd.AddCommand(genConfigCmd(force), genSecretsCmd(force),
+		genCACmd(force), genKeypairCmd(force), genKeyCmd(force), genCSRCmd(force), genCrtCmd(force))
 
 	return cmd
 }
@@ -60,7 +63,7 @@ type GenConfigOptions struct {
 	Force               bool
 }
 
-func genConfigCmd() *cobra.Command {
+func genConfigCmd(force *bool) *cobra.Command {
 	o := GenConfigOptions{}
 
 	cmd := &cobra.Command{
@@ -70,7 +73,7 @@ func genConfigCmd() *cobra.Command {
 			"Writes controlplane.yaml, worker.yaml and talosconfig.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.ClusterName, o.Endpoint = args[0], args[1]
+			o.ClusterName, o.Endpoint, o.Force = args[0], args[1], *force
 
 			return GenConfig(o, cmd.ErrOrStderr())
 		},
@@ -92,7 +95,6 @@ func genConfigCmd() *cobra.Command {
 	f.StringArrayVar(&o.PatchesWorker, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
 	f.BoolVar(&o.WithDocs, "with-docs", true, "renders all machine configs adding the documentation for each field")
 	f.BoolVar(&o.WithExamples, "with-examples", true, "renders all machine configs with the commented examples")
-	f.BoolVar(&o.Force, "force", false, "will overwrite existing files")
 
 	return cmd
 }
@@ -261,11 +263,8 @@ func writeNew(path string, data []byte, force bool) error {
 	return nil
 }
 
-func genSecretsCmd() *cobra.Command {
-	var (
-		out, fromPKI, token, talosVersion string
-		force                             bool
-	)
+func genSecretsCmd(force *bool) *cobra.Command {
+	var out, fromPKI, token, talosVersion string
 
 	cmd := &cobra.Command{
 		Use:   "secrets",
@@ -299,7 +298,7 @@ func genSecretsCmd() *cobra.Command {
 				return fmt.Errorf("encoding secrets bundle: %w", err)
 			}
 
-			if err = writeNew(out, data, force); err != nil {
+			if err = writeNew(out, data, *force); err != nil {
 				return err
 			}
 
@@ -313,7 +312,6 @@ func genSecretsCmd() *cobra.Command {
 	cmd.Flags().StringVarP(&fromPKI, "from-kubernetes-pki", "p", "", "use a Kubernetes PKI directory (e.g. /etc/kubernetes/pki) as input")
 	cmd.Flags().StringVarP(&token, "kubernetes-bootstrap-token", "t", "", "use the provided bootstrap token as input")
 	cmd.Flags().StringVar(&talosVersion, "talos-version", "", "the desired Talos version to generate secrets bundle for (backwards compatibility, e.g. v1.10)")
-	cmd.Flags().BoolVar(&force, "force", false, "will overwrite an existing file")
 
 	return cmd
 }

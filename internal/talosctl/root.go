@@ -56,6 +56,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(
 		configCmd(g),
 		genCmd(),
+		machineconfigCmd(),
 		validateCmd(),
 		versionCmd(g),
 		memoryCmd(g),
