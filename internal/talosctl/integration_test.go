@@ -77,6 +77,8 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	out, _ = waitFor(t, ok, append(sock, "get", "machineconfig", "-o", "yaml")...)
 	mustContain(t, out, "node: local", "type: MachineConfigs.config.talos.dev")
 
+	checkMetaAndRestart(t, sock, n.State)
+
 	// ls / read within the node's view.
 	out, _ = waitFor(t, ok, append(sock, "ls", "-l", "/")...)
 	mustContain(t, out, "MODE", "NAME")

@@ -48,10 +48,6 @@ var missingCommands = map[string]string{
 	"etcd downgrade validate": "not yet written (issue 16 item 1)",
 	"inspect":                 "not yet written (issue 16 item 1)",
 	"inspect dependencies":    "not yet written (issue 16 item 1)",
-	"meta":                    "not yet written (issue 16 item 1)",
-	"meta delete":             "not yet written (issue 16 item 1)",
-	"meta write":              "not yet written (issue 16 item 1)",
-	"restart":                 "not yet written (issue 16 item 1)",
 	"support":                 "not yet written (issue 16 item 3)",
 }
 

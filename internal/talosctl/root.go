@@ -88,6 +88,8 @@ func NewRootCommand() *cobra.Command {
 		clusterCmd(g),
 		etcdCmd(g),
 		bootstrapCmd(g),
+		metaCmd(g),
+		restartCmd(g),
 	)
 
 	return root
