@@ -78,6 +78,7 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 	mustContain(t, out, "node: local", "type: MachineConfigs.config.talos.dev")
 
 	checkMetaAndRestart(t, sock, n.State)
+	checkInspect(t, sock)
 
 	// ls / read within the node's view.
 	out, _ = waitFor(t, ok, append(sock, "ls", "-l", "/")...)

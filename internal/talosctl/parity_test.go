@@ -46,8 +46,6 @@ var missingCommands = map[string]string{
 	"etcd downgrade cancel":   "not yet written (issue 16 item 1)",
 	"etcd downgrade enable":   "not yet written (issue 16 item 1)",
 	"etcd downgrade validate": "not yet written (issue 16 item 1)",
-	"inspect":                 "not yet written (issue 16 item 1)",
-	"inspect dependencies":    "not yet written (issue 16 item 1)",
 	"support":                 "not yet written (issue 16 item 3)",
 }
 

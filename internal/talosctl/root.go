@@ -90,6 +90,7 @@ func NewRootCommand() *cobra.Command {
 		bootstrapCmd(g),
 		metaCmd(g),
 		restartCmd(g),
+		inspectCmd(g),
 	)
 
 	return root

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -42,6 +43,10 @@ type Runtime struct {
 	Binary   string // path of the multi-call binary, for starting apid and trustd
 
 	State      state.State
+	// Controllers gives the controller runtime's dependency graph (the inspect API).
+	Controllers interface {
+		GetDependencyGraph() (*controller.DependencyGraph, error)
+	}
 	Events     *events.Bus
 	Logs       *logging.Manager
 	Supervisor *system.Supervisor
