@@ -130,7 +130,7 @@ func addResources(ctx context.Context, c *client.Client, g *dot.Graph, edges []*
 		}
 
 		for _, r := range list.Items {
-			n := g.Node(id + "/" + r.Metadata().ID()).Label(r.Metadata().ID()).Attr("shape", "note")
+			n := g.Node(id+"/"+r.Metadata().ID()).Label(r.Metadata().ID()).Attr("shape", "note")
 			g.Edge(g.Node(id), n).Attr("style", "dotted")
 		}
 	}

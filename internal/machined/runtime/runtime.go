@@ -42,7 +42,7 @@ type Runtime struct {
 	Paths    Paths
 	Binary   string // path of the multi-call binary, for starting apid and trustd
 
-	State      state.State
+	State state.State
 	// Controllers gives the controller runtime's dependency graph (the inspect API).
 	Controllers interface {
 		GetDependencyGraph() (*controller.DependencyGraph, error)
