@@ -42,10 +42,6 @@ var missingCommands = map[string]string{
 	"gen secureboot database": "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
 	"gen secureboot pcr":      "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
 	"gen secureboot uki":      "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
-	"etcd downgrade":          "not yet written (issue 16 item 1)",
-	"etcd downgrade cancel":   "not yet written (issue 16 item 1)",
-	"etcd downgrade enable":   "not yet written (issue 16 item 1)",
-	"etcd downgrade validate": "not yet written (issue 16 item 1)",
 	"support":                 "not yet written (issue 16 item 3)",
 }
 
