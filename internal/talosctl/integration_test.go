@@ -79,6 +79,7 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 
 	checkMetaAndRestart(t, sock, n.State)
 	checkInspect(t, sock)
+	checkSupport(t, sock, cfg)
 
 	// ls / read within the node's view.
 	out, _ = waitFor(t, ok, append(sock, "ls", "-l", "/")...)

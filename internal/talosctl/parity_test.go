@@ -42,7 +42,6 @@ var missingCommands = map[string]string{
 	"gen secureboot database": "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
 	"gen secureboot pcr":      "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
 	"gen secureboot uki":      "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
-	"support":                 "not yet written (issue 16 item 3)",
 }
 
 // missingFlags are flags upstream has on every connecting command that talosctl leaves out.

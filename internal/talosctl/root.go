@@ -91,6 +91,7 @@ func NewRootCommand() *cobra.Command {
 		metaCmd(g),
 		restartCmd(g),
 		inspectCmd(g),
+		supportCmd(g),
 	)
 
 	return root
