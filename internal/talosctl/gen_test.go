@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -91,6 +92,22 @@ func TestGenConfigProducesValidConfigs(t *testing.T) {
 	}
 
 	mustContain(t, out, "Current context:     demo", "Nodes:               not defined", "Roles:               os:admin", "from now ("+crt.NotAfter.Format("2006-01-02")+")")
+
+	for format, want := range map[string]string{
+		"json": `"context": "demo"`,
+		"yaml": "context: demo",
+	} {
+		code, out, stderr = run(t, "--talosconfig", filepath.Join(dir, "talosconfig"), "config", "info", "-o", format)
+		if code != 0 {
+			t.Fatal(stderr)
+		}
+
+		mustContain(t, out, want, "os:admin", crt.NotAfter.UTC().Format(time.RFC3339))
+	}
+
+	if code, _, stderr = run(t, "--talosconfig", filepath.Join(dir, "talosconfig"), "config", "info", "-o", "xml"); code == 0 || !strings.Contains(stderr, "use text, json or yaml") {
+		t.Errorf("config info -o xml: code %d, %s", code, stderr)
+	}
 
 	// no overwrite without --force
 	if code, _, stderr = run(t, "gen", "config", "demo", "https://10.0.0.1:6443", "-o", dir); code == 0 || !strings.Contains(stderr, "use --force") {
