@@ -10,7 +10,7 @@ import (
 
 // downgrade runs an etcd downgrade action on this control plane's member.
 func (s *Machine) downgrade(ctx context.Context, action clientv3.DowngradeAction, version string) (*machine.EtcdClusterDowngrade, error) {
-	m, err := s.etcdManager()
+	m, err := s.etcdManager(ctx)
 	if err != nil {
 		return nil, err
 	}
