@@ -49,7 +49,7 @@ func checkSupport(t *testing.T, sock []string, cfg []byte) {
 	t.Helper()
 
 	// apid's log exists once it has started.
-	waitFor(t, func(code int, out, _ string) bool { return code == 0 && strings.Contains(out, "Running") }, append(sock, "service", "apid")...)
+	waitFor(t, ok, append(sock, "logs", "apid")...)
 
 	out := filepath.Join(t.TempDir(), "support.zip")
 
