@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,7 +47,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(home) //nolint:errcheck
+	defer os.RemoveAll(home)
 
 	if binDir, err = testenv.Binaries(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -102,7 +103,8 @@ func talosctl(t *testing.T, args ...string) (string, string, int) {
 	err := cmd.Run()
 	code := 0
 
-	if exitErr, ok := err.(*exec.ExitError); ok {
+	exitErr := &exec.ExitError{}
+	if errors.As(err, &exitErr) {
 		code = exitErr.ExitCode()
 	} else if err != nil {
 		if t != nil {
@@ -354,7 +356,7 @@ func stream(t *testing.T, args ...string) func() string {
 
 	t.Cleanup(func() {
 		cancel()
-		cmd.Wait() //nolint:errcheck
+		cmd.Wait()
 	})
 
 	return out.String

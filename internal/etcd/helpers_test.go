@@ -68,7 +68,7 @@ func newTestCluster(t testing.TB, n int, caCert, caKey []byte) *testCluster {
 			if t.Failed() {
 				data, _ := os.ReadFile(logFile.Name())
 				if os.Getenv("TALOS_ETCD_TEST_KEEP_LOGS") != "" {
-					os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("etcd-test-%s.log", addr)), data, 0o600) //nolint:errcheck
+					os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("etcd-test-%s.log", addr)), data, 0o600)
 				}
 
 				if len(data) > 6000 {

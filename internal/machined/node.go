@@ -295,6 +295,8 @@ func (n *node) StartResources(ctx context.Context) error {
 		}
 	}
 
+	n.r.Controllers = rt
+
 	n.owned.goOwned("controller runtime", rt.Run)
 	n.owned.goOwned("service resources", n.writeServiceResources)
 

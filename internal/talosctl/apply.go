@@ -9,6 +9,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/crypto/x509"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
@@ -54,10 +55,11 @@ func (f *applyFlags) request(data []byte) (*machineapi.ApplyConfigurationRequest
 
 func applyConfigCmd(g *Global) *cobra.Command {
 	var (
-		file     string
-		insecure bool
-		patches  []string
-		af       applyFlags
+		file         string
+		insecure     bool
+		patches      []string
+		fingerprints []string
+		af           applyFlags
 	)
 
 	cmd := &cobra.Command{
@@ -87,7 +89,7 @@ func applyConfigCmd(g *Global) *cobra.Command {
 			}
 
 			if insecure {
-				return applyInsecure(cmd, g, req)
+				return applyInsecure(cmd, g, req, fingerprints)
 			}
 
 			return g.run(cmd, func(ctx context.Context, s *session) error {
@@ -105,6 +107,7 @@ func applyConfigCmd(g *Global) *cobra.Command {
 
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the filename of the updated configuration")
 	cmd.Flags().BoolVarP(&insecure, "insecure", "i", false, "apply the config using the insecure (encrypted with no auth) maintenance service")
+	cmd.Flags().StringSliceVar(&fingerprints, "cert-fingerprint", nil, "list of server certificate fingeprints to accept (defaults to no check)")
 	cmd.Flags().StringArrayVarP(&patches, "config-patch", "p", nil, "the list of config patches to apply to the local config file before sending it to the node")
 	af.register(cmd)
 
@@ -112,15 +115,26 @@ func applyConfigCmd(g *Global) *cobra.Command {
 }
 
 // applyInsecure sends the config to each node's maintenance API in turn.
-func applyInsecure(cmd *cobra.Command, g *Global, req *machineapi.ApplyConfigurationRequest) error {
+func applyInsecure(cmd *cobra.Command, g *Global, req *machineapi.ApplyConfigurationRequest, fingerprintArgs []string) error {
 	if len(g.Nodes) == 0 {
 		return fmt.Errorf("--insecure needs the node addresses: pass them with -n")
+	}
+
+	fingerprints := make([]x509.Fingerprint, 0, len(fingerprintArgs))
+
+	for _, arg := range fingerprintArgs {
+		fp, err := x509.ParseFingerprint(arg)
+		if err != nil {
+			return fmt.Errorf("--cert-fingerprint %q: %w", arg, err)
+		}
+
+		fingerprints = append(fingerprints, fp)
 	}
 
 	failed := false
 
 	for _, node := range g.Nodes {
-		err := withMaintenanceClient(cmd.Context(), node, func(ctx context.Context, c *client.Client) error {
+		err := withPinnedMaintenanceClient(cmd.Context(), node, fingerprints, func(ctx context.Context, c *client.Client) error {
 			resp, err := c.ApplyConfiguration(ctx, req)
 			if err != nil {
 				return err

@@ -35,6 +35,7 @@ func configCmd(g *Global) *cobra.Command {
 		configNodeCmd(g),
 		configInfoCmd(g),
 		configNewCmd(g),
+		configRemoveCmd(g),
 	)
 
 	return cmd
@@ -276,27 +277,6 @@ func saveConfig(cfg *clientconfig.Config, path string) error {
 	}
 
 	return nil
-}
-
-func configInfoCmd(g *Global) *cobra.Command {
-	return &cobra.Command{
-		Use:   "info",
-		Short: "Show information about the current context",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, path, err := loadConfig(g.Talosconfig, false)
-			if err != nil {
-				return err
-			}
-
-			name, c, err := currentContext(cfg, g.Context, path)
-			if err != nil {
-				return err
-			}
-
-			return renderContextInfo(cmd.OutOrStdout(), name, c, time.Now())
-		},
-	}
 }
 
 // renderContextInfo writes the context's endpoints, nodes, roles and certificate expiry.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/spf13/cobra"
@@ -137,8 +138,38 @@ func connectSocket(ctx context.Context, path string) (*session, error) {
 // withMaintenanceClient connects to one node's maintenance API: TLS without client certificate
 // or server verification, since a node without a config has no PKI yet.
 func withMaintenanceClient(ctx context.Context, node string, fn func(context.Context, *client.Client) error) error {
+	return withPinnedMaintenanceClient(ctx, node, nil, fn)
+}
+
+// withPinnedMaintenanceClient is withMaintenanceClient that, given fingerprints, accepts only a
+// server certificate whose SPKI fingerprint is among them (apply-config --cert-fingerprint).
+func withPinnedMaintenanceClient(ctx context.Context, node string, fingerprints []x509.Fingerprint, fn func(context.Context, *client.Client) error) error {
+	tlsConfig := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // maintenance mode has no PKI yet; pinning below when asked
+
+	if len(fingerprints) > 0 {
+		// VerifyConnection, unlike VerifyPeerCertificate, runs on resumed sessions too.
+		tlsConfig.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("the node presented no certificate")
+			}
+
+			got, err := x509.SPKIFingerprintFromDER(cs.PeerCertificates[0].Raw)
+			if err != nil {
+				return fmt.Errorf("reading the node's certificate: %w", err)
+			}
+
+			for _, fp := range fingerprints {
+				if fp.Equal(got) {
+					return nil
+				}
+			}
+
+			return fmt.Errorf("the node's certificate fingerprint %s is not one of --cert-fingerprint", got)
+		}
+	}
+
 	c, err := client.New(ctx,
-		client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec // maintenance mode has no PKI yet
+		client.WithTLSConfig(tlsConfig),
 		client.WithEndpoints(node),
 		client.WithDefaultGRPCDialOptions(),
 	)

@@ -37,6 +37,7 @@ func etcdCmd(g *Global) *cobra.Command {
 		etcdStatusCmd(g),
 		alarm,
 		etcdDefragCmd(g),
+		etcdDowngradeCmd(g),
 	)
 
 	return cmd

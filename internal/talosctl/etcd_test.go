@@ -171,6 +171,8 @@ func TestEtcdCommands(t *testing.T) {
 		t.Fatalf("defrag: %v", err)
 	}
 
+	checkEtcdDowngrade(t, sock)
+
 	_, _, err = runEtcdCommand(t, sock, "bootstrap")
 	if err == nil || !strings.Contains(err.Error(), "AlreadyExists") {
 		t.Fatalf("second bootstrap: got %v, want AlreadyExists", err)

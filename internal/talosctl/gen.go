@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
@@ -16,6 +17,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/gendata"
 	"github.com/siderolabs/talos/pkg/machinery/version"
@@ -34,7 +36,10 @@ func genCmd() *cobra.Command {
 		Short: "Generate machine configurations, secrets and client configuration",
 	}
 
-	cmd.AddCommand(genConfigCmd(), genSecretsCmd())
+	force := cmd.PersistentFlags().BoolP("force", "f", false, "will overwrite existing files")
+
+	cmd.AddCommand(genConfigCmd(force), genSecretsCmd(force),
+		genCACmd(force), genKeypairCmd(force), genKeyCmd(force), genCSRCmd(force), genCrtCmd(force))
 
 	return cmd
 }
@@ -55,12 +60,17 @@ type GenConfigOptions struct {
 	Patches             []string
 	PatchesControlPlane []string
 	PatchesWorker       []string
+	RegistryMirrors     []string
+	ConfigVersion       string
+	Persist             bool
+	WithDiscovery       bool
+	WithKubeSpan        bool
 	WithDocs            bool
 	WithExamples        bool
 	Force               bool
 }
 
-func genConfigCmd() *cobra.Command {
+func genConfigCmd(force *bool) *cobra.Command {
 	o := GenConfigOptions{}
 
 	cmd := &cobra.Command{
@@ -70,7 +80,7 @@ func genConfigCmd() *cobra.Command {
 			"Writes controlplane.yaml, worker.yaml and talosconfig.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.ClusterName, o.Endpoint = args[0], args[1]
+			o.ClusterName, o.Endpoint, o.Force = args[0], args[1], *force
 
 			return GenConfig(o, cmd.ErrOrStderr())
 		},
@@ -90,9 +100,13 @@ func genConfigCmd() *cobra.Command {
 	f.StringArrayVar(&o.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
 	f.StringArrayVar(&o.PatchesControlPlane, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'controlplane' type)")
 	f.StringArrayVar(&o.PatchesWorker, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
+	f.StringSliceVar(&o.RegistryMirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
+	f.StringVar(&o.ConfigVersion, "version", "v1alpha1", "the desired machine config version to generate")
+	f.BoolVarP(&o.Persist, "persist", "p", true, "the desired persist value for configs")
+	f.BoolVar(&o.WithDiscovery, "with-cluster-discovery", true, "enable cluster discovery feature")
+	f.BoolVar(&o.WithKubeSpan, "with-kubespan", false, "enable KubeSpan feature")
 	f.BoolVar(&o.WithDocs, "with-docs", true, "renders all machine configs adding the documentation for each field")
 	f.BoolVar(&o.WithExamples, "with-examples", true, "renders all machine configs with the commented examples")
-	f.BoolVar(&o.Force, "force", false, "will overwrite existing files")
 
 	return cmd
 }
@@ -143,6 +157,13 @@ func GenConfig(o GenConfigOptions, log io.Writer) error {
 	if contract != nil {
 		opts = append(opts, generate.WithVersionContract(contract))
 	}
+
+	extra, err := o.extraOptions()
+	if err != nil {
+		return err
+	}
+
+	opts = append(opts, extra...)
 
 	in, err := generate.NewInput(o.ClusterName, o.Endpoint, o.KubernetesVersion, opts...)
 	if err != nil {
@@ -244,6 +265,31 @@ func genTalosconfig(in *generate.Input) ([]byte, error) {
 	return data, nil
 }
 
+// extraOptions turns the persist, discovery, KubeSpan and registry mirror flags into
+// generation options.
+func (o GenConfigOptions) extraOptions() ([]generate.Option, error) {
+	if o.ConfigVersion != "" && o.ConfigVersion != "v1alpha1" {
+		return nil, fmt.Errorf("--version %q: the only machine config version is v1alpha1", o.ConfigVersion)
+	}
+
+	opts := []generate.Option{generate.WithPersist(o.Persist), generate.WithClusterDiscovery(o.WithDiscovery)}
+
+	if o.WithKubeSpan {
+		opts = append(opts, generate.WithNetworkOptions(v1alpha1.WithKubeSpan()))
+	}
+
+	for _, m := range o.RegistryMirrors {
+		host, endpoint, ok := strings.Cut(m, "=")
+		if !ok || host == "" || endpoint == "" {
+			return nil, fmt.Errorf("--registry-mirror %q: use <registry host>=<mirror URL>, e.g. docker.io=http://10.5.0.1:5000", m)
+		}
+
+		opts = append(opts, generate.WithRegistryMirror(host, endpoint))
+	}
+
+	return opts, nil
+}
+
 // writeNew writes a file, refusing to replace an existing one unless force.
 func writeNew(path string, data []byte, force bool) error {
 	if !force {
@@ -261,11 +307,8 @@ func writeNew(path string, data []byte, force bool) error {
 	return nil
 }
 
-func genSecretsCmd() *cobra.Command {
-	var (
-		out, fromPKI, token, talosVersion string
-		force                             bool
-	)
+func genSecretsCmd(force *bool) *cobra.Command {
+	var out, fromPKI, token, talosVersion string
 
 	cmd := &cobra.Command{
 		Use:   "secrets",
@@ -299,7 +342,7 @@ func genSecretsCmd() *cobra.Command {
 				return fmt.Errorf("encoding secrets bundle: %w", err)
 			}
 
-			if err = writeNew(out, data, force); err != nil {
+			if err = writeNew(out, data, *force); err != nil {
 				return err
 			}
 
@@ -313,7 +356,6 @@ func genSecretsCmd() *cobra.Command {
 	cmd.Flags().StringVarP(&fromPKI, "from-kubernetes-pki", "p", "", "use a Kubernetes PKI directory (e.g. /etc/kubernetes/pki) as input")
 	cmd.Flags().StringVarP(&token, "kubernetes-bootstrap-token", "t", "", "use the provided bootstrap token as input")
 	cmd.Flags().StringVar(&talosVersion, "talos-version", "", "the desired Talos version to generate secrets bundle for (backwards compatibility, e.g. v1.10)")
-	cmd.Flags().BoolVar(&force, "force", false, "will overwrite an existing file")
 
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -21,7 +22,8 @@ func TestGenConfigProducesValidConfigs(t *testing.T) {
 	code, _, stderr := run(t, "gen", "config", "demo", "https://10.0.0.1:6443", "--output-dir", dir,
 		"--config-patch", `{"machine":{"network":{"hostname":"patched"}}}`,
 		"--config-patch-worker", `[{"op":"add","path":"/machine/nodeLabels","value":{"role":"w"}}]`,
-		"--kubernetes-version", "1.33.1")
+		"--kubernetes-version", "1.33.1",
+		"--with-kubespan", "--registry-mirror", "docker.io=http://10.5.0.1:5000")
 	if code != 0 {
 		t.Fatal(stderr)
 	}
@@ -45,6 +47,14 @@ func TestGenConfigProducesValidConfigs(t *testing.T) {
 
 		if cfg.Cluster().Name() != "demo" || cfg.Cluster().Endpoint().String() != "https://10.0.0.1:6443" {
 			t.Errorf("%s: cluster %s at %s", tc.file, cfg.Cluster().Name(), cfg.Cluster().Endpoint())
+		}
+
+		if !cfg.Machine().Network().KubeSpan().Enabled() || !cfg.Cluster().Discovery().Enabled() {
+			t.Errorf("%s: kubespan %v, discovery %v", tc.file, cfg.Machine().Network().KubeSpan().Enabled(), cfg.Cluster().Discovery().Enabled())
+		}
+
+		if m := cfg.Machine().Registries().Mirrors()["docker.io"]; m == nil || len(m.Endpoints()) != 1 || m.Endpoints()[0].Endpoint() != "http://10.5.0.1:5000" {
+			t.Errorf("%s: registry mirror %v", tc.file, m)
 		}
 
 		if cfg.Machine().Network().Hostname() != "patched" {
@@ -93,6 +103,31 @@ func TestGenConfigProducesValidConfigs(t *testing.T) {
 	}
 
 	mustContain(t, out, "Current context:     demo", "Nodes:               not defined", "Roles:               os:admin", "from now ("+crt.NotAfter.Format("2006-01-02")+")")
+
+	for format, want := range map[string]string{
+		"json": `"context": "demo"`,
+		"yaml": "context: demo",
+	} {
+		code, out, stderr = run(t, "--talosconfig", filepath.Join(dir, "talosconfig"), "config", "info", "-o", format)
+		if code != 0 {
+			t.Fatal(stderr)
+		}
+
+		mustContain(t, out, want, "os:admin", crt.NotAfter.UTC().Format(time.RFC3339))
+	}
+
+	if code, _, stderr = run(t, "--talosconfig", filepath.Join(dir, "talosconfig"), "config", "info", "-o", "xml"); code == 0 || !strings.Contains(stderr, "use text, json or yaml") {
+		t.Errorf("config info -o xml: code %d, %s", code, stderr)
+	}
+
+	for flag, want := range map[string]string{
+		"--version=v1alpha2":          "the only machine config version is v1alpha1",
+		"--registry-mirror=docker.io": "use <registry host>=<mirror URL>",
+	} {
+		if code, _, stderr = run(t, "gen", "config", "demo", "https://10.0.0.1:6443", "-o", t.TempDir(), flag); code == 0 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: code %d, %s", flag, code, stderr)
+		}
+	}
 
 	// no overwrite without --force
 	if code, _, stderr = run(t, "gen", "config", "demo", "https://10.0.0.1:6443", "-o", dir); code == 0 || !strings.Contains(stderr, "use --force") {

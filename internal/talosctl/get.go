@@ -2,26 +2,24 @@ package talosctl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
-	"text/tabwriter"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
+
+	"github.com/talos-go/talos/internal/talosctl/output"
 )
 
 func getCmd(g *Global) *cobra.Command {
 	var (
-		output, namespace string
-		watch, insecure   bool
+		outFormat, namespace string
+		watch, insecure      bool
 	)
 
 	cmd := &cobra.Command{
@@ -36,7 +34,7 @@ func getCmd(g *Global) *cobra.Command {
 			}
 
 			get := func(ctx context.Context, s *session) error {
-				out, err := newResourceOutput(output, cmd.OutOrStdout(), watch)
+				out, err := output.NewWriter(outFormat, cmd.OutOrStdout())
 				if err != nil {
 					return err
 				}
@@ -56,7 +54,7 @@ func getCmd(g *Global) *cobra.Command {
 		},
 	}
 
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output mode (json, table, yaml)")
+	cmd.Flags().StringVarP(&outFormat, "output", "o", "table", output.Help)
 	cmd.Flags().StringVar(&namespace, "namespace", "", "resource namespace (default is to use default namespace per resource)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "watch resource changes")
 	cmd.Flags().BoolVarP(&insecure, "insecure", "i", false, "get resources using the insecure (encrypted with no auth) maintenance service")
@@ -66,7 +64,7 @@ func getCmd(g *Global) *cobra.Command {
 
 // getResources lists (or gets by id) resources node by node; a node that fails is reported on
 // stderr and the others are still shown.
-func getResources(ctx context.Context, stderr io.Writer, s *session, out resourceOutput, ns, typ, id string) error {
+func getResources(ctx context.Context, stderr io.Writer, s *session, out output.Writer, ns, typ, id string) error {
 	failed := false
 
 	for _, node := range s.nodes {
@@ -74,7 +72,7 @@ func getResources(ctx context.Context, stderr io.Writer, s *session, out resourc
 
 		md, rd, err := resolveKind(nctx, s.c, ns, typ, id)
 		if err == nil {
-			err = out.define(rd)
+			err = out.WriteHeader(rd, false)
 		}
 
 		if err == nil {
@@ -88,7 +86,7 @@ func getResources(ctx context.Context, stderr io.Writer, s *session, out resourc
 		}
 	}
 
-	if err := out.flush(); err != nil {
+	if err := out.Flush(); err != nil {
 		return err
 	}
 
@@ -99,7 +97,7 @@ func getResources(ctx context.Context, stderr io.Writer, s *session, out resourc
 	return nil
 }
 
-func listOne(ctx context.Context, c *client.Client, out resourceOutput, node string, md resource.Metadata, id string) error {
+func listOne(ctx context.Context, c *client.Client, out output.Writer, node string, md resource.Metadata, id string) error {
 	if id != "" {
 		r, err := c.COSI.Get(ctx, md)
 		if err != nil {
@@ -110,7 +108,7 @@ func listOne(ctx context.Context, c *client.Client, out resourceOutput, node str
 			return err
 		}
 
-		return out.write(node, r, state.Created, false)
+		return out.WriteResource(node, r, state.Created)
 	}
 
 	list, err := c.COSI.List(ctx, md)
@@ -119,7 +117,7 @@ func listOne(ctx context.Context, c *client.Client, out resourceOutput, node str
 	}
 
 	for _, r := range list.Items {
-		if err := out.write(node, r, state.Created, false); err != nil {
+		if err := out.WriteResource(node, r, state.Created); err != nil {
 			return err
 		}
 	}
@@ -139,7 +137,7 @@ func resolveKind(ctx context.Context, c *client.Client, ns, typ, id string) (res
 }
 
 // watchResources streams changes from every node until the context ends.
-func watchResources(ctx context.Context, stderr io.Writer, s *session, out resourceOutput, ns, typ, id string) error {
+func watchResources(ctx context.Context, stderr io.Writer, s *session, out output.Writer, ns, typ, id string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -170,7 +168,7 @@ func watchResources(ctx context.Context, stderr io.Writer, s *session, out resou
 
 		md, rd, err := resolveKind(nctx, s.c, ns, typ, id)
 		if err == nil {
-			err = out.define(rd)
+			err = out.WriteHeader(rd, true)
 		}
 
 		if err != nil {
@@ -225,13 +223,13 @@ func watchResources(ctx context.Context, stderr io.Writer, s *session, out resou
 			cancel()
 		case state.Bootstrapped, state.Noop:
 		default:
-			if err := out.write(ne.node, ne.ev.Resource, ne.ev.Type, true); err != nil {
+			if err := out.WriteResource(ne.node, ne.ev.Resource, ne.ev.Type); err != nil {
 				cancel()
 
 				return err
 			}
 
-			if err := out.flush(); err != nil {
+			if err := out.Flush(); err != nil {
 				cancel()
 
 				return err
@@ -245,203 +243,6 @@ func watchResources(ctx context.Context, stderr io.Writer, s *session, out resou
 
 	return nil
 }
-
-// resourceOutput renders resources as a table, YAML or JSON.
-type resourceOutput interface {
-	define(rd *meta.ResourceDefinition) error
-	write(node string, r resource.Resource, ev state.EventType, watch bool) error
-	flush() error
-}
-
-func newResourceOutput(format string, w io.Writer, watch bool) (resourceOutput, error) {
-	switch format {
-	case "table":
-		return &tableOutput{tw: tabwriter.NewWriter(w, 0, 0, 3, ' ', 0), watch: watch}, nil
-	case "yaml":
-		return &yamlOutput{w: w}, nil
-	case "json":
-		return &jsonOutput{w: w}, nil
-	default:
-		return nil, fmt.Errorf("unknown output %q: use table, yaml or json", format)
-	}
-}
-
-// tableOutput writes NODE NAMESPACE TYPE ID VERSION and the definition's print columns.
-type tableOutput struct {
-	tw     *tabwriter.Writer
-	paths  []string
-	watch  bool
-	header bool
-}
-
-func (t *tableOutput) define(rd *meta.ResourceDefinition) error {
-	if t.header {
-		return nil
-	}
-
-	t.header = true
-
-	head := []string{"NODE", "NAMESPACE", "TYPE", "ID", "VERSION"}
-	if t.watch {
-		head = append([]string{"NODE", "*"}, head[1:]...)
-	}
-
-	for _, col := range rd.TypedSpec().PrintColumns {
-		head = append(head, strings.ToUpper(col.Name))
-		t.paths = append(t.paths, col.JSONPath)
-	}
-
-	_, err := fmt.Fprintln(t.tw, strings.Join(head, "\t"))
-
-	return err
-}
-
-func (t *tableOutput) write(node string, r resource.Resource, ev state.EventType, watch bool) error {
-	md := r.Metadata()
-	row := []string{node}
-
-	if watch {
-		row = append(row, eventSymbol(ev))
-	}
-
-	row = append(row, md.Namespace(), md.Type(), md.ID(), md.Version().String())
-
-	if len(t.paths) > 0 {
-		spec, err := specValue(r)
-		if err != nil {
-			return err
-		}
-
-		for _, p := range t.paths {
-			v, err := evalColumn(p, spec)
-			if err != nil {
-				return err
-			}
-
-			row = append(row, v)
-		}
-	}
-
-	_, err := fmt.Fprintln(t.tw, strings.Join(row, "\t"))
-
-	return err
-}
-
-func (t *tableOutput) flush() error { return t.tw.Flush() }
-
-func eventSymbol(ev state.EventType) string {
-	switch ev {
-	case state.Created:
-		return "+"
-	case state.Destroyed:
-		return "-"
-	default:
-		return " "
-	}
-}
-
-// specValue decodes the resource spec into plain maps and lists, through its YAML form.
-func specValue(r resource.Resource) (any, error) {
-	b, err := yaml.Marshal(r.Spec())
-	if err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", resource.String(r), err)
-	}
-
-	var v any
-	if err = yaml.Unmarshal(b, &v); err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", resource.String(r), err)
-	}
-
-	return v, nil
-}
-
-// resourceDoc is the YAML/JSON form: node (and event when watching), metadata, spec.
-func resourceDoc(node string, r resource.Resource, ev state.EventType, watch bool) (map[string]any, error) {
-	b, err := resourceYAML(r)
-	if err != nil {
-		return nil, err
-	}
-
-	doc := map[string]any{}
-	if err = yaml.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", resource.String(r), err)
-	}
-
-	doc["node"] = node
-
-	if watch {
-		doc["event"] = strings.ToLower(ev.String())
-	}
-
-	return doc, nil
-}
-
-func resourceYAML(r resource.Resource) ([]byte, error) {
-	v, err := resource.MarshalYAML(r)
-	if err == nil {
-		var b []byte
-
-		if b, err = yaml.Marshal(v); err == nil {
-			return b, nil
-		}
-	}
-
-	return nil, fmt.Errorf("encoding %s: %w", resource.String(r), err)
-}
-
-type yamlOutput struct {
-	w     io.Writer
-	count int
-}
-
-func (y *yamlOutput) define(*meta.ResourceDefinition) error { return nil }
-
-func (y *yamlOutput) write(node string, r resource.Resource, ev state.EventType, watch bool) error {
-	b, err := resourceYAML(r)
-	if err != nil {
-		return err
-	}
-
-	if y.count > 0 {
-		fmt.Fprintln(y.w, "---")
-	}
-
-	y.count++
-
-	fmt.Fprintf(y.w, "node: %s\n", node)
-
-	if watch {
-		fmt.Fprintf(y.w, "event: %s\n", strings.ToLower(ev.String()))
-	}
-
-	_, err = y.w.Write(b)
-
-	return err
-}
-
-func (y *yamlOutput) flush() error { return nil }
-
-type jsonOutput struct{ w io.Writer }
-
-func (j *jsonOutput) define(*meta.ResourceDefinition) error { return nil }
-
-func (j *jsonOutput) write(node string, r resource.Resource, ev state.EventType, watch bool) error {
-	doc, err := resourceDoc(node, r, ev, watch)
-	if err != nil {
-		return err
-	}
-
-	b, err := json.MarshalIndent(doc, "", "    ")
-	if err != nil {
-		return errors.Join(fmt.Errorf("encoding %s as JSON", resource.String(r)), err)
-	}
-
-	_, err = fmt.Fprintf(j.w, "%s\n", b)
-
-	return err
-}
-
-func (j *jsonOutput) flush() error { return nil }
 
 // getInsecure runs get against each node's maintenance API (hardware, disk and network
 // resources of a node that has no config yet).

@@ -56,13 +56,23 @@ func TestIntegrationMachinedSocket(t *testing.T) {
 		{[]string{"processes"}, []string{"PID", "COMMAND"}},
 		{[]string{"mounts"}, []string{"MOUNTED ON"}},
 		{[]string{"services"}, []string{"SERVICE", "STATE", "HEALTH"}},
-		{[]string{"get", "hostnamestatus"}, []string{"HostnameStatuses.net.talos.dev", "talos-"}},
+		{[]string{"get", "hostnamestatus"}, []string{"HostnameStatus", "talos-"}},
+		// get rd on a real node: the ALIASES column is {.aliases[:]}.
+		{[]string{"get", "rd"}, []string{"ALIASES", "hostnamestatuses.net.talos.dev", "hostname hostnamestatus hs"}},
+		{[]string{"get", "rd", "hostnamestatuses.net.talos.dev", "-o", "yaml"}, []string{"hostnamestatus"}},
+		{[]string{"get", "rd", "hostnamestatuses.net.talos.dev", "-o", "json"}, []string{"hostnamestatus"}},
+		{[]string{"get", "rd", "hostnamestatuses.net.talos.dev", "-o", "jsonpath={.spec.aliases[:]}"}, []string{"hostnamestatus"}},
+		{[]string{"get", "rd", "hostnamestatuses.net.talos.dev", "-o", "jsonpath-as-json={.spec.aliases}"}, []string{"hostnamestatus"}},
 		{[]string{"get", "machineconfig", "-o", "yaml"}, []string{"node: local", "type: MachineConfigs.config.talos.dev"}},
 		{[]string{"ls", "-l", "/"}, []string{"MODE", "NAME"}}, // within the node's view
 	} {
 		out, _ := runUntil(t, ok, append(sock, c.args...)...)
 		mustContain(t, out, c.want...)
 	}
+
+	checkMetaAndRestart(t, sock, n.State)
+	checkInspect(t, sock)
+	checkSupport(t, sock, cfg)
 
 	// dry-run apply of the same config reports without changing anything.
 	cfgFile := filepath.Join(t.TempDir(), "cfg.yaml")

@@ -2,9 +2,13 @@ package talosctl
 
 import (
 	"bytes"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	mtype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -51,5 +55,40 @@ func TestGetInsecure(t *testing.T) {
 
 	if _, errOut, code := talosctl("-n", addr, "get", "services", "--insecure"); code == 0 || !strings.Contains(errOut, "maintenance") {
 		t.Errorf("services through maintenance: exit %d\n%s", code, errOut)
+	}
+
+	checkCertFingerprint(t, talosctl, addr)
+}
+
+// checkCertFingerprint: apply-config --insecure with a fingerprint the node's certificate does
+// not have is refused before anything is sent; the node's own fingerprint passes the TLS step.
+func checkCertFingerprint(t *testing.T, talosctl func(args ...string) (string, string, int), addr string) {
+	t.Helper()
+
+	cfgFile := t.TempDir() + "/cfg.yaml"
+	if err := os.WriteFile(cfgFile, testenv.Config(t, mtype.TypeWorker, addr), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	wrong := strings.Repeat("ab", 32)
+
+	_, errOut, code := talosctl("-n", addr, "apply-config", "--insecure", "--dry-run", "-f", cfgFile, "--cert-fingerprint", wrong)
+	if code == 0 || !strings.Contains(errOut, "is not one of --cert-fingerprint") {
+		t.Fatalf("wrong fingerprint: exit %d\n%s", code, errOut)
+	}
+
+	// The refusal names the fingerprint the node presented: pinning it works.
+	m := regexp.MustCompile(`certificate fingerprint (\S+) is not one`).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("no fingerprint in %q", errOut)
+	}
+
+	_, errOut, _ = talosctl("-n", addr, "apply-config", "--insecure", "--dry-run", "-f", cfgFile, "--cert-fingerprint", m[1])
+	if strings.Contains(errOut, "fingerprint") {
+		t.Errorf("the node's own fingerprint was refused: %s", errOut)
+	}
+
+	if _, errOut, code = talosctl("-n", addr, "apply-config", "--insecure", "-f", cfgFile, "--cert-fingerprint", "zz"); code == 0 || !strings.Contains(errOut, `--cert-fingerprint "zz"`) {
+		t.Errorf("bad fingerprint syntax: exit %d, %s", code, errOut)
 	}
 }

@@ -6,13 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/cosi-project/runtime/pkg/resource/meta"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/formatters"
-	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -255,79 +251,4 @@ func TestEventWriter(t *testing.T) {
 
 	golden(t, "events-multi.txt", out.String())
 	mustContain(t, errOut.String(), "172.20.0.4: unreachable")
-}
-
-func TestRenderResourcesTable(t *testing.T) {
-	rd := hostnameRD(t)
-
-	for name, nodes := range nodeSets {
-		for _, format := range []string{"table", "yaml", "json"} {
-			var buf bytes.Buffer
-
-			out, err := newResourceOutput(format, &buf, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-
-			if err = out.define(rd); err != nil {
-				t.Fatal(err)
-			}
-
-			for i, n := range nodes {
-				r := network.NewHostnameStatus(network.NamespaceName, "hostname")
-				r.TypedSpec().Hostname = "talos-" + string(rune('a'+i))
-				r.TypedSpec().Domainname = "example.org"
-				r.Metadata().SetVersion(resource.VersionUndefined.Next())
-				r.Metadata().SetCreated(testNow)
-				r.Metadata().SetUpdated(testNow)
-
-				if err = out.write(n, r, state.Created, false); err != nil {
-					t.Fatal(err)
-				}
-			}
-
-			if err = out.flush(); err != nil {
-				t.Fatal(err)
-			}
-
-			golden(t, "get-hostname-"+name+"."+format, buf.String())
-		}
-	}
-}
-
-func TestRenderResourcesWatch(t *testing.T) {
-	rd := hostnameRD(t)
-
-	var buf bytes.Buffer
-
-	out, _ := newResourceOutput("table", &buf, true)
-	if err := out.define(rd); err != nil {
-		t.Fatal(err)
-	}
-
-	r := network.NewHostnameStatus(network.NamespaceName, "hostname")
-	r.TypedSpec().Hostname = "talos-a"
-
-	for _, ev := range []state.EventType{state.Created, state.Updated, state.Destroyed} {
-		if err := out.write("172.20.0.2", r, ev, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	if err := out.flush(); err != nil {
-		t.Fatal(err)
-	}
-
-	golden(t, "get-hostname-watch.txt", buf.String())
-}
-
-func hostnameRD(t *testing.T) *meta.ResourceDefinition {
-	t.Helper()
-
-	rd, err := meta.NewResourceDefinition(network.HostnameStatusExtension{}.ResourceDefinition())
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	return rd
 }

@@ -56,6 +56,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(
 		configCmd(g),
 		genCmd(),
+		machineconfigCmd(),
 		validateCmd(),
 		versionCmd(g),
 		memoryCmd(g),
@@ -87,6 +88,10 @@ func NewRootCommand() *cobra.Command {
 		clusterCmd(g),
 		etcdCmd(g),
 		bootstrapCmd(g),
+		metaCmd(g),
+		restartCmd(g),
+		inspectCmd(g),
+		supportCmd(g),
 	)
 
 	return root

@@ -58,13 +58,13 @@ func TestIntegrationNodeViews(t *testing.T) {
 	mustContain(t, out, "NAME", "MemCurrent", "MemMax", "\n.")
 
 	out, _ = runUntil(t, ok, append(sock, "get", "links")...)
-	mustContain(t, out, "LinkStatuses.net.talos.dev", " lo ")
+	mustContain(t, out, "LinkStatus", " lo ")
 
 	out, _ = runUntil(t, ok, append(sock, "get", "addresses")...)
-	mustContain(t, out, "AddressStatuses.net.talos.dev", "lo/127.0.0.1/8")
+	mustContain(t, out, "AddressStatus", "lo/127.0.0.1/8")
 
 	out, _ = runUntil(t, ok, append(sock, "get", "routes")...)
-	mustContain(t, out, "RouteStatuses.net.talos.dev")
+	mustContain(t, out, "RouteStatus")
 
 	out, _ = runUntil(t, ok, append(sock, "get", "resolvers", "-o", "yaml")...)
 	mustContain(t, out, "ResolverStatuses.net.talos.dev", "dnsServers")

@@ -77,7 +77,7 @@ func GoBuild(args ...string) ([]byte, error) {
 func goBuild(pkg string, flags ...string) func(string) error {
 	return func(path string) error {
 		if out, err := GoBuild(append(append(flags, "-o", path), "github.com/talos-go/talos/"+pkg)...); err != nil {
-			return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+			return fmt.Errorf("building %s: %w\n%s", pkg, err, out)
 		}
 
 		return nil
@@ -166,7 +166,7 @@ func lockedBuild(path string, build func(string) error) error {
 	if err != nil {
 		return err
 	}
-	defer lock.Close() //nolint:errcheck
+	defer lock.Close()
 
 	if err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return err
@@ -211,7 +211,7 @@ func RemoveBinaries() {
 	defer bins.Unlock()
 
 	if bins.dir != "" {
-		os.RemoveAll(bins.dir) //nolint:errcheck
+		os.RemoveAll(bins.dir)
 	}
 
 	bins.dir, bins.done = "", map[string]error{}
@@ -224,7 +224,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close() //nolint:errcheck
+	defer in.Close()
 
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
 	if err != nil {
@@ -232,7 +232,7 @@ func copyFile(src, dst string) error {
 	}
 
 	if _, err = io.Copy(out, in); err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return err
 	}

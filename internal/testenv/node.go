@@ -143,12 +143,12 @@ func (n *Node) Stop(t testing.TB) {
 		return
 	}
 
-	n.Cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	n.Cmd.Process.Signal(syscall.SIGTERM)
 
 	select {
 	case <-n.Exited:
 	case <-time.After(30 * time.Second):
-		n.Cmd.Process.Kill() //nolint:errcheck
+		n.Cmd.Process.Kill()
 		<-n.Exited
 		t.Errorf("node %s did not stop within 30s", n.Address)
 	}
@@ -183,7 +183,7 @@ func (n *Node) Client(t testing.TB) *client.Client {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+	t.Cleanup(func() { c.Close() })
 
 	return c
 }

@@ -178,7 +178,7 @@ func dialAPID(t *testing.T, c *cluster, addr string, seen func(*x509.Certificate
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+	t.Cleanup(func() { conn.Close() })
 
 	return conn
 }
@@ -341,7 +341,7 @@ func TestWorkerJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer readerConn.Close() //nolint:errcheck
+	defer readerConn.Close()
 
 	if _, err = machine.NewMachineServiceClient(readerConn).Version(context.Background(), &emptypb.Empty{}); err != nil {
 		t.Errorf("reader Version: %v", err)
@@ -555,7 +555,7 @@ func TestRotation(t *testing.T) {
 	testenv.WaitFor(t, "apid serving a rotated certificate", 90*time.Second, func() bool {
 		c2 := dialAPID(t, c, addr, func(crt *x509.Certificate) { mu.Lock(); serials[crt.SerialNumber.String()] = true; mu.Unlock() })
 		_, err := machine.NewMachineServiceClient(c2).Version(ctx, &emptypb.Empty{})
-		c2.Close() //nolint:errcheck
+		c2.Close()
 
 		mu.Lock()
 		defer mu.Unlock()
@@ -600,7 +600,7 @@ func trustdClient(t *testing.T, c *cluster, addr, from string) securityapi.Secur
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+	t.Cleanup(func() { conn.Close() })
 
 	return securityapi.NewSecurityServiceClient(conn)
 }

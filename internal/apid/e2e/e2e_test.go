@@ -86,8 +86,8 @@ func createCluster(t testing.TB) (*cluster, error) {
 
 	// Whatever got started is destroyed at the end, even when creation fails half-way.
 	cleanup = func() {
-		provision.Destroy(root, "apid", io.Discard) //nolint:errcheck
-		os.RemoveAll(root)                          //nolint:errcheck
+		provision.Destroy(root, "apid", io.Discard)
+		os.RemoveAll(root)
 	}
 
 	c, cfgs, err := provision.Create(context.Background(), provision.Request{
@@ -124,7 +124,7 @@ func createCluster(t testing.TB) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	deadline := time.Now().Add(90 * time.Second)
 
@@ -144,7 +144,7 @@ func createCluster(t testing.TB) (*cluster, error) {
 				fmt.Fprintf(&logs, "--- %s\n%s\n", n.Name, testenv.TailFile(n.State+"/../"+n.Name+".log", 3000))
 			}
 
-			return nil, fmt.Errorf("apid did not come up on every node: %v %v\n%s", resp, err, logs.String())
+			return nil, fmt.Errorf("apid did not come up on every node: %v %w\n%s", resp, err, logs.String())
 		}
 
 		time.Sleep(500 * time.Millisecond)
@@ -222,7 +222,7 @@ func (cl *cluster) mustClient(t *testing.T, roles ...string) *client.Client {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+	t.Cleanup(func() { c.Close() })
 
 	return c
 }
@@ -372,7 +372,7 @@ func TestRejectedCertificatesOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	other, _ := x509.ParseCertificate(otherDER) //nolint:errcheck
+	other, _ := x509.ParseCertificate(otherDER)
 
 	for name, cert := range map[string]tls.Certificate{
 		"expired":  cl.cert(t, cl.caCrt, cl.caKey, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), "os:admin"),
@@ -390,7 +390,7 @@ func TestRejectedCertificatesOnRealNode(t *testing.T) {
 			t.Errorf("%s: want refused handshake, got %v", name, err)
 		}
 
-		conn.Close() //nolint:errcheck
+		conn.Close()
 	}
 }
 

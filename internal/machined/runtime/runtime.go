@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -41,7 +42,11 @@ type Runtime struct {
 	Paths    Paths
 	Binary   string // path of the multi-call binary, for starting apid and trustd
 
-	State      state.State
+	State state.State
+	// Controllers gives the controller runtime's dependency graph (the inspect API).
+	Controllers interface {
+		GetDependencyGraph() (*controller.DependencyGraph, error)
+	}
 	Events     *events.Bus
 	Logs       *logging.Manager
 	Supervisor *system.Supervisor

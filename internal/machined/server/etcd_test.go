@@ -24,15 +24,15 @@ func etcdServiceHealthy(ctx context.Context, c *client.Client) error {
 		return err
 	}
 
-	for _, s := range resp {
-		if s.Service.GetState() == "Running" && s.Service.GetHealth().GetHealthy() {
-			return nil
-		}
+	if len(resp) == 0 {
+		return fmt.Errorf("no etcd service")
+	}
 
+	if s := resp[0]; s.Service.GetState() != "Running" || !s.Service.GetHealth().GetHealthy() {
 		return fmt.Errorf("etcd service %s, healthy=%v: %s", s.Service.GetState(), s.Service.GetHealth().GetHealthy(), s.Service.GetHealth().GetLastMessage())
 	}
 
-	return fmt.Errorf("no etcd service")
+	return nil
 }
 
 // TestEtcdThroughMachined: three machined control planes share one config (endpoint = the
@@ -233,7 +233,7 @@ func TestEtcdOnWorker(t *testing.T) {
 	testenv.WaitFor(t, "bootstrap refused on a worker", 30*time.Second, func() error {
 		err := c.Bootstrap(ctx, &machine.BootstrapRequest{})
 		if status.Code(err) != codes.FailedPrecondition {
-			return fmt.Errorf("got %v, want FailedPrecondition", err)
+			return fmt.Errorf("got %w, want FailedPrecondition", err)
 		}
 
 		return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	cosiserver "github.com/cosi-project/runtime/pkg/state/protobuf/server"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/api/inspect"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -126,6 +127,7 @@ func NewGRPCServer(s *Machine) *grpc.Server {
 		grpc.InitialConnWindowSize(4<<20),
 	)
 	machine.RegisterMachineServiceServer(srv, s)
+	inspect.RegisterInspectServiceServer(srv, &Inspect{R: s.R})
 	cosiapi.RegisterStateServer(srv, cosiserver.NewState(state.Filter(s.R.State, readOnly)))
 
 	return srv

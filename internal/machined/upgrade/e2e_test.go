@@ -145,12 +145,12 @@ func startBootNode(t *testing.T, bin, state string, args ...string) *bootNode {
 		default:
 		}
 
-		n.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+		n.cmd.Process.Signal(syscall.SIGTERM)
 
 		select {
 		case <-n.exited:
 		case <-time.After(30 * time.Second):
-			n.cmd.Process.Kill() //nolint:errcheck
+			n.cmd.Process.Kill()
 			t.Errorf("node did not stop on SIGTERM\n%s", n.out)
 		}
 	})
@@ -177,7 +177,7 @@ func (n *bootNode) client(t *testing.T) *client.Client {
 // version asks the node for its version once.
 func (n *bootNode) version(t *testing.T) (string, error) {
 	c := n.client(t)
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -256,7 +256,7 @@ func (n *bootNode) upgrade(t *testing.T, image string, preserve bool) error {
 	t.Helper()
 
 	c := n.client(t)
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -440,7 +440,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.Close() //nolint:errcheck
+	c.Close()
 
 	select {
 	case err = <-n.exited:

@@ -38,10 +38,10 @@ func startEtcd(t *testing.T, addr string) string {
 
 	exited := make(chan struct{})
 
-	go func() { cmd.Wait(); close(exited) }() //nolint:errcheck
+	go func() { cmd.Wait(); close(exited) }()
 
 	t.Cleanup(func() {
-		cmd.Process.Kill() //nolint:errcheck
+		cmd.Process.Kill()
 		<-exited
 	})
 
@@ -49,7 +49,7 @@ func startEtcd(t *testing.T, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	testenv.WaitFor(t, "etcd answering", time.Minute, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -98,7 +98,7 @@ func (f *fakeEtcdNode) Status(ctx context.Context) (*clientv3.StatusResponse, er
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close() //nolint:errcheck
+	defer cli.Close()
 
 	return cli.Status(ctx, f.ep)
 }
@@ -112,7 +112,7 @@ func (f *fakeEtcdNode) kill() {
 	defer f.mu.Unlock()
 
 	for _, c := range f.clients {
-		c.Close() //nolint:errcheck
+		c.Close()
 	}
 }
 
