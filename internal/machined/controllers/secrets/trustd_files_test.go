@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -53,4 +55,32 @@ func TestTrustdFiles(t *testing.T) {
 	assert.NoError(t, crt.VerifyHostname(ctest.EndpointHost))
 	assert.NoError(t, crt.VerifyHostname("10.0.0.1"))
 	assert.Equal(t, parseCert(t, sec.IssuingCA().Crt).Raw, b.CA.Crt.Raw, "trustd signs with machine.ca")
+}
+
+// TestTrustdFilesFollowToken: a new machine.token reaches trustd's folder, which trustd reloads.
+func TestTrustdFilesFollowToken(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "trustd")
+	env := startSigner(t, &secretsctrl.TrustdFilesController{Dir: dir})
+	env.Create(append(node("cp1", "10.0.0.1"), ctest.MachineConfig(t, machine.TypeControlPlane))...)
+	env.WaitFile(filepath.Join(dir, trustd.TokenFile))
+
+	env.Put(ctest.MachineConfig(t, machine.TypeControlPlane, func(c *v1alpha1.Config) {
+		c.MachineConfig.MachineToken = "abcdef.0123456789abcdef"
+	}))
+
+	for {
+		if got, err := os.ReadFile(filepath.Join(dir, trustd.TokenFile)); err == nil && string(got) == "abcdef.0123456789abcdef" {
+			break
+		}
+
+		select {
+		case <-env.Ctx.Done():
+			t.Fatal("the new token never reached trustd's folder")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	b, err := trustd.LoadBundle(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "abcdef.0123456789abcdef", string(b.Token))
 }

@@ -2,12 +2,14 @@ package secrets_test
 
 import (
 	"crypto/x509"
+	"net/netip"
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	cx509 "github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,4 +77,35 @@ func TestTrustd(t *testing.T) {
 	// No longer a control plane: no trustd certificate.
 	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
 	ctest.AssertNoResource[*secrets.Trustd](env, secrets.TrustdID)
+}
+
+// TestTrustdFollowsNames: a new node name or address reissues trustd's certificate with it.
+func TestTrustdFollowsNames(t *testing.T) {
+	env := startSigner(t)
+	env.Create(append(node("cp1", "10.0.0.1"), ctest.MachineConfig(t, machine.TypeControlPlane))...)
+
+	ctest.AssertResource(env, secrets.TrustdID, func(r *secrets.Trustd, a *assert.Assertions) {
+		if a.NotNil(r.TypedSpec().Server) {
+			a.NoError(parseCert(t, r.TypedSpec().Server.Crt).VerifyHostname("cp1"))
+		}
+	})
+
+	ctest.Update(env, network.NewHostnameStatus(network.NamespaceName, network.HostnameID), func(r *network.HostnameStatus) error {
+		r.TypedSpec().Hostname = "cp2"
+
+		return nil
+	})
+	ctest.Update(env, network.NewNodeAddress(network.NamespaceName, network.NodeAddressAccumulativeID), func(r *network.NodeAddress) error {
+		r.TypedSpec().Addresses = append(r.TypedSpec().Addresses, netip.MustParsePrefix("10.0.0.9/32"))
+
+		return nil
+	})
+
+	ctest.AssertResource(env, secrets.TrustdID, func(r *secrets.Trustd, a *assert.Assertions) {
+		crt := parseCert(t, r.TypedSpec().Server.Crt)
+		a.NoError(crt.VerifyHostname("cp2"))
+		a.NoError(crt.VerifyHostname("10.0.0.9"))
+		a.NoError(crt.VerifyHostname("10.0.0.1"))
+		a.Error(crt.VerifyHostname("cp1"), "the old name stays")
+	})
 }
