@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
@@ -22,14 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
-	"github.com/talos-go/talos/internal/container"
-	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
-	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
-	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
-	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
-	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
-	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
-	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
+	"github.com/talos-go/talos/internal/machined/controllers"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/machined/runtime"
@@ -250,49 +242,19 @@ func (n *node) StartResources(ctx context.Context) error {
 		return fmt.Errorf("creating controller runtime: %w", err)
 	}
 
-	addr, err := netip.ParseAddr(n.opts.Address)
-	if err != nil && n.opts.Platform == runtime.PlatformContainer {
+	if _, err = netip.ParseAddr(n.opts.Address); err != nil && n.opts.Platform == runtime.PlatformContainer {
 		return fmt.Errorf("parsing node address: %w", err)
 	}
 
-	// A process-mode node is reached on its loopback address, whatever the host's links hold,
-	// and its hostname is only recorded: the kernel's is the host's.
-	nodeAddresses := &networkctrl.NodeAddressController{}
-	hostnames := &networkctrl.HostnameStatusController{Apply: networkctrl.SetKernelHostname}
-
-	if container.InNode() {
-		hostnames.Apply = container.ApplyHostname(n.opts.Address)
-	}
-
-	if n.r.SharesHost() {
-		nodeAddresses.Static = []netip.Addr{addr}
-		hostnames.Apply = nil
-	}
-
-	for _, ctrl := range []controller.Controller{
-		&configctrl.MachineTypeController{},
-		&hardwarectrl.SystemInformationController{},
-		&hardwarectrl.ProcessorController{},
-		&blockctrl.DiskController{},
-		&networkctrl.HostnameSpecController{Address: n.opts.Address},
-		hostnames,
-		nodeAddresses,
-		&networkctrl.LinkStatusController{},
-		&networkctrl.AddressStatusController{},
-		&networkctrl.RouteStatusController{},
-		&networkctrl.ResolverStatusController{},
-		&clusterctrl.MemberController{StateDir: n.r.Paths.State()},
-		&etcdctrl.MemberController{Etcd: services.EtcdManager(n.r)},
-		&secretsctrl.RootController{},
-		&secretsctrl.APICertSANsController{},
-		&secretsctrl.APIController{Address: n.opts.Address},
-		&secretsctrl.APIFilesController{Dir: n.r.Paths.Secrets("apid")},
-		&secretsctrl.TrustdController{},
-		&secretsctrl.TrustdFilesController{Dir: n.r.Paths.Secrets("trustd")},
-	} {
-		if err = rt.RegisterController(ctrl); err != nil {
-			return fmt.Errorf("registering controller %s: %w", ctrl.Name(), err)
-		}
+	if err = controllers.Register(rt, controllers.Options{
+		Address:          n.opts.Address,
+		SharesHost:       n.r.SharesHost(),
+		StateDir:         n.r.Paths.State(),
+		APIDSecretsDir:   n.r.Paths.Secrets("apid"),
+		TrustdSecretsDir: n.r.Paths.Secrets("trustd"),
+		Etcd:             services.EtcdManager(n.r),
+	}); err != nil {
+		return err
 	}
 
 	n.r.Controllers = rt

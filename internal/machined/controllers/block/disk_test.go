@@ -5,7 +5,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	blockres "github.com/siderolabs/talos/pkg/machinery/resources/block"
+	"github.com/stretchr/testify/assert"
+
 	"github.com/talos-go/talos/internal/machined/controllers/block"
+	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 )
 
 // writeTree writes files (relative path -> content) under root.
@@ -24,9 +28,13 @@ func writeTree(t *testing.T, root string, files map[string]string) {
 	}
 }
 
-func TestReadDisks(t *testing.T) {
+// sysTree is a /sys with a virtio disk, an empty loop device and a read-only loop device.
+func sysTree(t *testing.T) string {
+	t.Helper()
+
 	root := t.TempDir()
 	dev := "sys/devices/pci0000:00/0000:00:02.0/virtio1/block/vda"
+	cd := "sys/devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block/sr0"
 
 	writeTree(t, root, map[string]string{
 		dev + "/size":                                      "2097152",
@@ -36,6 +44,9 @@ func TestReadDisks(t *testing.T) {
 		dev + "/queue/logical_block_size":                  "512",
 		dev + "/queue/minimum_io_size":                     "4096",
 		dev + "/device/modalias":                           "virtio:d00000002v00001AF4",
+		cd + "/size":                                       "2048",
+		cd + "/ro":                                         "1",
+		cd + "/device/model":                               "QEMU DVD-ROM",
 		"sys/devices/virtual/block/loop0/size":             "0",
 		"sys/devices/virtual/block/loop1/size":             "143360",
 		"sys/devices/virtual/block/loop1/ro":               "1",
@@ -46,6 +57,7 @@ func TestReadDisks(t *testing.T) {
 		"vda":   "../devices/pci0000:00/0000:00:02.0/virtio1/block/vda",
 		"loop0": "../devices/virtual/block/loop0",
 		"loop1": "../devices/virtual/block/loop1",
+		"sr0":   "../devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block/sr0",
 	} {
 		if err := os.MkdirAll(filepath.Join(root, "sys", "block"), 0o755); err != nil {
 			t.Fatal(err)
@@ -56,13 +68,27 @@ func TestReadDisks(t *testing.T) {
 		}
 	}
 
+	return root
+}
+
+func TestReadDisks(t *testing.T) {
+	root := sysTree(t)
+
 	disks, err := block.ReadDisks(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if len(disks) != 2 {
-		t.Fatalf("want vda and loop1 (loop0 has no size), got %v", disks)
+	if len(disks) != 3 {
+		t.Fatalf("want vda, sr0 and loop1 (loop0 has no size), got %v", disks)
+	}
+
+	if sr := disks["sr0"]; !sr.CDROM || !sr.Readonly || sr.Model != "QEMU DVD-ROM" || sr.BusPath != "/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0" {
+		t.Fatalf("sr0: %+v", sr)
+	}
+
+	if disks["vda"].CDROM {
+		t.Fatal("vda is no CD-ROM")
 	}
 
 	vda := disks["vda"]
@@ -78,4 +104,24 @@ func TestReadDisks(t *testing.T) {
 	if _, err := block.ReadDisks(filepath.Join(root, "missing")); err == nil {
 		t.Fatal("a missing /sys/block must be an error")
 	}
+}
+
+func TestDisk(t *testing.T) {
+	env := ctest.Start(t, &block.DiskController{Root: sysTree(t)})
+
+	// One Disk per device with a size, by device name.
+	ctest.AssertResource(env, "vda", func(r *blockres.Disk, a *assert.Assertions) {
+		a.Equal("/dev/vda", r.TypedSpec().DevPath)
+		a.Equal(uint64(1<<30), r.TypedSpec().Size)
+		a.Equal("virtio", r.TypedSpec().Transport)
+		a.Equal("disk-1", r.TypedSpec().Serial)
+	})
+	ctest.AssertResource(env, "loop1", func(r *blockres.Disk, a *assert.Assertions) {
+		a.True(r.TypedSpec().Readonly)
+	})
+	ctest.AssertResource(env, "sr0", func(r *blockres.Disk, a *assert.Assertions) {
+		a.True(r.TypedSpec().CDROM)
+		a.Equal("QEMU DVD-ROM", r.TypedSpec().Model)
+	})
+	ctest.AssertIDs[*blockres.Disk](env, "loop1", "sr0", "vda")
 }

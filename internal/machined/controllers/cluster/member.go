@@ -1,20 +1,13 @@
-// Package cluster holds the controllers of the cluster namespace: the node's identity and the
-// members of its cluster, found through the control planes' discovery registries.
 package cluster
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"math/big"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -39,10 +32,9 @@ import (
 // ExchangeInterval is how often a node refreshes its membership with the registries.
 const ExchangeInterval = 2 * time.Second
 
-// MemberController publishes the local Identity and the cluster's Members.
-type MemberController struct {
-	StateDir string // STATE: the node id file lives there, so it survives reboots, not wipes
-}
+// MemberController publishes the cluster's Members: this node and those the registries of the
+// control planes know, refreshed every ExchangeInterval.
+type MemberController struct{}
 
 // Name implements controller.Controller.
 func (ctrl *MemberController) Name() string { return "cluster.MemberController" }
@@ -50,6 +42,7 @@ func (ctrl *MemberController) Name() string { return "cluster.MemberController" 
 // Inputs implements controller.Controller.
 func (ctrl *MemberController) Inputs() []controller.Input {
 	return []controller.Input{
+		{Namespace: cluster.NamespaceName, Type: cluster.IdentityType, ID: optional.Some(cluster.LocalIdentity), Kind: controller.InputWeak},
 		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
 		{Namespace: network.NamespaceName, Type: network.HostnameStatusType, ID: optional.Some(network.HostnameID), Kind: controller.InputWeak},
 		{Namespace: network.NamespaceName, Type: network.NodeAddressType, ID: optional.Some(network.NodeAddressCurrentID), Kind: controller.InputWeak},
@@ -58,55 +51,11 @@ func (ctrl *MemberController) Inputs() []controller.Input {
 
 // Outputs implements controller.Controller.
 func (ctrl *MemberController) Outputs() []controller.Output {
-	return []controller.Output{
-		{Type: cluster.IdentityType, Kind: controller.OutputExclusive},
-		{Type: cluster.MemberType, Kind: controller.OutputExclusive},
-	}
-}
-
-// nodeID loads the node's id, making one on first boot.
-func (ctrl *MemberController) nodeID() (string, error) {
-	path := filepath.Join(ctrl.StateDir, "node-id")
-
-	if data, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(data))) > 0 {
-		return strings.TrimSpace(string(data)), nil
-	}
-
-	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-	var b strings.Builder
-
-	for range 43 {
-		n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
-		if err != nil {
-			return "", err
-		}
-
-		b.WriteByte(alphabet[n.Int64()])
-	}
-
-	if err := os.WriteFile(path, []byte(b.String()+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("saving node id: %w", err)
-	}
-
-	return b.String(), nil
+	return []controller.Output{{Type: cluster.MemberType, Kind: controller.OutputExclusive}}
 }
 
 // Run implements controller.Controller.
 func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	id, err := ctrl.nodeID()
-	if err != nil {
-		return err
-	}
-
-	if err = safe.WriterModify(ctx, r, cluster.NewIdentity(cluster.NamespaceName, cluster.LocalIdentity), func(res *cluster.Identity) error {
-		res.TypedSpec().NodeID = id
-
-		return nil
-	}); err != nil {
-		return fmt.Errorf("writing identity: %w", err)
-	}
-
 	conns := map[string]*grpc.ClientConn{}
 
 	defer func() {
@@ -128,7 +77,7 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 		case <-ticker.C:
 		}
 
-		self, endpoints, dial, err := ctrl.local(ctx, r, id)
+		self, endpoints, dial, err := ctrl.local(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -174,8 +123,14 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 			}
 		}
 
-		if reached == 0 && len(known) > 0 {
-			continue // keep the last view rather than shrinking to ourselves
+		if reached == 0 {
+			// No registry answered: keep the last view of the others rather than shrinking to
+			// ourselves, but with our own entry current (a new hostname shows at once).
+			for _, a := range known {
+				if a.NodeID != self.NodeID {
+					merged[a.NodeID] = a
+				}
+			}
 		}
 
 		known = known[:0]
@@ -200,7 +155,16 @@ func appendUnique(list []string, s string) []string {
 }
 
 // local builds this node's affiliate, the registries to ask, and how to reach them.
-func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime, id string) (*discovery.Affiliate, []string, func(string) (*grpc.ClientConn, error), error) {
+func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (*discovery.Affiliate, []string, func(string) (*grpc.ClientConn, error), error) {
+	identity, err := safe.ReaderGetByID[*cluster.Identity](ctx, r, cluster.LocalIdentity)
+	if state.IsNotFoundError(err) {
+		return nil, nil, nil, nil
+	}
+
+	if err != nil {
+		return nil, nil, nil, err
+	}
+
 	cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
 	if state.IsNotFoundError(err) {
 		return nil, nil, nil, nil
@@ -234,7 +198,7 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime, i
 	}
 
 	self := &discovery.Affiliate{
-		NodeID:          id,
+		NodeID:          identity.TypedSpec().NodeID,
 		Hostname:        hostname.TypedSpec().FQDN(),
 		MachineType:     c.Machine().Type().String(),
 		OperatingSystem: fmt.Sprintf("%s (%s)", version.Name, version.Tag),

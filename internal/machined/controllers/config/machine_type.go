@@ -3,60 +3,40 @@ package config
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
 	"github.com/siderolabs/gen/optional"
+	"github.com/siderolabs/gen/xerrors"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"go.uber.org/zap"
 )
 
 // MachineTypeController derives MachineType from the active MachineConfig.
-type MachineTypeController struct{}
+type MachineTypeController = transform.Controller[*config.MachineConfig, *config.MachineType]
 
-// Name implements controller.Controller.
-func (ctrl *MachineTypeController) Name() string { return "config.MachineTypeController" }
+// NewMachineTypeController declares MachineType: machine.type of the active config. A config
+// without a machine section leaves the type as it was (unknown until one has it).
+func NewMachineTypeController() *MachineTypeController {
+	return transform.NewController(
+		transform.Settings[*config.MachineConfig, *config.MachineType]{
+			Name: "config.MachineTypeController",
+			MapMetadataOptionalFunc: func(cfg *config.MachineConfig) optional.Optional[*config.MachineType] {
+				if cfg.Metadata().ID() != config.ActiveID {
+					return optional.None[*config.MachineType]()
+				}
 
-// Inputs implements controller.Controller.
-func (ctrl *MachineTypeController) Inputs() []controller.Input {
-	return []controller.Input{{
-		Namespace: config.NamespaceName, Type: config.MachineConfigType,
-		ID: optional.Some(config.ActiveID), Kind: controller.InputWeak,
-	}}
-}
+				return optional.Some(config.NewMachineType())
+			},
+			TransformFunc: func(_ context.Context, _ controller.Reader, _ *zap.Logger, cfg *config.MachineConfig, out *config.MachineType) error {
+				if cfg.Config().Machine() == nil {
+					return xerrors.NewTaggedf[transform.SkipReconcileTag]("the machine config has no machine section")
+				}
 
-// Outputs implements controller.Controller.
-func (ctrl *MachineTypeController) Outputs() []controller.Output {
-	return []controller.Output{{Type: config.MachineTypeType, Kind: controller.OutputExclusive}}
-}
+				out.SetMachineType(cfg.Config().Machine().Type())
 
-// Run implements controller.Controller.
-func (ctrl *MachineTypeController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return fmt.Errorf("reading machine config: %w", err)
-		}
-
-		if cfg == nil || cfg.Config().Machine() == nil {
-			continue // maintenance mode: the type is unknown
-		}
-
-		machineType := cfg.Config().Machine().Type()
-
-		if err = safe.WriterModify(ctx, r, config.NewMachineType(), func(res *config.MachineType) error {
-			res.SetMachineType(machineType)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("writing machine type: %w", err)
-		}
-	}
+				return nil
+			},
+		},
+	)
 }

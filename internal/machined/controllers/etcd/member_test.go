@@ -6,16 +6,13 @@ import (
 	"testing"
 	"time"
 
-	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	cx509 "github.com/siderolabs/crypto/x509"
 	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
-	"go.uber.org/zap/zaptest"
+	"github.com/stretchr/testify/assert"
 
 	"github.com/talos-go/talos/internal/etcd"
+	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
-	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -60,32 +57,7 @@ func TestMemberController(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err := resources.NewState(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	rt, err := cosiruntime.NewRuntime(st, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	if err := rt.RegisterController(&etcdctrl.MemberController{Etcd: m, Interval: 200 * time.Millisecond, Misses: 2}); err != nil {
-		t.Fatal(err)
-	}
-
-	rtCtx, stopRt := context.WithCancel(ctx)
-	rtDone := make(chan error, 1)
-
-	go func() { rtDone <- rt.Run(rtCtx) }()
-
-	defer func() {
-		stopRt()
-
-		if err := <-rtDone; err != nil {
-			t.Error(err)
-		}
-	}()
+	env := ctest.Start(t, &etcdctrl.MemberController{Etcd: m, Interval: 200 * time.Millisecond, Misses: 2})
 
 	var want string
 
@@ -99,30 +71,15 @@ func TestMemberController(t *testing.T) {
 		}
 	}
 
-	waitMember := func(present bool) {
-		t.Helper()
+	// While etcd answers: the local member with its ID.
+	ctest.AssertResource(env, etcdres.LocalMemberID, func(r *etcdres.Member, a *assert.Assertions) {
+		a.Equal(want, r.TypedSpec().MemberID)
+	})
 
-		for {
-			res, err := safe.StateGetByID[*etcdres.Member](ctx, st, etcdres.LocalMemberID)
-
-			switch {
-			case present && err == nil && res.TypedSpec().MemberID == want:
-				return
-			case !present && state.IsNotFoundError(err):
-				return
-			case ctx.Err() != nil:
-				t.Fatalf("waiting for member present=%v: %v %v", present, res, err)
-			}
-
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-
-	waitMember(true)
-
+	// etcd stops: after two missed polls the resource goes.
 	stopEtcd()
 	<-etcdDone
 	etcdDone <- nil // for the deferred wait
 
-	waitMember(false)
+	ctest.AssertNoResource[*etcdres.Member](env, etcdres.LocalMemberID)
 }

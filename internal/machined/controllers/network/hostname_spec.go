@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
@@ -16,26 +17,49 @@ import (
 	"go.uber.org/zap"
 )
 
-// HostnameSpecController writes the hostname the node should have: from machine.network.hostname
-// in the config, else one generated from the node address, stable across restarts.
-type HostnameSpecController struct {
-	Address string // the node address, seed of the generated hostname
-}
+// HostnameSpecController writes the hostname the node should have.
+type HostnameSpecController = transform.Controller[*network.NodeAddress, *network.HostnameSpec]
 
-// Name implements controller.Controller.
-func (ctrl *HostnameSpecController) Name() string { return "network.HostnameSpecController" }
+// NewHostnameSpecController declares HostnameSpec: machine.network.hostname from the config,
+// else a name generated from address, the one the node was started with (stable across
+// restarts, and unchanged when links come up later). The default NodeAddress, not the config,
+// is the input: it exists from the start, and a node has a hostname before it has a config
+// (maintenance mode answers with it).
+func NewHostnameSpecController(address string) *HostnameSpecController {
+	return transform.NewController(
+		transform.Settings[*network.NodeAddress, *network.HostnameSpec]{
+			Name: "network.HostnameSpecController",
+			MapMetadataOptionalFunc: func(addr *network.NodeAddress) optional.Optional[*network.HostnameSpec] {
+				if addr.Metadata().ID() != network.NodeAddressDefaultID {
+					return optional.None[*network.HostnameSpec]()
+				}
 
-// Inputs implements controller.Controller.
-func (ctrl *HostnameSpecController) Inputs() []controller.Input {
-	return []controller.Input{{
-		Namespace: config.NamespaceName, Type: config.MachineConfigType,
-		ID: optional.Some(config.ActiveID), Kind: controller.InputWeak,
-	}}
-}
+				return optional.Some(network.NewHostnameSpec(network.NamespaceName, network.HostnameID))
+			},
+			TransformFunc: func(ctx context.Context, r controller.Reader, _ *zap.Logger, _ *network.NodeAddress, out *network.HostnameSpec) error {
+				cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
+				if err != nil && !state.IsNotFoundError(err) {
+					return fmt.Errorf("reading machine config: %w", err)
+				}
 
-// Outputs implements controller.Controller.
-func (ctrl *HostnameSpecController) Outputs() []controller.Output {
-	return []controller.Output{{Type: network.HostnameSpecType, Kind: controller.OutputExclusive}}
+				spec := out.TypedSpec()
+				spec.Hostname, spec.Domainname, spec.ConfigLayer = GeneratedHostname(address), "", network.ConfigDefault
+
+				if cfg != nil && cfg.Config().Machine() != nil {
+					if configured := cfg.Config().Machine().Network().Hostname(); configured != "" {
+						spec.ConfigLayer = network.ConfigMachineConfiguration
+						spec.Hostname, spec.Domainname, _ = strings.Cut(configured, ".")
+					}
+				}
+
+				return nil
+			},
+		},
+		transform.WithExtraInputs(controller.Input{
+			Namespace: config.NamespaceName, Type: config.MachineConfigType,
+			ID: optional.Some(config.ActiveID), Kind: controller.InputWeak,
+		}),
+	)
 }
 
 // GeneratedHostname is the hostname of a node whose config sets none.
@@ -56,38 +80,4 @@ func GeneratedHostname(seed string) string {
 	}
 
 	return b.String()
-}
-
-// Run implements controller.Controller.
-func (ctrl *HostnameSpecController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return fmt.Errorf("reading machine config: %w", err)
-		}
-
-		hostname, domain, layer := GeneratedHostname(ctrl.Address), "", network.ConfigDefault
-
-		if cfg != nil && cfg.Config().Machine() != nil {
-			if configured := cfg.Config().Machine().Network().Hostname(); configured != "" {
-				layer = network.ConfigMachineConfiguration
-				hostname, domain, _ = strings.Cut(configured, ".")
-			}
-		}
-
-		if err = safe.WriterModify(ctx, r, network.NewHostnameSpec(network.NamespaceName, network.HostnameID), func(res *network.HostnameSpec) error {
-			spec := res.TypedSpec()
-			spec.Hostname, spec.Domainname, spec.ConfigLayer = hostname, domain, layer
-
-			return nil
-		}); err != nil {
-			return fmt.Errorf("writing hostname spec: %w", err)
-		}
-	}
 }

@@ -1,7 +1,6 @@
 package network_test
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -9,60 +8,17 @@ import (
 	"runtime"
 	"slices"
 	"testing"
-	"time"
 
-	"github.com/cosi-project/runtime/pkg/controller"
-	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
-	"github.com/cosi-project/runtime/pkg/resource/rtestutils"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/jsimonetti/rtnetlink/v2/driver"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
-	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
+	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
-	"github.com/talos-go/talos/internal/machined/resources"
 )
-
-// start runs ctrls on machined's resource state until the test ends.
-func start(t *testing.T, ctrls ...controller.Controller) (context.Context, state.State) {
-	t.Helper()
-
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-
-	st, err := resources.NewState(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	rt, err := cosiruntime.NewRuntime(st, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	for _, c := range ctrls {
-		if err = rt.RegisterController(c); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	done := make(chan error, 1)
-
-	go func() { done <- rt.Run(ctx) }()
-
-	t.Cleanup(func() {
-		cancel()
-
-		if err := <-done; err != nil {
-			t.Errorf("controller runtime: %v", err)
-		}
-	})
-
-	return ctx, st
-}
 
 // privateNetNS skips the test unless it runs as root in a network namespace of its own (nsrun
 // gives one with only lo): the test adds links, and must not touch a shared namespace.
@@ -98,7 +54,7 @@ func privateNetNS(t *testing.T) *rtnetlink.Conn {
 // watches links, addresses, routes and node addresses follow, then removes an address.
 func TestNetlinkStatus(t *testing.T) {
 	conn := privateNetNS(t)
-	ctx, st := start(t,
+	env := ctest.Start(t,
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},
 		&networkctrl.RouteStatusController{},
@@ -106,10 +62,10 @@ func TestNetlinkStatus(t *testing.T) {
 	)
 
 	// Before: lo only, and no node address (loopback is not one).
-	rtestutils.AssertResources(ctx, t, st, []string{"lo"}, func(r *network.LinkStatus, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{"lo"}, func(r *network.LinkStatus, a *assert.Assertions) {
 		a.Equal(nethelpers.LinkLoopbck, r.TypedSpec().Type)
 	})
-	rtestutils.AssertResources(ctx, t, st, []string{network.NodeAddressCurrentID}, func(r *network.NodeAddress, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{network.NodeAddressCurrentID}, func(r *network.NodeAddress, a *assert.Assertions) {
 		a.Empty(r.TypedSpec().Addresses)
 	})
 
@@ -133,14 +89,14 @@ func TestNetlinkStatus(t *testing.T) {
 		addAddress(t, conn, node0, p)
 	}
 
-	rtestutils.AssertResources(ctx, t, st, []string{"node0"}, func(r *network.LinkStatus, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{"node0"}, func(r *network.LinkStatus, a *assert.Assertions) {
 		a.Equal("veth", r.TypedSpec().Kind)
 		a.EqualValues(1400, r.TypedSpec().MTU)
 		a.Equal(node0, r.TypedSpec().Index)
 		a.True(r.TypedSpec().Flags&nethelpers.LinkFlags(nethelpers.LinkUp) != 0, "up")
 		a.Len(r.TypedSpec().HardwareAddr, 6)
 	})
-	rtestutils.AssertResources(ctx, t, st, []string{network.AddressID("node0", v4), network.AddressID("node0", v6)}, func(r *network.AddressStatus, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{network.AddressID("node0", v4), network.AddressID("node0", v6)}, func(r *network.AddressStatus, a *assert.Assertions) {
 		a.Equal("node0", r.TypedSpec().LinkName)
 		a.Equal(node0, r.TypedSpec().LinkIndex)
 		a.Equal(nethelpers.ScopeGlobal, r.TypedSpec().Scope)
@@ -148,13 +104,13 @@ func TestNetlinkStatus(t *testing.T) {
 
 	// The kernel's prefix route for the new address, in the main table.
 	routeID := network.RouteID(nethelpers.TableMain, nethelpers.FamilyInet4, v4.Masked(), netip.Addr{}, 0, "node0")
-	rtestutils.AssertResources(ctx, t, st, []string{routeID}, func(r *network.RouteStatus, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{routeID}, func(r *network.RouteStatus, a *assert.Assertions) {
 		a.Equal(netip.MustParseAddr("10.5.0.2"), r.TypedSpec().Source)
 		a.Equal(nethelpers.ProtocolKernel, r.TypedSpec().Protocol)
 		a.Equal(node0, r.TypedSpec().OutLinkIndex)
 	})
 
-	rtestutils.AssertResources(ctx, t, st, []string{network.NodeAddressCurrentID, network.NodeAddressDefaultID}, func(r *network.NodeAddress, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{network.NodeAddressCurrentID, network.NodeAddressDefaultID}, func(r *network.NodeAddress, a *assert.Assertions) {
 		want := []netip.Prefix{v4, v6}
 		if r.Metadata().ID() == network.NodeAddressDefaultID {
 			want = want[:1]
@@ -168,9 +124,9 @@ func TestNetlinkStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rtestutils.AssertNoResource[*network.AddressStatus](ctx, t, st, network.AddressID("node0", v4))
-	rtestutils.AssertNoResource[*network.RouteStatus](ctx, t, st, routeID)
-	rtestutils.AssertResources(ctx, t, st, []string{network.NodeAddressCurrentID, network.NodeAddressAccumulativeID}, func(r *network.NodeAddress, a *assert.Assertions) {
+	ctest.AssertNoResource[*network.AddressStatus](env, network.AddressID("node0", v4))
+	ctest.AssertNoResource[*network.RouteStatus](env, routeID)
+	ctest.AssertResources(env, []string{network.NodeAddressCurrentID, network.NodeAddressAccumulativeID}, func(r *network.NodeAddress, a *assert.Assertions) {
 		want := []netip.Prefix{v6}
 		if r.Metadata().ID() == network.NodeAddressAccumulativeID {
 			want = []netip.Prefix{v4, v6}
@@ -184,18 +140,8 @@ func TestNetlinkStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rtestutils.AssertNoResource[*network.LinkStatus](ctx, t, st, "node0")
-	rtestutils.AssertNoResource[*network.LinkStatus](ctx, t, st, "peer0")
-}
-
-// TestStaticNodeAddress: a process-mode node publishes its one loopback address under every ID.
-func TestStaticNodeAddress(t *testing.T) {
-	ctx, st := start(t, &networkctrl.NodeAddressController{Static: []netip.Addr{netip.MustParseAddr("127.5.0.2")}})
-
-	ids := []string{network.NodeAddressDefaultID, network.NodeAddressCurrentID, network.NodeAddressRoutedID, network.NodeAddressAccumulativeID}
-	rtestutils.AssertResources(ctx, t, st, ids, func(r *network.NodeAddress, a *assert.Assertions) {
-		a.Equal([]netip.Prefix{netip.MustParsePrefix("127.5.0.2/32")}, r.TypedSpec().Addresses)
-	})
+	ctest.AssertNoResource[*network.LinkStatus](env, "node0")
+	ctest.AssertNoResource[*network.LinkStatus](env, "peer0")
 }
 
 func TestResolverStatus(t *testing.T) {
@@ -204,9 +150,9 @@ func TestResolverStatus(t *testing.T) {
 
 	writeFile(t, path, "# written by a test\nnameserver 10.5.0.1\nnameserver fd00:5::1\nnameserver bogus\nsearch a.example b.example\n")
 
-	ctx, st := start(t, &networkctrl.ResolverStatusController{Path: path})
+	env := ctest.Start(t, &networkctrl.ResolverStatusController{Path: path})
 
-	rtestutils.AssertResources(ctx, t, st, []string{network.ResolverID}, func(r *network.ResolverStatus, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{network.ResolverID}, func(r *network.ResolverStatus, a *assert.Assertions) {
 		a.Equal([]netip.Addr{netip.MustParseAddr("10.5.0.1"), netip.MustParseAddr("fd00:5::1")}, r.TypedSpec().DNSServers)
 		a.Equal([]string{"a.example", "b.example"}, r.TypedSpec().SearchDomains)
 	})
@@ -218,7 +164,7 @@ func TestResolverStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rtestutils.AssertResources(ctx, t, st, []string{network.ResolverID}, func(r *network.ResolverStatus, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{network.ResolverID}, func(r *network.ResolverStatus, a *assert.Assertions) {
 		a.Equal([]netip.Addr{netip.MustParseAddr("10.5.0.9")}, r.TypedSpec().DNSServers)
 		a.Empty(r.TypedSpec().SearchDomains)
 	})
@@ -228,7 +174,7 @@ func TestResolverStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rtestutils.AssertResources(ctx, t, st, []string{network.ResolverID}, func(r *network.ResolverStatus, a *assert.Assertions) {
+	ctest.AssertResources(env, []string{network.ResolverID}, func(r *network.ResolverStatus, a *assert.Assertions) {
 		a.Empty(r.TypedSpec().DNSServers)
 	})
 }

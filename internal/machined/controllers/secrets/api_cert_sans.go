@@ -5,86 +5,71 @@ import (
 	"fmt"
 
 	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
+	"github.com/siderolabs/gen/xerrors"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
 )
 
-// APICertSANsController publishes the names the node's API certificate must carry (CertSAN
-// "api"): the node addresses, the hostname and FQDN, and machine.certSANs.
-type APICertSANsController struct{}
+// APICertSANsController publishes the names the node's API certificate must carry.
+type APICertSANsController = transform.Controller[*secrets.OSRoot, *secrets.CertSAN]
 
-// Name implements controller.Controller.
-func (ctrl *APICertSANsController) Name() string { return "secrets.APICertSANsController" }
+// NewAPICertSANsController declares CertSAN "api" from the OS root: the node addresses, the
+// hostname and FQDN, and machine.certSANs. It waits for the hostname and the addresses.
+func NewAPICertSANsController() *APICertSANsController {
+	return transform.NewController(
+		transform.Settings[*secrets.OSRoot, *secrets.CertSAN]{
+			Name: "secrets.APICertSANsController",
+			MapMetadataOptionalFunc: func(root *secrets.OSRoot) optional.Optional[*secrets.CertSAN] {
+				if root.Metadata().ID() != secrets.OSRootID {
+					return optional.None[*secrets.CertSAN]()
+				}
 
-// Inputs implements controller.Controller.
-func (ctrl *APICertSANsController) Inputs() []controller.Input {
-	return []controller.Input{
-		{Namespace: secrets.NamespaceName, Type: secrets.OSRootType, ID: optional.Some(secrets.OSRootID), Kind: controller.InputWeak},
-		{Namespace: network.NamespaceName, Type: network.HostnameStatusType, ID: optional.Some(network.HostnameID), Kind: controller.InputWeak},
-		{Namespace: network.NamespaceName, Type: network.NodeAddressType, ID: optional.Some(network.NodeAddressAccumulativeID), Kind: controller.InputWeak},
-	}
+				return optional.Some(secrets.NewCertSAN(secrets.NamespaceName, secrets.CertSANAPIID))
+			},
+			TransformFunc: func(ctx context.Context, r controller.Reader, _ *zap.Logger, root *secrets.OSRoot, out *secrets.CertSAN) error {
+				hostname, err := safe.ReaderGetByID[*network.HostnameStatus](ctx, r, network.HostnameID)
+				if err != nil {
+					return waitFor("hostname", err)
+				}
+
+				addrs, err := safe.ReaderGetByID[*network.NodeAddress](ctx, r, network.NodeAddressAccumulativeID)
+				if err != nil {
+					return waitFor("node addresses", err)
+				}
+
+				spec := out.TypedSpec()
+				spec.Reset()
+
+				spec.AppendIPs(addrs.TypedSpec().IPs()...)
+				spec.AppendIPs(root.TypedSpec().CertSANIPs...)
+				spec.AppendDNSNames(hostname.TypedSpec().Hostname)
+				spec.AppendDNSNames(hostname.TypedSpec().FQDN())
+				spec.AppendDNSNames(root.TypedSpec().CertSANDNSNames...)
+				spec.FQDN = hostname.TypedSpec().FQDN()
+				spec.Sort()
+
+				return nil
+			},
+		},
+		transform.WithOutputKind(controller.OutputShared),
+		transform.WithExtraInputs(
+			controller.Input{Namespace: network.NamespaceName, Type: network.HostnameStatusType, ID: optional.Some(network.HostnameID), Kind: controller.InputWeak},
+			controller.Input{Namespace: network.NamespaceName, Type: network.NodeAddressType, ID: optional.Some(network.NodeAddressAccumulativeID), Kind: controller.InputWeak},
+		),
+	)
 }
 
-// Outputs implements controller.Controller.
-func (ctrl *APICertSANsController) Outputs() []controller.Output {
-	return []controller.Output{{Type: secrets.CertSANType, Kind: controller.OutputShared}}
-}
-
-// Run implements controller.Controller.
-func (ctrl *APICertSANsController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		root, err := safe.ReaderGetByID[*secrets.OSRoot](ctx, r, secrets.OSRootID)
-		if err != nil {
-			if state.IsNotFoundError(err) {
-				continue
-			}
-
-			return fmt.Errorf("reading os root: %w", err)
-		}
-
-		hostname, err := safe.ReaderGetByID[*network.HostnameStatus](ctx, r, network.HostnameID)
-		if err != nil {
-			if state.IsNotFoundError(err) {
-				continue
-			}
-
-			return fmt.Errorf("reading hostname: %w", err)
-		}
-
-		addrs, err := safe.ReaderGetByID[*network.NodeAddress](ctx, r, network.NodeAddressAccumulativeID)
-		if err != nil {
-			if state.IsNotFoundError(err) {
-				continue
-			}
-
-			return fmt.Errorf("reading node addresses: %w", err)
-		}
-
-		if err = safe.WriterModify(ctx, r, secrets.NewCertSAN(secrets.NamespaceName, secrets.CertSANAPIID), func(res *secrets.CertSAN) error {
-			spec := res.TypedSpec()
-			spec.Reset()
-
-			spec.AppendIPs(addrs.TypedSpec().IPs()...)
-			spec.AppendIPs(root.TypedSpec().CertSANIPs...)
-			spec.AppendDNSNames(hostname.TypedSpec().Hostname)
-			spec.AppendDNSNames(hostname.TypedSpec().FQDN())
-			spec.AppendDNSNames(root.TypedSpec().CertSANDNSNames...)
-			spec.FQDN = hostname.TypedSpec().FQDN()
-			spec.Sort()
-
-			return nil
-		}); err != nil {
-			return fmt.Errorf("writing api cert SANs: %w", err)
-		}
+// waitFor turns a missing input into a skipped reconcile (its creation wakes the controller
+// again); other read errors fail the controller.
+func waitFor(what string, err error) error {
+	if state.IsNotFoundError(err) {
+		return xerrors.NewTaggedf[transform.SkipReconcileTag]("waiting for %s", what)
 	}
+
+	return fmt.Errorf("reading %s: %w", what, err)
 }

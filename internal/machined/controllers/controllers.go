@@ -1,0 +1,89 @@
+// Package controllers is the list of machined's controllers: every controller the node runs is
+// registered here, each built from what the node knows at start. The controllers themselves
+// live in one package per namespace of their outputs, one controller per file.
+package controllers
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
+
+	"github.com/talos-go/talos/internal/container"
+	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
+	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
+	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
+	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
+	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
+	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
+	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
+)
+
+// Options are what the controllers need from the node.
+type Options struct {
+	// Address is the node's address: the seed of its generated hostname, the source of its
+	// calls to trustd and, when it shares the host, its one NodeAddress. Empty when it has none.
+	Address string
+	// SharesHost is a node that is a set of processes on the host (process mode): it is
+	// reached on its loopback address whatever the host's links hold, and its hostname is only
+	// recorded, as the kernel's is the host's.
+	SharesHost bool
+	// StateDir is the STATE folder, where the node id is kept.
+	StateDir string
+	// APIDSecretsDir and TrustdSecretsDir are the folders apid and trustd read their
+	// certificates from.
+	APIDSecretsDir, TrustdSecretsDir string
+	// Etcd is the node's etcd member.
+	Etcd etcdctrl.StatusSource
+}
+
+// List is every controller of the node.
+func List(opts Options) []controller.Controller {
+	nodeAddresses := &networkctrl.NodeAddressController{}
+	applyHostname := networkctrl.SetKernelHostname
+
+	if container.InNode() {
+		applyHostname = container.ApplyHostname(opts.Address)
+	}
+
+	if opts.SharesHost {
+		addr, _ := netip.ParseAddr(opts.Address) // checked by the node before
+		nodeAddresses.Static = []netip.Addr{addr}
+		applyHostname = nil
+	}
+
+	return []controller.Controller{
+		configctrl.NewMachineTypeController(),
+		&hardwarectrl.SystemInformationController{},
+		&hardwarectrl.ProcessorController{},
+		&blockctrl.DiskController{},
+		networkctrl.NewHostnameSpecController(opts.Address),
+		networkctrl.NewHostnameStatusController(applyHostname),
+		nodeAddresses,
+		&networkctrl.LinkStatusController{},
+		&networkctrl.AddressStatusController{},
+		&networkctrl.RouteStatusController{},
+		&networkctrl.ResolverStatusController{},
+		&clusterctrl.IdentityController{StateDir: opts.StateDir},
+		&clusterctrl.MemberController{},
+		&etcdctrl.MemberController{Etcd: opts.Etcd},
+		secretsctrl.NewRootController(),
+		secretsctrl.NewAPICertSANsController(),
+		&secretsctrl.APIController{Address: opts.Address},
+		&secretsctrl.APIFilesController{Dir: opts.APIDSecretsDir},
+		&secretsctrl.TrustdController{},
+		&secretsctrl.TrustdFilesController{Dir: opts.TrustdSecretsDir},
+	}
+}
+
+// Register registers every controller of the node with rt.
+func Register(rt *cosiruntime.Runtime, opts Options) error {
+	for _, ctrl := range List(opts) {
+		if err := rt.RegisterController(ctrl); err != nil {
+			return fmt.Errorf("registering controller %s: %w", ctrl.Name(), err)
+		}
+	}
+
+	return nil
+}

@@ -1,0 +1,98 @@
+package network_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/talos-go/talos/internal/machined/controllers/ctest"
+	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
+)
+
+func TestStaticNodeAddress(t *testing.T) {
+	for _, tc := range []struct {
+		addr, prefix string
+	}{
+		{"127.5.0.2", "127.5.0.2/32"},
+		{"fd00::5", "fd00::5/128"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			env := ctest.Start(t, &networkctrl.NodeAddressController{Static: []netip.Addr{netip.MustParseAddr(tc.addr)}})
+
+			// A process-mode node: every ID a consumer looks for carries its one loopback
+			// address, as a host prefix.
+			ids := []resource.ID{
+				network.NodeAddressAccumulativeID, network.NodeAddressCurrentID,
+				network.NodeAddressDefaultID, network.NodeAddressRoutedID,
+			}
+
+			ctest.AssertResources(env, ids, func(r *network.NodeAddress, a *assert.Assertions) {
+				a.Equal([]netip.Prefix{netip.MustParsePrefix(tc.prefix)}, r.TypedSpec().Addresses)
+				a.Equal([]netip.Addr{netip.MustParseAddr(tc.addr)}, r.TypedSpec().IPs())
+			})
+			ctest.AssertIDs[*network.NodeAddress](env, ids...)
+		})
+	}
+}
+
+// link and address are what the link and address status controllers publish.
+func link(name string, index uint32, typ nethelpers.LinkType) *network.LinkStatus {
+	res := network.NewLinkStatus(network.NamespaceName, name)
+	res.TypedSpec().Index, res.TypedSpec().Type = index, typ
+
+	return res
+}
+
+func address(linkName string, index uint32, prefix string, scope nethelpers.Scope) *network.AddressStatus {
+	p := netip.MustParsePrefix(prefix)
+	res := network.NewAddressStatus(network.NamespaceName, network.AddressID(linkName, p))
+	res.TypedSpec().Address, res.TypedSpec().LinkName, res.TypedSpec().LinkIndex, res.TypedSpec().Scope = p, linkName, index, scope
+
+	return res
+}
+
+// TestNodeAddressFromStatus: a node in its own network namespace is reached on the global
+// unicast addresses of its links that are not loopback, IPv4 first; the default is the first,
+// and the accumulative set keeps every address the node ever had.
+func TestNodeAddressFromStatus(t *testing.T) {
+	env := ctest.Start(t, &networkctrl.NodeAddressController{})
+
+	v6 := address("eth0", 2, "fd00:5::2/64", nethelpers.ScopeGlobal)
+	v4 := address("eth0", 2, "10.5.0.2/24", nethelpers.ScopeGlobal)
+
+	env.Create(
+		link("lo", 1, nethelpers.LinkLoopbck), link("eth0", 2, nethelpers.LinkEther),
+		address("lo", 1, "127.0.0.1/8", nethelpers.ScopeGlobal),  // on loopback
+		address("eth0", 2, "fe80::1/64", nethelpers.ScopeLink),   // link-local
+		address("eth0", 2, "10.5.0.99/24", nethelpers.ScopeHost), // not global scope
+		v6, v4,
+	)
+
+	assertAddresses := func(id resource.ID, want ...string) {
+		t.Helper()
+
+		ctest.AssertResource(env, id, func(r *network.NodeAddress, a *assert.Assertions) {
+			got := make([]string, 0, len(r.TypedSpec().Addresses))
+			for _, p := range r.TypedSpec().Addresses {
+				got = append(got, p.String())
+			}
+
+			a.Equal(want, got)
+		})
+	}
+
+	assertAddresses(network.NodeAddressCurrentID, "10.5.0.2/24", "fd00:5::2/64")
+	assertAddresses(network.NodeAddressRoutedID, "10.5.0.2/24", "fd00:5::2/64")
+	assertAddresses(network.NodeAddressDefaultID, "10.5.0.2/24")
+
+	// The IPv4 address goes (DHCP lease lost): current follows, accumulative remembers.
+	env.Destroy(v4)
+
+	assertAddresses(network.NodeAddressCurrentID, "fd00:5::2/64")
+	assertAddresses(network.NodeAddressDefaultID, "fd00:5::2/64")
+	assertAddresses(network.NodeAddressAccumulativeID, "10.5.0.2/24", "fd00:5::2/64")
+}
