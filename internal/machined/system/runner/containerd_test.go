@@ -94,7 +94,7 @@ func startContainerd(t *testing.T) services.ContainerdPaths {
 
 	t.Cleanup(func() {
 		cancel()
-		cmd.Wait() //nolint:errcheck
+		cmd.Wait()                               //nolint:errcheck
 		exec.Command("umount", "-R", root).Run() //nolint:errcheck
 		os.RemoveAll(root)                       //nolint:errcheck
 
