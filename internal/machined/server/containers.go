@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
@@ -96,7 +97,7 @@ func (s *Machine) Containers(ctx context.Context, req *machine.ContainersRequest
 			ci.Pid = task.Pid()
 
 			if st, err := task.Status(ctx); err == nil {
-				ci.Status = string(st.Status)
+				ci.Status = strings.ToUpper(string(st.Status))
 			}
 		}
 

@@ -71,7 +71,7 @@ func TestContainersAndImages(t *testing.T) {
 	}
 
 	ctrs := resp.Messages[0].Containers
-	if len(ctrs) != 1 || ctrs[0].Id != "hello" || ctrs[0].Image != ref || ctrs[0].Status != "running" || ctrs[0].Pid == 0 {
+	if len(ctrs) != 1 || ctrs[0].Id != "hello" || ctrs[0].Image != ref || ctrs[0].Status != "RUNNING" || ctrs[0].Pid == 0 {
 		t.Fatalf("containers in system: %v", ctrs)
 	}
 
