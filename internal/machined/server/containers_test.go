@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/server"
+	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/machined/system/runner"
 	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/machined/testutil/ctrdtest"
@@ -110,5 +112,31 @@ func TestContainersWithoutContainerd(t *testing.T) {
 	_, err := s.Containers(context.Background(), &machine.ContainersRequest{})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "containerd is not running") {
 		t.Fatalf("containers without containerd: %v", err)
+	}
+}
+
+// TestImageCacheImport: the node image's cache is imported into both namespaces.
+func TestImageCacheImport(t *testing.T) {
+	paths, root := ctrdtest.StartContainerd(t)
+	archive := ctrdtest.HelloImage(t, "registry.local/cached:v1")
+
+	var log strings.Builder
+
+	names, err := services.ImportImageCache(context.Background(), paths.Socket, filepath.Dir(archive), &log)
+	if err != nil || len(names) != 1 || names[0] != "registry.local/cached:v1" {
+		t.Fatalf("import: %v %v\n%s", names, err, log.String())
+	}
+
+	s := &server.Machine{R: &runtime.Runtime{Paths: runtime.Paths{Root: root}, State: state.WrapCore(namespaced.NewState(inmem.Build))}}
+
+	for _, ns := range []common.ContainerdNamespace{common.ContainerdNamespace_NS_SYSTEM, common.ContainerdNamespace_NS_CRI} {
+		stream := &imageStream{ctx: context.Background()}
+		if err = s.ImageList(&machine.ImageListRequest{Namespace: ns}, stream); err != nil {
+			t.Fatal(err)
+		}
+
+		if len(stream.sent) != 1 || stream.sent[0].Name != "registry.local/cached:v1" {
+			t.Errorf("images in %v: %v", ns, stream.sent)
+		}
 	}
 }
