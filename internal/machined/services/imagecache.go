@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -17,28 +16,17 @@ import (
 	"github.com/talos-go/talos/internal/machined/system/runner"
 )
 
-func init() { register(ImageCache) }
-
 // ImageCacheServiceID is the supervisor ID of the image cache import.
 const ImageCacheServiceID = "image-cache"
 
-// ImageCache imports the node image's cache (OCI archives in /usr/share/talos/images) into
+// ImageCache (listed by For only where containerd runs) imports the node image's cache (OCI archives in /usr/share/talos/images) into
 // containerd once it is up, in the system and k8s.io namespaces: system services and Kubernetes
 // start from these images and nothing is pulled.
 func ImageCache(r *runtime.Runtime) *system.Service {
-	// Without containerd (process mode) the service is skipped by its condition; a dependency
-	// on the skipped containerd would keep it waiting, and the node unhealthy, for ever.
-	var deps []string
-	if os.Getpid() == 1 {
-		deps = []string{ContainerdServiceID}
-	}
-
 	return &system.Service{
-		ID:                   ImageCacheServiceID,
-		DependsOn:            deps,
-		ConditionDescription: "machined is the node's init",
-		Condition:            Containerd(r).Condition,
-		Restart:              system.RestartOnFailure,
+		ID:        ImageCacheServiceID,
+		DependsOn: []string{ContainerdServiceID},
+		Restart:   system.RestartOnFailure,
 		Runner: func() (system.Runner, error) {
 			out, err := r.Logs.Writer(ImageCacheServiceID)
 			if err != nil {

@@ -23,7 +23,7 @@ func For(r *runtime.Runtime, t machine.Type) []*system.Service {
 	// containerd (and its image cache) runs when machined is the node's init: container and
 	// metal modes, not a node process on a shared host.
 	if os.Getpid() == 1 {
-		svcs = append(svcs, Containerd(r))
+		svcs = append(svcs, Containerd(r), ImageCache(r))
 	}
 
 	return svcs
