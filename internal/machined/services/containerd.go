@@ -82,12 +82,15 @@ func Containerd(r *runtime.Runtime) *system.Service {
 			return nil
 		},
 		Runner: func() (system.Runner, error) {
-			bin, err := exec.LookPath("containerd")
-			if err != nil {
-				return nil, fmt.Errorf("containerd is not on PATH: the node image holds it as /usr/bin/containerd: %w", err)
+			// PID 1 may start without PATH: the node image's place comes first.
+			bin := "/usr/bin/containerd"
+			if _, err := os.Stat(bin); err != nil {
+				if bin, err = exec.LookPath("containerd"); err != nil {
+					return nil, fmt.Errorf("containerd is neither at /usr/bin/containerd (the node image's place) nor on PATH: %w", err)
+				}
 			}
 
-			if err = WriteContainerdConfig(paths); err != nil {
+			if err := WriteContainerdConfig(paths); err != nil {
 				return nil, err
 			}
 
