@@ -64,7 +64,7 @@ func runChecks(ctx context.Context, root string, checks []chrootCheck, progress 
 	for _, c := range checks {
 		out, err := runChrooted(ctx, root, c.argv, c.env)
 		if err != nil || !strings.Contains(out, c.want) {
-			return fmt.Errorf("%s does not run in the image (want %q in its output): %v\n%s", strings.Join(c.argv, " "), c.want, err, out)
+			return fmt.Errorf("%s does not run in the image (want %q in its output): %w\n%s", strings.Join(c.argv, " "), c.want, err, out)
 		}
 
 		fmt.Fprintf(progress, "  ok  %s\n", strings.Join(c.argv, " "))

@@ -226,7 +226,7 @@ func elfNeeds(file string) (string, []string, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	interp := ""
 
@@ -267,7 +267,7 @@ func isELF(p string) bool {
 		return false
 	}
 
-	f.Close() //nolint:errcheck
+	f.Close()
 
 	return true
 }

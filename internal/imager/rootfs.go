@@ -161,7 +161,7 @@ func squashCached(ctx context.Context, t *Tree, opts RootfsOptions, step func(st
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(stage) //nolint:errcheck
+	defer os.RemoveAll(stage)
 
 	root := filepath.Join(stage, "root")
 	if err = t.WriteTo(root); err != nil {

@@ -56,7 +56,7 @@ func Squash(ctx context.Context, t *Tree, dst string, opts SquashfsOptions) erro
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(stage) //nolint:errcheck
+	defer os.RemoveAll(stage)
 
 	root := filepath.Join(stage, "root")
 	if err = t.WriteTo(root); err != nil {
@@ -68,14 +68,14 @@ func Squash(ctx context.Context, t *Tree, dst string, opts SquashfsOptions) erro
 
 func squashDir(ctx context.Context, root, dst string, opts SquashfsOptions) error {
 	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp")
-	os.Remove(tmp) //nolint:errcheck
+	os.Remove(tmp)
 
 	cmd := exec.CommandContext(ctx, "mksquashfs", opts.args(root, tmp)...)
 	// SOURCE_DATE_EPOCH from the caller's environment would fight -all-time.
 	cmd.Env = append(filteredEnv("SOURCE_DATE_EPOCH"), "LC_ALL=C")
 
 	if out, err := cmd.CombinedOutput(); err != nil {
-		os.Remove(tmp) //nolint:errcheck
+		os.Remove(tmp)
 
 		return fmt.Errorf("mksquashfs: %w: %s", err, out)
 	}

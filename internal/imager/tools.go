@@ -104,7 +104,7 @@ func (b *ToolBuilder) Build(ctx context.Context, t Tool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp) //nolint:errcheck
+	defer os.RemoveAll(tmp)
 
 	cgo := "0"
 	if t.CGO {
@@ -195,7 +195,7 @@ func checkStatic(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {

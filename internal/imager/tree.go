@@ -150,7 +150,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close() //nolint:errcheck
+	defer in.Close()
 
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -158,7 +158,7 @@ func copyFile(src, dst string) error {
 	}
 
 	if _, err = io.Copy(out, in); err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return err
 	}

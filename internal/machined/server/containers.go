@@ -69,7 +69,7 @@ func (s *Machine) Containers(ctx context.Context, req *machine.ContainersRequest
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	ctrs, err := client.Containers(ctx)
 	if err != nil {
@@ -130,7 +130,7 @@ func (s *Machine) ImageList(req *machine.ImageListRequest, srv grpc.ServerStream
 	if err != nil {
 		return err
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	ctx := srv.Context()
 
@@ -171,7 +171,7 @@ func (s *Machine) ImagePull(ctx context.Context, req *machine.ImagePullRequest) 
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	if _, err = client.Pull(ctx, req.Reference, containerd.WithPullUnpack); err != nil {
 		if errors.Is(err, context.Canceled) {

@@ -127,7 +127,7 @@ func ContainerdHealth(ctx context.Context, socket string) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	if _, err = client.Version(ctx); err != nil {
 		return err

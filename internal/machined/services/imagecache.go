@@ -62,7 +62,7 @@ func ImportImageCache(ctx context.Context, socket, dir string, log io.Writer) ([
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	var names, failed []string
 

@@ -59,7 +59,7 @@ func (c *Containerd) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connecting to containerd at %s: %w", c.Socket, err)
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	// The work outlives ctx: stopping must still reach containerd after ctx is canceled.
 	bg := namespaces.WithNamespace(context.Background(), c.namespace())
@@ -134,12 +134,12 @@ func (c *Containerd) Run(ctx context.Context) error {
 		timeout = DefaultGracefulTimeout
 	}
 
-	task.Kill(bg, syscall.SIGTERM) //nolint:errcheck
+	_ = task.Kill(bg, syscall.SIGTERM)
 
 	select {
 	case <-exited:
 	case <-time.After(timeout):
-		task.Kill(bg, syscall.SIGKILL, containerd.WithKillAll) //nolint:errcheck
+		_ = task.Kill(bg, syscall.SIGKILL, containerd.WithKillAll)
 		<-exited
 	}
 
@@ -185,7 +185,7 @@ func ImportArchive(ctx context.Context, client *containerd.Client, path string) 
 	if err != nil {
 		return nil, fmt.Errorf("opening image archive: %w", err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	imgs, err := client.Import(ctx, f, containerd.WithAllPlatforms(false))
 	if err != nil {
@@ -212,9 +212,9 @@ func removeContainer(ctx context.Context, client *containerd.Client, id string) 
 	}
 
 	if task, err := ctr.Task(ctx, nil); err == nil {
-		task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll) //nolint:errcheck
-		task.Delete(ctx, containerd.WithProcessKill)            //nolint:errcheck
+		_ = task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
+		_, _ = task.Delete(ctx, containerd.WithProcessKill)
 	}
 
-	ctr.Delete(ctx, containerd.WithSnapshotCleanup) //nolint:errcheck
+	_ = ctr.Delete(ctx, containerd.WithSnapshotCleanup)
 }

@@ -53,7 +53,7 @@ func TestContainerdRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	if _, err = client.LoadContainer(context.Background(), "hello"); err != nil {
 		t.Fatalf("the container is not in the system namespace: %v", err)

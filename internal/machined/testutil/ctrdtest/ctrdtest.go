@@ -100,9 +100,9 @@ func StartContainerd(t *testing.T) (services.ContainerdPaths, string) {
 
 	t.Cleanup(func() {
 		cancel()
-		cmd.Wait()                               //nolint:errcheck
-		exec.Command("umount", "-R", root).Run() //nolint:errcheck
-		os.RemoveAll(root)                       //nolint:errcheck
+		cmd.Wait()
+		exec.Command("umount", "-R", root).Run()
+		os.RemoveAll(root)
 
 		if t.Failed() {
 			t.Logf("containerd log:\n%s", log.String())
@@ -173,8 +173,8 @@ func HelloImage(t *testing.T, ref string) string {
 		t.Fatal(err)
 	}
 
-	tw.Write(bin) //nolint:errcheck
-	tw.Close()    //nolint:errcheck
+	tw.Write(bin)
+	tw.Close()
 
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerTar.Bytes())), nil })
 	if err != nil {
