@@ -20,8 +20,8 @@ import (
 	"github.com/talos-go/talos/internal/machined/server"
 	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/machined/system/runner"
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/machined/testutil/ctrdtest"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // imageStream collects what ImageList sends.
@@ -48,7 +48,7 @@ func TestContainersAndImages(t *testing.T) {
 	ctx := context.Background()
 
 	// A running system container, started by the containerd runner.
-	out := &testutil.SyncBuffer{}
+	out := &testenv.SyncBuffer{}
 	r := &runner.Containerd{Socket: paths.Socket, ID: "hello", Image: ref, Archive: archive, HostNetwork: true, FIFODir: paths.FIFO, Output: out}
 
 	runCtx, cancel := context.WithCancel(ctx)

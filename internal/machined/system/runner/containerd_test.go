@@ -10,8 +10,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/talos-go/talos/internal/machined/system/runner"
-	"github.com/talos-go/talos/internal/machined/testutil"
 	"github.com/talos-go/talos/internal/machined/testutil/ctrdtest"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestContainerdRunner(t *testing.T) {
@@ -25,7 +25,7 @@ func TestContainerdRunner(t *testing.T) {
 		t.Fatalf("an image nowhere: got %v", err)
 	}
 
-	out := &testutil.SyncBuffer{}
+	out := &testenv.SyncBuffer{}
 	r := &runner.Containerd{Socket: paths.Socket, ID: "hello", Image: ref, Archive: archive, HostNetwork: true,
 		FIFODir: paths.FIFO, Output: out, GracefulTimeout: 10 * time.Second}
 
