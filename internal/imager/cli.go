@@ -11,6 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/talos-go/talos/internal/version"
 )
 
 // Options are one imager command and its settings.
@@ -22,15 +25,20 @@ type Options struct {
 	Version  string // build: the image version
 	Machined string // build: the multi-call binary
 	Etcd     string // build: the etcd binary
+	Rootfs   string // build: the node rootfs squashfs to carry, optional
 	Gzip     bool   // build: compress the image
 	Pub      string // verify: trusted public key(s); pubkey: the PEM file to print
 	Image    string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE --out FILE | verify --pub FILE IMAGE")
+var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE [--rootfs FILE] --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] --machined FILE --etcd FILE --out FILE.sqsh")
 
-// Main is the imager command: keygen, pubkey, build, verify.
+// Main is the imager command: keygen, pubkey, build, verify, rootfs.
 func Main(args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "rootfs" {
+		return rootfsMain(args[1:], stdout)
+	}
+
 	opts, err := parseArgs(args)
 	if err != nil {
 		return err
@@ -56,6 +64,7 @@ func parseArgs(args []string) (Options, error) {
 		fs.StringVar(&opts.Version, "version", "", "image version, e.g. v1.11.1 (must match the Tag built into machined)")
 		fs.StringVar(&opts.Machined, "machined", "", "multi-call binary")
 		fs.StringVar(&opts.Etcd, "etcd", "", "etcd binary")
+		fs.StringVar(&opts.Rootfs, "rootfs", "", "node rootfs squashfs (imager rootfs) to carry as "+RootfsName)
 		fs.StringVar(&opts.Out, "out", "", "image file to write")
 		fs.BoolVar(&opts.Gzip, "gzip", true, "compress the image")
 	case "pubkey":
@@ -129,10 +138,12 @@ func cmdBuild(stdout io.Writer, opts Options) error {
 		return err
 	}
 
-	m, err := BuildFile(opts.Out, BuildOptions{
-		Version: opts.Version, Key: priv, Compress: opts.Gzip,
-		Files: map[string]string{MachinedName: opts.Machined, EtcdName: opts.Etcd},
-	})
+	files := map[string]string{MachinedName: opts.Machined, EtcdName: opts.Etcd}
+	if opts.Rootfs != "" {
+		files[RootfsName] = opts.Rootfs
+	}
+
+	m, err := BuildFile(opts.Out, BuildOptions{Version: opts.Version, Key: priv, Compress: opts.Gzip, Files: files})
 	if err != nil {
 		return err
 	}
@@ -184,4 +195,47 @@ func CommandMain() {
 		fmt.Fprintf(os.Stderr, "imager: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+func rootfsMain(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("rootfs", flag.ContinueOnError)
+	opts := RootfsOptions{Progress: stdout}
+
+	fs.StringVar(&opts.Out, "out", "", "squashfs to write, e.g. _out/rootfs.sqsh")
+	fs.StringVar(&opts.CacheDir, "cache", "", "cache folder for tool builds (default: cache/ next to --out)")
+	fs.StringVar(&opts.Machined, "machined", "", "multi-call binary (static), installed as /sbin/init")
+	fs.StringVar(&opts.Etcd, "etcd", "", "etcd binary (static)")
+	fs.StringVar(&opts.Version, "version", version.Tag, "node version for /etc/os-release")
+	fs.StringVar(&opts.Squashfs.Compression, "comp", "xz", "squashfs compression: xz, zstd or gzip")
+	images := fs.String("images", "", "folder of OCI archives (*.tar) for the image cache")
+
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	if *images != "" {
+		found, err := filepath.Glob(filepath.Join(*images, "*.tar"))
+		if err != nil {
+			return err
+		}
+
+		opts.Images = found
+	}
+
+	start := time.Now()
+
+	res, err := BuildRootfs(context.Background(), opts)
+	if err != nil {
+		return err
+	}
+
+	how := fmt.Sprintf("%d programs checked in a chroot", res.Programs)
+	if res.Cached {
+		how = "cached"
+	}
+
+	fmt.Fprintf(stdout, "rootfs %s: %.1f MB (%.1f MB of files), sha256 %s, %s, %s\n", opts.Out,
+		float64(res.Size)/1e6, float64(res.Content)/1e6, res.SHA256, how, time.Since(start).Round(100*time.Millisecond))
+
+	return nil
 }

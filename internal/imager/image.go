@@ -1,6 +1,9 @@
-// Package imager builds and verifies node images: one file (a gzip-compressed tar) holding the
-// multi-call binary, the etcd binary and a manifest with the version and each file's size and
-// sha256, signed with ed25519.
+// Package imager builds the node's images. The node rootfs (rootfs.go) is a reproducible
+// squashfs: machined as /sbin/init, etcd, the pinned containerd, runc and CNI plugins, Debian's
+// iptables and nftables with their libraries, and /etc. The signed image (this file) is one
+// file (a gzip-compressed tar) holding the multi-call binary, the etcd binary, optionally the
+// rootfs (rootfs.sqsh), and a manifest with the version and each file's size and sha256, signed
+// with ed25519.
 //
 // Layout of an image, in this order:
 //
@@ -42,6 +45,8 @@ const (
 	SignatureName = "manifest.sig"
 	MachinedName  = "machined"
 	EtcdName      = "etcd"
+	// RootfsName is the node rootfs (a squashfs) an image may carry for container-mode nodes.
+	RootfsName = "rootfs.sqsh"
 )
 
 // RequiredFiles are the payload files every image holds.

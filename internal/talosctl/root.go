@@ -71,6 +71,8 @@ func NewRootCommand() *cobra.Command {
 		editCmd(g),
 		usageCmd(g),
 		servicesCmd(g),
+		containersCmd(g),
+		imageCmd(g),
 		serviceCmd(g),
 		logsCmd(g),
 		eventsCmd(g),

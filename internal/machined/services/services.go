@@ -3,6 +3,8 @@
 package services
 
 import (
+	"os"
+
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
 	"github.com/talos-go/talos/internal/machined/runtime"
@@ -16,6 +18,12 @@ func For(r *runtime.Runtime, t machine.Type) []*system.Service {
 
 	if t.IsControlPlane() {
 		svcs = append(svcs, Trustd(r), Etcd(r))
+	}
+
+	// containerd (and its image cache) runs when machined is the node's init: container and
+	// metal modes, not a node process on a shared host.
+	if os.Getpid() == 1 {
+		svcs = append(svcs, Containerd(r), ImageCache(r))
 	}
 
 	return svcs

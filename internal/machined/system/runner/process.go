@@ -1,5 +1,5 @@
-// Package runner holds the ways a supervised service runs: as a child process or as a
-// goroutine inside machined.
+// Package runner holds the ways a supervised service runs: as a child process, as a goroutine
+// inside machined, or as a container of machined's containerd (system namespace).
 package runner
 
 import (

@@ -1,0 +1,212 @@
+package imager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Paths of the node binaries in the rootfs. /sbin is a link to /usr/sbin, so /sbin/init is
+// machined.
+const (
+	InitPath = "/usr/sbin/init"
+	EtcdPath = "/usr/bin/etcd"
+)
+
+// RootfsOptions are the inputs of a node rootfs.
+type RootfsOptions struct {
+	Out      string // squashfs to write
+	CacheDir string // tool builds and the last build's digest; default <dir of Out>/cache
+	Machined string // the multi-call binary, built by the caller
+	Etcd     string
+	Version  string   // for /etc/os-release
+	Images   []string // OCI archives for the image cache
+	Squashfs SquashfsOptions
+	Progress io.Writer
+}
+
+// RootfsResult describes a built rootfs.
+type RootfsResult struct {
+	Size     int64  // bytes of the squashfs
+	Content  int64  // bytes of the files in it, uncompressed
+	SHA256   string // of the squashfs
+	Cached   bool   // the tree had not changed, so the last squashfs was kept
+	Programs int    // binaries checked in a chroot
+}
+
+// BuildRootfs builds the node rootfs: the pinned tools, the Debian userland with its libraries,
+// the layout and /etc; checks that its programs run in a chroot of it; and squashes it.
+func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error) {
+	if opts.Out == "" || opts.Machined == "" || opts.Etcd == "" {
+		return nil, errors.New("rootfs needs --out, --machined and --etcd")
+	}
+
+	if opts.Version == "" {
+		return nil, errors.New("rootfs needs --version (for /etc/os-release)")
+	}
+
+	if err := CheckVersion(opts.Version); err != nil {
+		return nil, err
+	}
+
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+
+	if opts.CacheDir == "" {
+		opts.CacheDir = filepath.Join(filepath.Dir(opts.Out), "cache")
+	}
+
+	// The go command runs in each module's folder: every path it gets must be absolute.
+	cache, err := filepath.Abs(opts.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+
+	opts.CacheDir = cache
+
+	if err := os.MkdirAll(filepath.Join(opts.CacheDir, "tools"), 0o755); err != nil {
+		return nil, err
+	}
+
+	step := stepper(opts.Progress, 4)
+	t := NewTree()
+
+	if err := layout(t); err != nil {
+		return nil, err
+	}
+
+	step("pinned tools: containerd %s, runc %s, CNI plugins %s", containerdVer, runcVer, cniVer)
+
+	b := &ToolBuilder{CacheDir: filepath.Join(opts.CacheDir, "tools"), Progress: opts.Progress}
+
+	for _, tool := range Tools() {
+		bin, err := b.Build(ctx, tool)
+		if err != nil {
+			return nil, err
+		}
+
+		if err = t.File(filepath.Join(tool.Dest, tool.Name), bin, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	step("node binaries, Debian userland (%s), /etc", strings.Join(DebianUserland.Packages, ", "))
+
+	for _, f := range []struct{ path, src string }{{InitPath, opts.Machined}, {EtcdPath, opts.Etcd}} {
+		if err := checkStatic(f.src); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.src, err)
+		}
+
+		if err := t.File(f.path, f.src, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	if _, err := DebianUserland.Stage(ctx, t); err != nil {
+		return nil, err
+	}
+
+	if err := etcFiles(t, opts.Version); err != nil {
+		return nil, err
+	}
+
+	for _, img := range opts.Images {
+		if !strings.HasSuffix(img, ".tar") {
+			return nil, fmt.Errorf("image cache entry %s: give OCI archives (.tar)", img)
+		}
+
+		if err := t.File(filepath.Join(ImageCacheDir, filepath.Base(img)), img, 0o644); err != nil {
+			return nil, err
+		}
+	}
+
+	return squashCached(ctx, t, opts, step)
+}
+
+// squashCached checks and squashes the tree, unless the last build had the same tree and
+// options and its output is still there unchanged.
+func squashCached(ctx context.Context, t *Tree, opts RootfsOptions, step func(string, ...any)) (*RootfsResult, error) {
+	digest, err := t.Digest()
+	if err != nil {
+		return nil, err
+	}
+
+	content, err := t.Size()
+	if err != nil {
+		return nil, err
+	}
+
+	stamp := filepath.Join(opts.CacheDir, filepath.Base(opts.Out)+".digest")
+	want := fmt.Sprintf("%s %v", digest, opts.Squashfs)
+
+	if old, err := os.ReadFile(stamp); err == nil {
+		fields := strings.SplitN(string(old), "\n", 2)
+		if len(fields) == 2 && fields[0] == want {
+			if sum, size, _, err := digestFile(opts.Out); err == nil && sum == strings.TrimSpace(fields[1]) {
+				step("chroot check: skipped, the tree is unchanged")
+				step("squashfs: unchanged since the last build (%s)", opts.Out)
+
+				return &RootfsResult{Size: size, Content: content, SHA256: sum, Cached: true}, nil
+			}
+		}
+	}
+
+	stage, err := os.MkdirTemp(filepath.Dir(opts.Out), ".rootfs-stage-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(stage)
+
+	root := filepath.Join(stage, "root")
+	if err = t.WriteTo(root); err != nil {
+		return nil, err
+	}
+
+	step("chroot check: programs run with the image's own libraries")
+
+	n, err := CheckChroot(ctx, root, opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+
+	step("squashfs (%s, %d MB of files)", compressionName(opts.Squashfs), content>>20)
+
+	if err = squashDir(ctx, root, opts.Out, opts.Squashfs); err != nil {
+		return nil, err
+	}
+
+	sum, size, _, err := digestFile(opts.Out)
+	if err != nil {
+		return nil, err
+	}
+
+	if err = os.WriteFile(stamp, []byte(want+"\n"+sum+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+
+	return &RootfsResult{Size: size, Content: content, SHA256: sum, Programs: n}, nil
+}
+
+func compressionName(o SquashfsOptions) string {
+	if o.Compression == "" {
+		return "xz"
+	}
+
+	return o.Compression
+}
+
+// stepper prints numbered steps with the time since the build started.
+func stepper(w io.Writer, total int) func(string, ...any) {
+	n, start := 0, time.Now()
+
+	return func(format string, args ...any) {
+		n++
+		fmt.Fprintf(w, "[%d/%d %5.1fs] %s\n", n, total, time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+}

@@ -1,0 +1,143 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/runner"
+)
+
+// ContainerdServiceID is the supervisor ID of the containerd service.
+const ContainerdServiceID = "containerd"
+
+// ContainerdPaths are where containerd keeps its socket, state and data on a node.
+type ContainerdPaths struct {
+	Socket string // /system/run/containerd/containerd.sock
+	State  string // /system/run/containerd/state
+	Root   string // /var/lib/containerd
+	Config string // /system/etc/containerd/config.toml, written by machined
+	FIFO   string // stdio FIFOs of the system containers
+}
+
+// NewContainerdPaths returns the containerd paths of a node's state folder.
+func NewContainerdPaths(p runtime.Paths) ContainerdPaths {
+	run := filepath.Join(p.System(), "run", "containerd")
+
+	return ContainerdPaths{
+		Socket: filepath.Join(run, "containerd.sock"),
+		State:  filepath.Join(run, "state"),
+		Root:   filepath.Join(p.Ephemeral(), "lib", "containerd"),
+		Config: filepath.Join(p.System(), "etc", "containerd", "config.toml"),
+		FIFO:   filepath.Join(run, "fifo"),
+	}
+}
+
+// ContainerdConfig is containerd's config (version 3): the node's socket and folders, CRI on
+// with the image's CNI folders, nothing pulled implicitly (images come from the node image's
+// cache; a pull names its registry, which the node must reach).
+func ContainerdConfig(p ContainerdPaths) string {
+	return fmt.Sprintf(`version = 3
+root = %q
+state = %q
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["/opt/cni/bin"]
+  conf_dir = "/etc/cni/net.d"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+`, p.Root, p.State, p.Socket, p.Socket+".ttrpc")
+}
+
+// Containerd is the containerd service: it runs when machined is the node's init (container
+// and metal modes), with namespaces system (machined's services) and k8s.io (CRI). A node
+// process on a shared host (process mode) has no containerd and says so.
+func Containerd(r *runtime.Runtime) *system.Service {
+	paths := NewContainerdPaths(r.Paths)
+
+	return &system.Service{
+		ID:                   ContainerdServiceID,
+		ConditionDescription: "machined is the node's init",
+		Condition: func(context.Context) error {
+			if os.Getpid() != 1 {
+				return errors.New("containerd runs only when machined is the node's init (container or metal mode), not in process mode")
+			}
+
+			return nil
+		},
+		Runner: func() (system.Runner, error) {
+			// PID 1 may start without PATH: the node image's place comes first.
+			bin := "/usr/bin/containerd"
+			if _, err := os.Stat(bin); err != nil {
+				if bin, err = exec.LookPath("containerd"); err != nil {
+					return nil, fmt.Errorf("containerd is neither at /usr/bin/containerd (the node image's place) nor on PATH: %w", err)
+				}
+			}
+
+			if err := WriteContainerdConfig(paths); err != nil {
+				return nil, err
+			}
+
+			out, err := r.Logs.Writer(ContainerdServiceID)
+			if err != nil {
+				return nil, err
+			}
+
+			return &runner.Process{Args: []string{bin, "--config", paths.Config}, Output: out}, nil
+		},
+		HealthFunc: func(ctx context.Context) error { return ContainerdHealth(ctx, paths.Socket) },
+		HealthSettings: system.HealthSettings{
+			InitialDelay: 500 * time.Millisecond,
+			Period:       5 * time.Second,
+			Timeout:      3 * time.Second,
+		},
+	}
+}
+
+// WriteContainerdConfig writes the config and makes containerd's folders.
+func WriteContainerdConfig(p ContainerdPaths) error {
+	for _, dir := range []string{filepath.Dir(p.Socket), p.State, p.Root, filepath.Dir(p.Config)} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+	}
+
+	return os.WriteFile(p.Config, []byte(ContainerdConfig(p)), 0o600)
+}
+
+// ContainerdHealth asks containerd for its version and makes sure both namespaces exist.
+func ContainerdHealth(ctx context.Context, socket string) error {
+	client, err := containerd.New(socket, containerd.WithTimeout(2*time.Second))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	if _, err = client.Version(ctx); err != nil {
+		return err
+	}
+
+	for _, ns := range []string{runner.SystemNamespace, "k8s.io"} {
+		if err = client.NamespaceService().Create(ctx, ns, nil); err != nil && !errdefs.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+	}
+
+	return nil
+}

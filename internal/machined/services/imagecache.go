@@ -1,0 +1,91 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/runner"
+)
+
+// ImageCacheServiceID is the supervisor ID of the image cache import.
+const ImageCacheServiceID = "image-cache"
+
+// ImageCache (listed by For only where containerd runs) imports the node image's cache (OCI archives in /usr/share/talos/images) into
+// containerd once it is up, in the system and k8s.io namespaces: system services and Kubernetes
+// start from these images and nothing is pulled.
+func ImageCache(r *runtime.Runtime) *system.Service {
+	return &system.Service{
+		ID:        ImageCacheServiceID,
+		DependsOn: []string{ContainerdServiceID},
+		Restart:   system.RestartOnFailure,
+		Runner: func() (system.Runner, error) {
+			out, err := r.Logs.Writer(ImageCacheServiceID)
+			if err != nil {
+				return nil, err
+			}
+
+			socket := NewContainerdPaths(r.Paths).Socket
+
+			return &runner.Goroutine{Name: ImageCacheServiceID, Output: out, Main: func(ctx context.Context, w io.Writer) error {
+				_, err := ImportImageCache(ctx, socket, imager.ImageCacheDir, w)
+
+				return err
+			}}, nil
+		},
+	}
+}
+
+// ImportImageCache imports every archive of dir into the system and k8s.io namespaces and
+// returns the image names.
+func ImportImageCache(ctx context.Context, socket, dir string, log io.Writer) ([]string, error) {
+	archives, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	if err != nil {
+		return nil, err
+	}
+
+	if len(archives) == 0 {
+		fmt.Fprintf(log, "image cache %s is empty\n", dir)
+
+		return nil, nil
+	}
+
+	client, err := containerd.New(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+
+	var names, failed []string
+
+	for _, ns := range []string{runner.SystemNamespace, "k8s.io"} {
+		for _, a := range archives {
+			imported, err := runner.ImportArchive(namespaces.WithNamespace(ctx, ns), client, a)
+			if err != nil {
+				failed = append(failed, err.Error())
+
+				continue
+			}
+
+			fmt.Fprintf(log, "imported %v into %s from %s\n", imported, ns, a)
+
+			if ns == runner.SystemNamespace {
+				names = append(names, imported...)
+			}
+		}
+	}
+
+	if len(failed) > 0 {
+		return names, fmt.Errorf("image cache: %w", errors.New(fmt.Sprint(failed)))
+	}
+
+	return names, nil
+}

@@ -1,0 +1,220 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/defaults"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// SystemNamespace is containerd's namespace for machined's own services; Kubernetes uses k8s.io.
+const SystemNamespace = "system"
+
+// Containerd runs a service as a container of machined's containerd, in the system namespace,
+// from an image that is already there or imported from a local OCI archive: nothing is pulled.
+type Containerd struct {
+	Socket    string // containerd's socket
+	Namespace string // default SystemNamespace
+	ID        string // container ID (the service ID)
+	Image     string // image reference, e.g. registry.local/etcd:v3.6.13
+	// Archive, when set, is an OCI (or docker save) archive that holds Image; it is imported
+	// when containerd lacks the image.
+	Archive string
+	Args    []string // process args; default the image's entrypoint and command
+	Env     []string
+	Mounts  []specs.Mount
+	// HostNetwork runs the container in the node's network namespace, as system services do.
+	HostNetwork     bool
+	FIFODir         string // where containerd's stdio FIFOs go
+	Output          io.Writer
+	GracefulTimeout time.Duration
+}
+
+func (c *Containerd) String() string { return fmt.Sprintf("Containerd(%q)", c.ID) }
+
+func (c *Containerd) namespace() string {
+	if c.Namespace == "" {
+		return SystemNamespace
+	}
+
+	return c.Namespace
+}
+
+// Run creates the container (replacing a leftover of an earlier run), starts its task and
+// waits for it. When ctx ends the task gets SIGTERM and, after the graceful timeout, SIGKILL;
+// the task, the container and its snapshot are removed.
+func (c *Containerd) Run(ctx context.Context) error {
+	client, err := containerd.New(c.Socket, containerd.WithDefaultNamespace(c.namespace()), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return fmt.Errorf("connecting to containerd at %s: %w", c.Socket, err)
+	}
+	defer client.Close()
+
+	// The work outlives ctx: stopping must still reach containerd after ctx is canceled.
+	bg := namespaces.WithNamespace(context.Background(), c.namespace())
+
+	img, err := c.image(bg, client)
+	if err != nil {
+		return err
+	}
+
+	removeContainer(bg, client, c.ID)
+
+	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithEnv(c.Env), oci.WithMounts(c.Mounts)}
+	if len(c.Args) > 0 {
+		opts = append(opts, oci.WithProcessArgs(c.Args...))
+	}
+
+	if c.HostNetwork {
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostHostsFile, oci.WithHostResolvconf)
+	}
+
+	ctr, err := client.NewContainer(bg, c.ID, containerd.WithImage(img), containerd.WithNewSnapshot(c.ID, img), containerd.WithNewSpec(opts...))
+	if err != nil {
+		return fmt.Errorf("creating container %s: %w", c.ID, err)
+	}
+	defer removeContainer(bg, client, c.ID)
+
+	out := c.Output
+	if out == nil {
+		out = io.Discard
+	}
+
+	creator := cio.NewCreator(cio.WithStreams(nil, out, out))
+	if c.FIFODir != "" {
+		if err = os.MkdirAll(c.FIFODir, 0o700); err != nil {
+			return err
+		}
+
+		creator = cio.NewCreator(cio.WithStreams(nil, out, out), cio.WithFIFODir(c.FIFODir))
+	}
+
+	task, err := ctr.NewTask(bg, creator)
+	if err != nil {
+		return fmt.Errorf("creating task %s: %w", c.ID, err)
+	}
+
+	exited, err := task.Wait(bg)
+	if err != nil {
+		return err
+	}
+
+	if err = task.Start(bg); err != nil {
+		return fmt.Errorf("starting task %s: %w", c.ID, err)
+	}
+
+	select {
+	case st := <-exited:
+		code, _, err := st.Result()
+		if err != nil {
+			return err
+		}
+
+		if code != 0 {
+			return fmt.Errorf("container %s exited with code %d", c.ID, code)
+		}
+
+		return nil
+	case <-ctx.Done():
+	}
+
+	timeout := c.GracefulTimeout
+	if timeout == 0 {
+		timeout = DefaultGracefulTimeout
+	}
+
+	_ = task.Kill(bg, syscall.SIGTERM)
+
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		_ = task.Kill(bg, syscall.SIGKILL, containerd.WithKillAll)
+		<-exited
+	}
+
+	return nil
+}
+
+// image returns the service's image, importing it from the archive when containerd lacks it,
+// and makes sure it is unpacked.
+func (c *Containerd) image(ctx context.Context, client *containerd.Client) (containerd.Image, error) {
+	img, err := client.GetImage(ctx, c.Image)
+	if errdefs.IsNotFound(err) {
+		if c.Archive == "" {
+			return nil, fmt.Errorf("image %s is not in containerd's %s namespace and no archive holds it: images come from the node image's cache or a file, nothing is pulled", c.Image, c.namespace())
+		}
+
+		if _, err = ImportArchive(ctx, client, c.Archive); err != nil {
+			return nil, err
+		}
+
+		img, err = client.GetImage(ctx, c.Image)
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("archive %s does not hold image %s", c.Archive, c.Image)
+		}
+	}
+
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", c.Image, err)
+	}
+
+	if ok, _ := img.IsUnpacked(ctx, defaults.DefaultSnapshotter); !ok {
+		if err = img.Unpack(ctx, defaults.DefaultSnapshotter); err != nil {
+			return nil, fmt.Errorf("unpacking image %s: %w", c.Image, err)
+		}
+	}
+
+	return img, nil
+}
+
+// ImportArchive imports an OCI or docker-save archive into the client's namespace and returns
+// the names of the images it held.
+func ImportArchive(ctx context.Context, client *containerd.Client, path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening image archive: %w", err)
+	}
+	defer f.Close()
+
+	imgs, err := client.Import(ctx, f, containerd.WithAllPlatforms(false))
+	if err != nil {
+		return nil, fmt.Errorf("importing %s: %w", path, err)
+	}
+
+	names := make([]string, 0, len(imgs))
+	for _, img := range imgs {
+		names = append(names, img.Name)
+	}
+
+	if len(names) == 0 {
+		return nil, errors.New("importing " + path + ": the archive names no image")
+	}
+
+	return names, nil
+}
+
+// removeContainer kills and deletes a container and its snapshot, if it exists.
+func removeContainer(ctx context.Context, client *containerd.Client, id string) {
+	ctr, err := client.LoadContainer(ctx, id)
+	if err != nil {
+		return
+	}
+
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		_ = task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
+		_, _ = task.Delete(ctx, containerd.WithProcessKill)
+	}
+
+	_ = ctr.Delete(ctx, containerd.WithSnapshotCleanup)
+}

@@ -1,0 +1,213 @@
+// Package ctrdtest starts a real containerd for tests and builds a small image for it.
+package ctrdtest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	mdruntime "github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/services"
+)
+
+// repoRoot is the repository's folder, found from this file's path.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
+}
+
+// containerdBins finds containerd, its shim and runc: $CONTAINERD_BIN_DIR, the tool cache of
+// `make rootfs`, or PATH.
+func containerdBins(t *testing.T) []string {
+	t.Helper()
+
+	var dirs []string
+	if d := os.Getenv("CONTAINERD_BIN_DIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+
+	cached, _ := filepath.Glob(filepath.Join(repoRoot(), "_out/cache/tools/*"))
+	dirs = append(dirs, cached...)
+	dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+
+	found := map[string]string{}
+
+	for _, bin := range []string{"containerd", "containerd-shim-runc-v2", "runc"} {
+		for _, d := range dirs {
+			if p, err := filepath.Abs(filepath.Join(d, bin)); err == nil {
+				if _, err = os.Stat(p); err == nil {
+					found[bin] = filepath.Dir(p)
+
+					break
+				}
+			}
+		}
+
+		if found[bin] == "" {
+			t.Skipf("%s not found: run `make rootfs` (it builds containerd, the shim and runc into _out/cache) or set CONTAINERD_BIN_DIR", bin)
+		}
+	}
+
+	return []string{found["containerd"], found["containerd-shim-runc-v2"], found["runc"]}
+}
+
+// StartContainerd runs a real containerd in a temporary node state folder (returned) with a
+// private socket. It skips the test without root or without the binaries.
+func StartContainerd(t *testing.T) (services.ContainerdPaths, string) {
+	t.Helper()
+
+	if os.Geteuid() != 0 {
+		t.Skip("containerd needs root")
+	}
+
+	bins := containerdBins(t)
+	root, err := os.MkdirTemp("", "ctrd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	paths := services.NewContainerdPaths(mdruntime.Paths{Root: root})
+	if err = services.WriteContainerdConfig(paths); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+
+	var log bytes.Buffer
+
+	cmd := exec.CommandContext(ctx, filepath.Join(bins[0], "containerd"), "--config", paths.Config)
+	cmd.Env = []string{"PATH=" + strings.Join(bins, ":") + ":/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdout, cmd.Stderr = &log, &log
+
+	if err = cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		exec.Command("umount", "-R", root).Run()
+		os.RemoveAll(root)
+
+		if t.Failed() {
+			t.Logf("containerd log:\n%s", log.String())
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for services.ContainerdHealth(ctx, paths.Socket) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd did not come up:\n%s", log.String())
+		}
+
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	return paths, root
+}
+
+// helloSource prints its arguments, then waits for SIGTERM and says so.
+const helloSource = `package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	fmt.Println("hello from the container", os.Args[1:])
+	<-ch
+	fmt.Println("bye: SIGTERM")
+}
+`
+
+// HelloImage builds a static Go program and writes a one-layer image of it as an archive.
+func HelloImage(t *testing.T, ref string) string {
+	t.Helper()
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(helloSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	build := exec.Command("go", "build", "-o", "hello", ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
+
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the test program: %v\n%s", err, out)
+	}
+
+	bin, err := os.ReadFile(filepath.Join(dir, "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var layerTar bytes.Buffer
+
+	tw := tar.NewWriter(&layerTar)
+	if err = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+
+	tw.Write(bin)
+	tw.Close()
+
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerTar.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config = v1.Config{Entrypoint: []string{"/hello"}, Cmd: []string{"from-image"}}
+
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+
+	tag, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	archive := filepath.Join(dir, "hello.tar")
+	if err = tarball.WriteToFile(archive, tag, img); err != nil {
+		t.Fatal(err)
+	}
+
+	return archive
+}
