@@ -256,7 +256,7 @@ func TestEverydayCommandsThroughApid(t *testing.T) {
 		{[]string{"-n", cp2, "read", "/var/log/machined.log"}, "node is running"},
 		{[]string{"-n", cp2, "service", "apid"}, "Running"},
 		{[]string{"-n", cp2, "get", "hostname", "-o", "yaml"}, "hostname: e2e-controlplane-2"},
-		{[]string{"-n", cp2, "get", "etcdmembers"}, "EtcdMembers.etcd.talos.dev   local"},
+		{[]string{"-n", cp2, "get", "etcdmembers"}, "EtcdMember   local"},
 		{[]string{"-n", w1, "get", "machinetype"}, "worker"},
 		{[]string{"-n", w1, "get", "cpus"}, "CPU_0"},
 		{[]string{"-n", w1, "get", "systeminformation"}, "systeminformation"},
