@@ -4,6 +4,7 @@ package services
 
 import (
 	"os"
+	"os/exec"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
@@ -20,11 +21,23 @@ func For(r *runtime.Runtime, t machine.Type) []*system.Service {
 		svcs = append(svcs, Trustd(r), Etcd(r))
 	}
 
-	// containerd (and its image cache) runs when machined is the node's init: container and
-	// metal modes, not a node process on a shared host.
-	if os.Getpid() == 1 {
+	// containerd (and its image cache) runs when machined is the node's init (container and
+	// metal modes, not a node process on a shared host) and the image carries it (the
+	// development image of hack/dev-rootfs.sh has only machined and etcd).
+	if os.Getpid() == 1 && imageHasContainerd() {
 		svcs = append(svcs, Containerd(r), ImageCache(r))
 	}
 
 	return svcs
+}
+
+// imageHasContainerd reports whether containerd is at the node image's place or on PATH.
+func imageHasContainerd() bool {
+	if _, err := os.Stat("/usr/bin/containerd"); err == nil {
+		return true
+	}
+
+	_, err := exec.LookPath("containerd")
+
+	return err == nil
 }
