@@ -78,7 +78,7 @@ func imageCmd(g *Global) *cobra.Command {
 
 	cmd.AddCommand(&cobra.Command{
 		Use:     "list",
-		Aliases: []string{"ls"},
+		Aliases: []string{"l", "ls"},
 		Short:   "List the images of the node's containerd",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,9 +114,10 @@ func imageCmd(g *Global) *cobra.Command {
 			})
 		},
 	}, &cobra.Command{
-		Use:   "pull <image>",
-		Short: "Pull an image into the node's containerd",
-		Args:  cobra.ExactArgs(1),
+		Use:     "pull <image>",
+		Aliases: []string{"p"},
+		Short:   "Pull an image into the node's containerd",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := ns()
 			if err != nil {

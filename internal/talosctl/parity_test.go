@@ -16,13 +16,9 @@ import (
 // A command listed here that exists fails the test: take it off the list.
 var missingCommands = map[string]string{
 	// Their data arrives with container nodes, Kubernetes or metal (issue 16: those issues own them).
-	"containers":             "needs the containerd runner (container-nodes issue)",
 	"stats":                  "needs the containerd runner (container-nodes issue)",
-	"image":                  "needs the containerd image service (container-nodes issue)",
 	"image cache-create":     "needs the containerd image service (container-nodes issue)",
 	"image default":          "needs the containerd image service (container-nodes issue)",
-	"image list":             "needs the containerd image service (container-nodes issue)",
-	"image pull":             "needs the containerd image service (container-nodes issue)",
 	"time":                   "needs timed and its TimeService (metal issue)",
 	"upgrade-k8s":            "needs Kubernetes on the nodes (Kubernetes issue)",
 	"conformance":            "needs Kubernetes on the nodes (Kubernetes issue)",
