@@ -3,12 +3,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -91,42 +89,22 @@ func dumpLogs() {
 
 // talosctl runs the built talosctl with the test's HOME and talosconfig.
 func talosctl(t *testing.T, args ...string) (string, string, int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
-	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
-
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-
-	err := cmd.Run()
-	code := 0
-
-	exitErr := &exec.ExitError{}
-	if errors.As(err, &exitErr) {
-		code = exitErr.ExitCode()
-	} else if err != nil {
-		if t != nil {
-			t.Fatalf("talosctl %v: %v", args, err)
-		}
-
-		code = -1
+	if t == nil { // from TestMain: a nil *testing.T must not become a non-nil testing.TB
+		return cli().Run(nil, args...)
 	}
 
-	return stdout.String(), stderr.String(), code
+	return cli().Run(t, args...)
 }
 
 // must runs talosctl and fails the test on a non-zero exit.
 func must(t *testing.T, args ...string) string {
 	t.Helper()
 
-	stdout, stderr, code := talosctl(t, args...)
-	if code != 0 {
-		t.Fatalf("talosctl %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
-	}
+	return cli().Must(t, args...)
+}
 
-	return stdout
+func cli() testenv.CLI {
+	return testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: home, TalosConfig: talosconfig, Timeout: 3 * time.Minute}
 }
 
 // rows returns the table rows (without header) whose first column is one of the nodes.
@@ -380,6 +358,10 @@ func waitOutput(t *testing.T, what string, output func() string, patterns ...str
 // processesOf returns the PIDs whose command line contains every part.
 func processesOf(t *testing.T, parts ...string) []string {
 	t.Helper()
+
+	// Only this suite's processes: their paths are under its own HOME (another run of the suite,
+	// in another network namespace, can have the same addresses).
+	parts = append(parts, home)
 
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

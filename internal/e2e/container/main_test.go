@@ -5,9 +5,6 @@
 package container
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -174,44 +171,23 @@ func dumpLogs() {
 
 // talosctl runs the built talosctl with the test's HOME, talosconfig and cluster state folder.
 func talosctl(t *testing.T, args ...string) (string, string, int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-
-	if len(args) > 0 && args[0] == "cluster" {
-		args = append(args, "--state", stateRoot)
+	if t == nil { // from TestMain: a nil *testing.T must not become a non-nil testing.TB
+		return cli().Run(nil, args...)
 	}
 
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "talosctl"), args...)
-	cmd.Env = append(os.Environ(), "HOME="+home, "TALOSCONFIG="+talosconfig, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
-
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-
-	err := cmd.Run()
-	code := 0
-
-	exitErr := &exec.ExitError{}
-	if errors.As(err, &exitErr) {
-		code = exitErr.ExitCode()
-	} else if err != nil {
-		if t != nil {
-			t.Fatalf("talosctl %v: %v", args, err)
-		}
-
-		code = -1
-	}
-
-	return stdout.String(), stderr.String(), code
+	return cli().Run(t, args...)
 }
 
 // must runs talosctl and fails the test on a non-zero exit.
 func must(t *testing.T, args ...string) string {
 	t.Helper()
 
-	stdout, stderr, code := talosctl(t, args...)
-	if code != 0 {
-		t.Fatalf("talosctl %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
-	}
+	return cli().Must(t, args...)
+}
 
-	return stdout
+func cli() testenv.CLI {
+	return testenv.CLI{
+		Binary: filepath.Join(binDir, "talosctl"), Home: home, TalosConfig: talosconfig,
+		ClusterRoot: stateRoot, Timeout: 4 * time.Minute,
+	}
 }
