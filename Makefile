@@ -1,6 +1,8 @@
 # Build targets. `make image VERSION=v1.11.1` builds a signed node image in _out/;
-# `make rootfs` builds the node rootfs, _out/rootfs.sqsh.
+# `make rootfs` builds the node rootfs, _out/rootfs.sqsh, with the Kubernetes images
+# (`make rootfs KUBERNETES=0`: without them, for a quick development image).
 OUT ?= _out
+KUBERNETES ?= 1
 
 .PHONY: image imager rootfs rootfs-repro
 image:
@@ -10,7 +12,7 @@ imager:
 	go build -o $(OUT)/imager ./cmd/imager
 
 rootfs:
-	VERSION=$(VERSION) OUT=$(OUT) ./hack/rootfs.sh
+	VERSION=$(VERSION) OUT=$(OUT) KUBERNETES=$(KUBERNETES) ./hack/rootfs.sh
 
 # Builds the rootfs twice from nothing cached (tools, Go build cache) and compares the bytes.
 rootfs-repro:

@@ -15,8 +15,11 @@ fi
 out=$(mktemp -d)
 # Static, as the node image needs them; both modes run the same binaries.
 CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$out/" ./cmd/machined ./cmd/talosctl ./cmd/etcd
-# The node image: the development image until `make rootfs` is there.
+# The node image: IMAGE, else the real one of `make rootfs`, else the development image.
 image=${IMAGE:-}
+if [ -z "$image" ] && [ -f _out/rootfs.sqsh ]; then
+  image=$PWD/_out/rootfs.sqsh
+fi
 if [ -z "$image" ]; then
   image="$out/rootfs.sqsh"
   NODE_BIN_DIR=$out hack/dev-rootfs.sh "$image" >/dev/null

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Builds the node rootfs, _out/rootfs.sqsh: machined as /sbin/init, etcd, containerd, runc, the
-# CNI plugins and Debian's iptables/nftables with their libraries (see internal/imager). Pinned
-# tool builds are cached in _out/cache; an unchanged tree keeps the last squashfs.
+# CNI plugins and Debian's iptables/nftables with their libraries (see internal/imager), and the
+# image cache with Kubernetes v1.34.0, CoreDNS, flannel, pause and etcd (internal/images).
+# Pinned tool builds are cached in _out/cache; an unchanged tree keeps the last squashfs. The
+# first Kubernetes build takes several minutes (about 20 on 2 busy cores); KUBERNETES=0 leaves
+# the Kubernetes images out for a quick development image.
 # VERSION (optional) is built into machined and /etc/os-release. MACHINED and ETCD (optional)
 # are static binaries to use instead of building them here; ROOTFS_OUT the squashfs to write.
 set -eu
@@ -11,12 +14,13 @@ VERSION=${VERSION:-}
 MACHINED=${MACHINED:-}
 ETCD=${ETCD:-}
 ROOTFS_OUT=${ROOTFS_OUT:-$OUT/rootfs.sqsh}
+KUBERNETES=${KUBERNETES:-1}
 PKG=github.com/talos-go/talos
 
 # Debian packages the build uses: mksquashfs, the staged userland and its files, and a static
-# libseccomp for runc.
+# libseccomp for runc; mount and coreutils give the Kubernetes images mount(8) and cp.
 need=""
-for pkg in squashfs-tools iptables nftables ca-certificates netbase libseccomp-dev gcc libc6-dev; do
+for pkg in squashfs-tools iptables nftables ca-certificates netbase libseccomp-dev gcc libc6-dev mount coreutils; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then
@@ -53,4 +57,5 @@ fi
 
 # shellcheck disable=SC2086 # VERSION_FLAG is a flag and its value, or nothing
 "$OUT/imager" rootfs $VERSION_FLAG --machined "$MACHINED" --etcd "$ETCD" \
-	--cache "$OUT/cache" --out "$ROOTFS_OUT" ${IMAGES:+--images "$IMAGES"}
+	--cache "$OUT/cache" --out "$ROOTFS_OUT" ${IMAGES:+--images "$IMAGES"} \
+	--kubernetes="$([ "$KUBERNETES" = 0 ] && echo false || echo true)" --repo .

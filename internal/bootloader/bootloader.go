@@ -23,6 +23,18 @@ import (
 // DefaultBootTimeout is how long a trial slot has to report a successful boot.
 const DefaultBootTimeout = 5 * time.Minute
 
+// A machined that dies (a signal, a panic, any exit but shutdown or reboot) is what a PID 1 crash
+// is on a real machine: the kernel panics and the machine reboots. The boot stage boots again,
+// after a pause that doubles with each crash in a row, and gives up when crashes loop: more than
+// CrashLimit crashes in a row, each within CrashUptime of machined's start. A machined that ran
+// longer, or asked for a reboot, starts a new count: faults spread over a node's life are not
+// a loop.
+const (
+	CrashLimit  = 5
+	CrashUptime = 30 * time.Second
+	crashPause  = time.Second
+)
+
 // Options are the boot stage's own settings; every other argument goes to machined.
 type Options struct {
 	StateDir     string
@@ -31,6 +43,7 @@ type Options struct {
 	ImageKeys    string // PEM public keys to trust for images; copied to BOOT/image-signing.pub
 	MachinedArgs []string
 	Log          io.Writer
+	CrashPause   time.Duration // pause before the first reboot after a crash; doubles per crash in a row
 }
 
 // TrustedKeysPath is where a node keeps the public keys it trusts for images (PEM), relative to
@@ -107,9 +120,10 @@ func Main(args []string) error {
 }
 
 type stage struct {
-	o    Options
-	boot string
-	meta *meta.Store
+	o       Options
+	boot    string
+	meta    *meta.Store
+	crashes int // machined crashes in a row, each soon after its start
 }
 
 func (s *stage) logf(format string, args ...any) {
@@ -124,6 +138,10 @@ func Run(ctx context.Context, o Options) error {
 
 	if o.BootTimeout <= 0 {
 		o.BootTimeout = DefaultBootTimeout
+	}
+
+	if o.CrashPause <= 0 {
+		o.CrashPause = crashPause
 	}
 
 	s := &stage{o: o, boot: filepath.Join(o.StateDir, "BOOT")}
@@ -181,6 +199,22 @@ func Run(ctx context.Context, o Options) error {
 				}
 
 				s.logf("EPHEMERAL wiped for the staged upgrade")
+			}
+
+			// A reset that machined began and did not finish (it died after leaving etcd).
+			if labels := v[meta.ResetWipe]; labels != "" {
+				for _, label := range strings.Split(labels, ",") {
+					if label != "STATE" && label != "EPHEMERAL" {
+						continue // META is ours, but a wipe goes only where a reset may
+					}
+
+					if err = WipeFolder(o.StateDir, label); err != nil {
+						return fmt.Errorf("finishing the interrupted reset: wiping %s: %w", label, err)
+					}
+				}
+
+				v[meta.ResetWipe] = ""
+				s.logf("finished an interrupted reset: wiped %s", labels)
 			}
 
 			v[meta.LastBoot] = d.Slot
@@ -339,6 +373,7 @@ func (s *stage) runSlot(ctx context.Context, d Decision) (bool, error) {
 		return false, fmt.Errorf("starting machined from slot %s: %w", d.Slot, err)
 	}
 
+	started := time.Now()
 	exited := make(chan error, 1)
 
 	go func() { exited <- cmd.Wait() }()
@@ -382,6 +417,8 @@ func (s *stage) runSlot(ctx context.Context, d Decision) (bool, error) {
 			case code == ExitReboot:
 				s.logf("reboot")
 
+				s.crashes = 0
+
 				return true, nil
 			case d.Trial:
 				if trial, _ := s.meta.Get(meta.TrialSlot); trial == d.Slot {
@@ -394,15 +431,44 @@ func (s *stage) runSlot(ctx context.Context, d Decision) (bool, error) {
 					return false, nil
 				}
 
-				return false, fmt.Errorf("machined from slot %s: %w", d.Slot, err)
+				return s.crashed(ctx, d.Slot, err, time.Since(started))
 			case code == 0:
 				s.logf("shutdown")
 
 				return false, nil
 			default:
-				return false, fmt.Errorf("machined from slot %s: %w", d.Slot, err)
+				return s.crashed(ctx, d.Slot, err, time.Since(started))
 			}
 		}
+	}
+}
+
+// crashed handles machined dying on a slot that booted successfully: a reboot, as a kernel panic
+// on PID 1's death is on a real machine, unless crashes loop. A trial slot never gets here
+// before its boot is confirmed: that is the fallback's case.
+func (s *stage) crashed(ctx context.Context, slot string, err error, uptime time.Duration) (bool, error) {
+	if uptime >= CrashUptime {
+		s.crashes = 0
+	}
+
+	s.crashes++
+
+	if s.crashes > CrashLimit {
+		return false, fmt.Errorf("machined from slot %s: %w (crash %d in a row, each within %v of its start: crash loop, giving up)",
+			slot, err, s.crashes, CrashUptime)
+	}
+
+	pause := s.o.CrashPause << (s.crashes - 1)
+	s.logf("machined from slot %s crashed (%v) after %v: rebooting in %v (crash %d in a row of at most %d)",
+		slot, err, uptime.Round(time.Millisecond), pause, s.crashes, CrashLimit)
+
+	select {
+	case <-ctx.Done():
+		s.logf("node stopped")
+
+		return false, nil
+	case <-time.After(pause):
+		return true, nil
 	}
 }
 

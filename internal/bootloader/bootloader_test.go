@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +64,27 @@ func fakeMachined(role string) int {
 		return 0
 	case "crash":
 		return 3
+	case "good-then-crash":
+		// Confirms its boot, then takes the next letter of state/crashes: x dies by SIGKILL, r
+		// asks for a reboot; with none left it shuts down.
+		store, _ := meta.Open(filepath.Join(state, "META"))
+		if _, err := MarkBootSuccessful(store, slot); err != nil {
+			return 2
+		}
+
+		data, _ := os.ReadFile(filepath.Join(state, "crashes"))
+		if len(data) == 0 {
+			return 0
+		}
+
+		os.WriteFile(filepath.Join(state, "crashes"), data[1:], 0o600)
+
+		if data[0] == 'r' {
+			return ExitReboot
+		}
+
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	case "reboot-before-ok":
 		return ExitReboot
 	case "hang":
@@ -127,6 +149,7 @@ func (n *testNode) run(t *testing.T, extra ...string) error {
 	}
 
 	o.Log = n.log
+	o.CrashPause = time.Millisecond
 
 	return Run(context.Background(), o)
 }
@@ -213,6 +236,77 @@ func TestBootStage(t *testing.T) {
 				t.Fatalf("fallback recorded %v (%q), want %v", got, v[meta.Fallback], tc.fallback)
 			}
 		})
+	}
+}
+
+// A crash of machined (kill -9) after a successful boot is a reboot, as a PID 1 crash on a real
+// machine; a crash loop ends the boot stage with the error.
+func TestBootStageCrashIsReboot(t *testing.T) {
+	loop := strings.Repeat("x", CrashLimit)
+
+	for _, tc := range []struct {
+		name      string
+		script    string // per boot: x crash, r reboot; then shutdown
+		wantBoots int
+		wantErr   string
+	}{
+		{name: "one crash", script: "x", wantBoots: 2},
+		{name: "crashes up to the limit", script: loop, wantBoots: CrashLimit + 1},
+		{name: "crash loop", script: loop + "x", wantBoots: CrashLimit + 1, wantErr: "crash loop"},
+		{name: "a reboot between crashes starts a new count", script: loop + "r" + loop, wantBoots: 2*CrashLimit + 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t)
+			n.slot(t, SlotA, "good-then-crash")
+			os.WriteFile(filepath.Join(n.state, "crashes"), []byte(tc.script), 0o600)
+
+			err := n.run(t)
+
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("boot stage: %v\n%s", err, n.log)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "signal: killed")):
+				t.Fatalf("boot stage error %v, want one naming %q and the signal\n%s", err, tc.wantErr, n.log)
+			}
+
+			if want := strings.TrimSuffix(strings.Repeat("A,", tc.wantBoots), ","); n.boots(t) != want {
+				t.Fatalf("boots %q, want %q\n%s", n.boots(t), want, n.log)
+			}
+
+			if !strings.Contains(n.log.String(), "crashed (signal: killed) after ") {
+				t.Fatalf("no crash line in the boot log:\n%s", n.log)
+			}
+		})
+	}
+}
+
+// A reset that left etcd and died before its wipe is finished by the boot stage.
+func TestBootStageFinishesInterruptedReset(t *testing.T) {
+	n := newTestNode(t)
+	n.slot(t, SlotA, "good")
+
+	for _, f := range []string{"EPHEMERAL/lib/etcd/member/wal/0.wal", "STATE/config.yaml"} {
+		testenv.WriteFile(t, filepath.Join(n.state, f), "x", 0o600)
+	}
+
+	if err := n.meta(t).Set(meta.ResetWipe, "EPHEMERAL,META"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := n.run(t); err != nil {
+		t.Fatalf("boot stage: %v\n%s", err, n.log)
+	}
+
+	if _, err := os.Stat(filepath.Join(n.state, "EPHEMERAL/lib")); !os.IsNotExist(err) {
+		t.Fatalf("EPHEMERAL not wiped: %v\n%s", err, n.log)
+	}
+
+	if _, err := os.Stat(filepath.Join(n.state, "STATE/config.yaml")); err != nil {
+		t.Fatalf("STATE was not to be wiped: %v", err)
+	}
+
+	if v, _ := n.meta(t).Read(); v[meta.ResetWipe] != "" || v[meta.ActiveSlot] != SlotA {
+		t.Fatalf("META after finishing the reset: %v", v)
 	}
 }
 

@@ -11,7 +11,10 @@
 //     within --boot-timeout before doing so is abandoned and the node boots the previous
 //     slot again (automatic rollback);
 //   - a reboot is machined exiting with ExitReboot: the boot stage boots again, reading META
-//     afresh; exit 0 is a shutdown and ends the boot stage.
+//     afresh; exit 0 is a shutdown and ends the boot stage;
+//   - any other end of machined (kill -9, a panic, an error exit) is a crash: a real machine's
+//     kernel panics when PID 1 dies and it reboots, so the boot stage boots again, bounded by
+//     CrashLimit crashes in a row soon after start (then it exits with the error).
 package bootloader
 
 import (

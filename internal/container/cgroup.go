@@ -42,11 +42,14 @@ func CgroupDirs(name string) []string {
 		return []string{filepath.Join(CgroupRoot, cgroupParent, name)}
 	}
 
+	// Every v1 hierarchy: the node's cgroup namespace is rooted at its own cgroup in each, so
+	// what containerd and runc make inside the node stays under it.
 	var dirs []string
 
-	for _, h := range []string{"memory", "cpu", "pids"} {
-		if _, err := os.Stat(filepath.Join(CgroupRoot, h, "cgroup.procs")); err == nil {
-			dirs = append(dirs, filepath.Join(CgroupRoot, h, cgroupParent, name))
+	hierarchies, _ := filepath.Glob(filepath.Join(CgroupRoot, "*", "cgroup.procs"))
+	for _, procs := range hierarchies {
+		if h := filepath.Dir(procs); !isLink(h) {
+			dirs = append(dirs, filepath.Join(h, cgroupParent, name))
 		}
 	}
 
@@ -76,6 +79,8 @@ func NewCgroup(name string, l Limits) (*Cgroup, error) {
 			}
 		} else if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("creating cgroup: %w", err)
+		} else if err = inheritCpuset(d); err != nil {
+			return nil, err
 		}
 	}
 
@@ -146,9 +151,57 @@ func RemoveCgroup(name string) error {
 	return errors.Join(errs...)
 }
 
+// isLink reports whether p is a symlink (cpu,cpuacct style hierarchies have their names as links).
+func isLink(p string) bool {
+	st, err := os.Lstat(p)
+
+	return err == nil && st.Mode()&os.ModeSymlink != 0
+}
+
+// inheritCpuset gives each new level of a v1 cpuset cgroup its parent's CPUs and memory nodes:
+// a cpuset cgroup without them takes no process.
+func inheritCpuset(d string) error {
+	base := filepath.Join(CgroupRoot, "cpuset")
+	if !strings.HasPrefix(d, base+"/") {
+		return nil
+	}
+
+	for p := base; p != d; {
+		p = filepath.Join(p, strings.Split(strings.TrimPrefix(d, p+"/"), "/")[0])
+
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if cur, _ := os.ReadFile(filepath.Join(p, f)); len(strings.TrimSpace(string(cur))) > 0 {
+				continue
+			}
+
+			v, err := os.ReadFile(filepath.Join(filepath.Dir(p), f))
+			if err != nil {
+				return err
+			}
+
+			if err = os.WriteFile(filepath.Join(p, f), v, 0o644); err != nil {
+				return fmt.Errorf("setting %s: %w", filepath.Join(p, f), err)
+			}
+		}
+	}
+
+	return nil
+}
+
+// removeCgroupDir removes a node cgroup with the cgroups made inside the node (containerd's,
+// runc's), deepest first.
 func removeCgroupDir(d string) error {
 	if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+
+	entries, _ := os.ReadDir(d)
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeCgroupDir(filepath.Join(d, e.Name())); err != nil {
+				return err
+			}
+		}
 	}
 
 	for range 100 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -76,6 +77,9 @@ type mnt struct {
 	data                   string
 }
 
+// OverlayFolders are the image's folders that are writable on a running node.
+var OverlayFolders = []string{"/etc/cni", "/etc/kubernetes", "/usr/libexec/kubernetes", "/opt"}
+
 // buildRoot mounts the node's root at spec.rootDir() and makes it the root of this namespace.
 func buildRoot(spec Spec) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -90,7 +94,7 @@ func buildRoot(spec Spec) error {
 	}
 
 	eph := filepath.Join(spec.Disk, "EPHEMERAL")
-	for _, d := range []string{"upper", "work"} {
+	for _, d := range []string{"upper", "work", "containerd"} {
 		if err = os.MkdirAll(filepath.Join(eph, d), 0o755); err != nil {
 			return err
 		}
@@ -103,11 +107,33 @@ func buildRoot(spec Spec) error {
 		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620"},
 		{"shm", "/dev/shm", "tmpfs", nosuid | unix.MS_NOEXEC, "mode=1777,size=65536k"},
 		{"proc", "/proc", "proc", nosuid | unix.MS_NOEXEC, ""},
-		{"sysfs", "/sys", "sysfs", nosuid | unix.MS_NOEXEC | unix.MS_RDONLY, ""},
+		// Writable, as in upstream's privileged node container: the sysfs of a network namespace
+		// is one superblock, and a read-only one makes every privileged container's sysfs mount
+		// (kubelet, kube-proxy, flannel) fail with EBUSY.
+		{"sysfs", "/sys", "sysfs", nosuid | unix.MS_NOEXEC, ""},
 		{"tmpfs", "/run", "tmpfs", nosuid, "mode=755"},
 		{"tmpfs", "/tmp", "tmpfs", nosuid, "mode=1777"},
 		{"tmpfs", "/system", "tmpfs", nosuid, "mode=755"},
 		{"overlay", "/var", "overlay", 0, fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", filepath.Join(root, "var"), filepath.Join(eph, "upper"), filepath.Join(eph, "work"))},
+	}
+
+	// containerd's overlayfs snapshots cannot have their upper layers on the overlay /var: its
+	// folder is the EPHEMERAL folder itself, as /var is a real filesystem on upstream's nodes.
+	mounts = append(mounts, mnt{filepath.Join(eph, "containerd"), "/var/lib/containerd", "", unix.MS_BIND, ""})
+
+	// Folders of the read-only image that Kubernetes writes to: overlays with their upper layers
+	// on EPHEMERAL, as upstream's nodes mount them (under /var/system/overlays).
+	for _, dir := range OverlayFolders {
+		name := strings.ReplaceAll(strings.Trim(dir, "/"), "/", "-")
+		upper, work := filepath.Join(eph, "system", "overlays", name+"-diff"), filepath.Join(eph, "system", "overlays", name+"-workdir")
+
+		for _, d := range []string{upper, work} {
+			if err = os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+
+		mounts = append(mounts, mnt{"overlay", dir, "overlay", 0, fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", filepath.Join(root, dir), upper, work)})
 	}
 
 	// The node's partitions, as the process mode keeps them, under /system.
@@ -127,6 +153,12 @@ func buildRoot(spec Spec) error {
 		}
 	}
 
+	if spec.Cgroup != "" {
+		if err = mountCgroups(filepath.Join(root, "sys", "fs", "cgroup")); err != nil {
+			return err
+		}
+	}
+
 	if err = makeDevices(root); err != nil {
 		return err
 	}
@@ -136,6 +168,65 @@ func buildRoot(spec Spec) error {
 	}
 
 	return pivot(root)
+}
+
+// mountCgroups mounts the node's cgroups at target (its /sys/fs/cgroup), writable for containerd,
+// runc and kubelet, as upstream's docker mode: cgroup2 when the host is unified, else a tmpfs with
+// each v1 hierarchy this process is in. The node's cgroup namespace makes its own cgroup their root.
+func mountCgroups(target string) error {
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
+		return fmt.Errorf("the host has no /sys/fs/cgroup: %w", err)
+	}
+
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		if err := unix.Mount("cgroup2", target, "cgroup2", flags, ""); err != nil {
+			return fmt.Errorf("mounting cgroup2 on /sys/fs/cgroup: %w", err)
+		}
+
+		return nil
+	}
+
+	if err := unix.Mount("cgroup", target, "tmpfs", flags, "mode=755"); err != nil {
+		return fmt.Errorf("mounting a tmpfs on /sys/fs/cgroup: %w", err)
+	}
+
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+
+	for line := range strings.Lines(string(own)) {
+		// hierarchy-ID:controllers:path; the unified hierarchy (empty controllers) is left out.
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 || parts[1] == "" {
+			continue
+		}
+
+		name := strings.TrimPrefix(parts[1], "name=")
+		dir := filepath.Join(target, name)
+
+		if err = os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+
+		if err = unix.Mount("cgroup", dir, "cgroup", flags, parts[1]); err != nil {
+			return fmt.Errorf("mounting cgroup %s: %w", parts[1], err)
+		}
+
+		// cpu,cpuacct is also found as cpu and cpuacct.
+		if ctrls := strings.Split(name, ","); len(ctrls) > 1 {
+			for _, c := range ctrls {
+				if err = os.Symlink(name, filepath.Join(target, c)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+
+	return nil
 }
 
 // mountImage mounts the node image read-only at root. A shared loop device can be released
@@ -178,8 +269,13 @@ func makeDevices(root string) error {
 	for _, d := range []struct {
 		name         string
 		major, minor uint32
-	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
-		if err := unix.Mknod(filepath.Join(root, "dev", d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+		mode         uint32
+	}{
+		{"null", 1, 3, 0o666}, {"zero", 1, 5, 0o666}, {"full", 1, 7, 0o666}, {"random", 1, 8, 0o666}, {"urandom", 1, 9, 0o666}, {"tty", 5, 0, 0o666},
+		// The kernel log: kubelet's OOM watcher reads it (the node shares the host's kernel).
+		{"kmsg", 1, 11, 0o644},
+	} {
+		if err := unix.Mknod(filepath.Join(root, "dev", d.name), unix.S_IFCHR|d.mode, int(unix.Mkdev(d.major, d.minor))); err != nil {
 			return fmt.Errorf("creating /dev/%s: %w", d.name, err)
 		}
 	}
@@ -254,6 +350,12 @@ func pivot(root string) error {
 
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("unmounting the host's root: %w", err)
+	}
+
+	// Shared inside the node (the host never sees it: the namespace's peer group is its own), so
+	// kubelet's rshared binds propagate volume mounts to the pods, as on upstream's nodes.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("making the node's mounts shared: %w", err)
 	}
 
 	return unix.Chdir("/")

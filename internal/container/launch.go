@@ -109,6 +109,11 @@ func Launch(ctx context.Context, spec Spec) error {
 	defer runtime.UnlockOSThread()
 
 	for {
+		// A reset inside the node asked for its partitions to be wiped before it starts again.
+		if err := applyWipe(&spec); err != nil {
+			return err
+		}
+
 		reboot, err := runOnce(ctx, spec, cg)
 		if err != nil || !reboot || ctx.Err() != nil {
 			return err

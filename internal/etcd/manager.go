@@ -29,6 +29,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/system"
 )
 
 // Errors returned by the manager; the API maps them to gRPC codes.
@@ -73,6 +75,10 @@ type Options struct {
 	// Peers returns the addresses (IPs or names, no port) where other control planes' etcd may
 	// answer on ClientPort. Own address may be included; it is skipped.
 	Peers func(ctx context.Context) ([]string, error)
+
+	// Runner, when set, runs etcd with these args (containerd in container mode); nil runs it as
+	// a confined process.
+	Runner func(args []string) system.Runner
 
 	Output io.Writer // etcd's output (service log)
 	Log    *zap.Logger

@@ -79,8 +79,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("creating etcd data folder: %w", err)
 	}
 
-	confined := sandbox.System.Merge(sandbox.Policy{ReadWrite: []string{o.DataDir}, ReadOnly: []string{o.SecretsDir}, Exec: []string{o.Binary}})
-	proc := &runner.Process{Args: args, Output: o.Output, GracefulTimeout: 15 * time.Second, Sandbox: &confined}
+	var proc system.Runner
+
+	if o.Runner != nil {
+		proc = o.Runner(args)
+	} else {
+		confined := sandbox.System.Merge(sandbox.Policy{ReadWrite: []string{o.DataDir}, ReadOnly: []string{o.SecretsDir}, Exec: []string{o.Binary}})
+		proc = &runner.Process{Args: args, Output: o.Output, GracefulTimeout: 15 * time.Second, Sandbox: &confined}
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

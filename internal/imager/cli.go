@@ -31,7 +31,7 @@ type Options struct {
 	Image    string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE [--rootfs FILE] --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] --machined FILE --etcd FILE --out FILE.sqsh")
+var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE [--rootfs FILE] --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh")
 
 // Main is the imager command: keygen, pubkey, build, verify, rootfs.
 func Main(args []string, stdout io.Writer) error {
@@ -208,6 +208,8 @@ func rootfsMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.Version, "version", version.Tag, "node version for /etc/os-release")
 	fs.StringVar(&opts.Squashfs.Compression, "comp", "xz", "squashfs compression: xz, zstd or gzip")
 	images := fs.String("images", "", "folder of OCI archives (*.tar) for the image cache")
+	fs.BoolVar(&opts.Kubernetes, "kubernetes", true, "build the Kubernetes images into the image cache (false: a quicker image without them)")
+	fs.StringVar(&opts.Repo, "repo", ".", "repository root, where build/kubernetes and cmd/ are (for --kubernetes)")
 
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -22,6 +22,9 @@ type Userland struct {
 	Packages []string
 	// Links are the names Debian's alternatives would manage, made plain symlinks here.
 	Links map[string]string
+	// Programs, when set, are the only programs taken from the packages (merged-/usr paths,
+	// e.g. /usr/bin/cp), with their libraries.
+	Programs []string
 }
 
 // DebianUserland is what the node image carries: iptables (nft and legacy backends, the
@@ -53,7 +56,7 @@ func (u Userland) Stage(ctx context.Context, t *Tree) (programs []string, err er
 
 		for _, f := range files {
 			dst := mergedUsr(f)
-			if !stagedFromPackage(dst) {
+			if !stagedFromPackage(dst) || (len(u.Programs) > 0 && !slices.Contains(u.Programs, dst)) {
 				continue
 			}
 
@@ -89,6 +92,12 @@ func (u Userland) Stage(ctx context.Context, t *Tree) (programs []string, err er
 					programs = append(programs, dst)
 				}
 			}
+		}
+	}
+
+	for _, p := range u.Programs {
+		if !t.Has(p) {
+			return nil, fmt.Errorf("userland program %s is in none of the packages %v", p, u.Packages)
 		}
 	}
 

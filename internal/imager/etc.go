@@ -21,6 +21,8 @@ func layout(t *Tree) error {
 		{"/etc", 0o755}, {"/root", 0o700},
 		{"/usr/bin", 0o755}, {"/usr/sbin", 0o755}, {"/usr/lib", 0o755}, {"/usr/lib64", 0o755},
 		{"/opt/cni/bin", 0o755}, {"/etc/cni/net.d", 0o755}, {ImageCacheDir, 0o755},
+		// Writable through overlays on EPHEMERAL at boot, as upstream (kubelet and the CNI write there).
+		{"/etc/kubernetes", 0o755}, {"/usr/libexec/kubernetes", 0o755},
 	} {
 		if err := t.Dir(d.path, d.perm); err != nil {
 			return err
@@ -43,7 +45,7 @@ func layout(t *Tree) error {
 const ImageCacheDir = "/usr/share/talos/images"
 
 // etcFiles adds /etc: identity, name service, users and placeholders that machined mounts its
-// own files over (hosts, resolv.conf, machine-id) at boot.
+// own files over (hosts, resolv.conf, hostname, machine-id) at boot.
 func etcFiles(t *Tree, version string) error {
 	files := []struct {
 		path, data string
@@ -51,6 +53,7 @@ func etcFiles(t *Tree, version string) error {
 		{"/etc/os-release", fmt.Sprintf("NAME=\"Talos\"\nID=talos\nVERSION_ID=%s\nPRETTY_NAME=\"Talos (%s)\"\n", version, version)},
 		{"/etc/hosts", "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"},
 		{"/etc/resolv.conf", ""},
+		{"/etc/hostname", ""},
 		{"/etc/machine-id", ""},
 		{"/etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n"},
 		{"/etc/passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/talos-go/talos/internal/images"
 )
 
 // Paths of the node binaries in the rootfs. /sbin is a link to /usr/sbin, so /sbin/init is
@@ -16,6 +18,14 @@ import (
 const (
 	InitPath = "/usr/sbin/init"
 	EtcdPath = "/usr/bin/etcd"
+)
+
+// Archives of the node image's cache that hold etcd's image (images.Etcd): the Kubernetes
+// archive, or without the Kubernetes images a small archive of etcd alone. In container mode
+// etcd runs from it through containerd, as upstream.
+const (
+	KubernetesImagesArchive = ImageCacheDir + "/kubernetes.tar"
+	EtcdImageArchive        = ImageCacheDir + "/etcd.tar"
 )
 
 // RootfsOptions are the inputs of a node rootfs.
@@ -26,8 +36,12 @@ type RootfsOptions struct {
 	Etcd     string
 	Version  string   // for /etc/os-release
 	Images   []string // OCI archives for the image cache
-	Squashfs SquashfsOptions
-	Progress io.Writer
+	// Kubernetes adds the Kubernetes images (internal/images) to the image cache and the flannel
+	// CNI plugin to /opt/cni/bin, built from Repo (the repository root).
+	Kubernetes bool
+	Repo       string
+	Squashfs   SquashfsOptions
+	Progress   io.Writer
 }
 
 // RootfsResult describes a built rootfs.
@@ -74,7 +88,12 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 		return nil, err
 	}
 
-	step := stepper(opts.Progress, 4)
+	steps := 4
+	if opts.Kubernetes {
+		steps++
+	}
+
+	step := stepper(opts.Progress, steps)
 	t := NewTree()
 
 	if err := layout(t); err != nil {
@@ -96,6 +115,12 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 		}
 	}
 
+	if opts.Kubernetes {
+		if err := addKubernetes(ctx, t, opts, step); err != nil {
+			return nil, err
+		}
+	}
+
 	step("node binaries, Debian userland (%s), /etc", strings.Join(DebianUserland.Packages, ", "))
 
 	for _, f := range []struct{ path, src string }{{InitPath, opts.Machined}, {EtcdPath, opts.Etcd}} {
@@ -104,6 +129,22 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 		}
 
 		if err := t.File(f.path, f.src, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	// Without the Kubernetes archive, etcd's image alone: container mode runs etcd from it.
+	if !opts.Kubernetes {
+		etcdImage := filepath.Join(opts.CacheDir, "etcd-image.tar")
+		if err := WriteImageArchive(etcdImage, ImageSpec{
+			Ref:        images.Etcd,
+			Files:      []ImageFile{{Path: images.EtcdPath, Source: opts.Etcd, Mode: 0o755}},
+			Entrypoint: []string{images.EtcdPath},
+		}); err != nil {
+			return nil, err
+		}
+
+		if err := t.File(EtcdImageArchive, etcdImage, 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -127,6 +168,45 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 	}
 
 	return squashCached(ctx, t, opts, step)
+}
+
+// addKubernetes builds the Kubernetes images into the image cache and the flannel CNI plugin
+// into /opt/cni/bin.
+func addKubernetes(ctx context.Context, t *Tree, opts RootfsOptions, step func(string, ...any)) error {
+	step("Kubernetes images: Kubernetes %s, CoreDNS %s, flannel %s, pause %s, etcd %s", images.KubernetesVersion,
+		images.CoreDNSVersion, images.FlannelVersion, images.PauseVersion, images.EtcdVersion)
+
+	repo, err := filepath.Abs(opts.Repo)
+	if err != nil {
+		return err
+	}
+
+	res, err := BuildKubernetesImages(ctx, KubernetesOptions{Repo: repo, CacheDir: opts.CacheDir, Etcd: opts.Etcd, Progress: opts.Progress})
+	if err != nil {
+		return err
+	}
+
+	for _, img := range images.Default() {
+		fmt.Fprintf(opts.Progress, "  %-48s %6.1f MB\n", img.Ref, float64(res.Sizes[img.Ref])/1e6)
+	}
+
+	how := "written"
+	if res.Cached {
+		how = "cached"
+	}
+
+	fi, err := os.Stat(res.Archive)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(opts.Progress, "  archive %s: %.1f MB (%s; shared layers stored once)\n", filepath.Base(res.Archive), float64(fi.Size())/1e6, how)
+
+	if err = t.File(KubernetesImagesArchive, res.Archive, 0o644); err != nil {
+		return err
+	}
+
+	return t.File(images.FlannelCNIPath, res.FlannelCNI, 0o755)
 }
 
 // squashCached checks and squashes the tree, unless the last build had the same tree and

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // Tool is one pinned binary of the node image, built from its own module at an exact version,
@@ -25,6 +26,9 @@ type Tool struct {
 	Name    string // binary name in the rootfs
 	Module  string
 	Version string
+	// Dir is a local module folder to build instead of Module@Version (build/kubernetes: its
+	// go.mod pins the dependencies). Its files' contents go into the cache key, not its path.
+	Dir     string `json:"-"`
 	Package string // package path inside the module, "." for its root
 	Dest    string // folder in the rootfs
 	CGO     bool
@@ -67,15 +71,50 @@ func Tools() []Tool {
 	return tools
 }
 
-// key names a build: the tool's whole spec and the Go toolchain, so a change of either rebuilds.
-func (t Tool) key() string {
+// key names a build: the tool's whole spec, the Go toolchain and a local module's sources, so a
+// change of any rebuilds.
+func (t Tool) key() (string, error) {
+	src := ""
+
+	if t.Dir != "" {
+		var err error
+		if src, err = dirSum(t.Dir); err != nil {
+			return "", fmt.Errorf("%s: %w", t.Name, err)
+		}
+	}
+
 	spec, _ := json.Marshal(struct {
 		Tool
-		Go, Arch string
-	}{t, runtime.Version(), runtime.GOARCH})
+		Go, Arch, Src string
+	}{t, runtime.Version(), runtime.GOARCH, src})
 	sum := sha256.Sum256(spec)
 
-	return t.Name + "-" + t.Version + "-" + hex.EncodeToString(sum[:6])
+	return t.Name + "-" + t.Version + "-" + hex.EncodeToString(sum[:6]), nil
+}
+
+// dirSum hashes the names and contents of a local module's files (go.mod, go.sum, sources),
+// skipping test files, which do not reach the binary.
+func dirSum(dir string) (string, error) {
+	h := sha256.New()
+
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+
+		data, err := os.ReadFile(p) //nolint:gosec // our own source tree, read to hash it
+		if err != nil {
+			return err
+		}
+
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(h, "%s %d\n", rel, len(data))
+		h.Write(data)
+
+		return nil
+	})
+
+	return hex.EncodeToString(h.Sum(nil)), err
 }
 
 // ToolBuilder builds tools into a cache folder; a tool whose build is cached is not built again.
@@ -86,18 +125,33 @@ type ToolBuilder struct {
 
 // Build returns the path of the tool's binary, building it first if the cache lacks it.
 func (b *ToolBuilder) Build(ctx context.Context, t Tool) (string, error) {
-	out := filepath.Join(b.CacheDir, t.key(), t.Name)
+	key, err := t.key()
+	if err != nil {
+		return "", err
+	}
+
+	out := filepath.Join(b.CacheDir, key, t.Name)
 	if _, err := os.Stat(out); err == nil {
 		fmt.Fprintf(b.Progress, "  %-24s %s (cached)\n", t.Name, t.Version)
 
 		return out, nil
 	}
 
-	fmt.Fprintf(b.Progress, "  %-24s %s building from %s\n", t.Name, t.Version, t.Module)
+	start := time.Now()
 
-	dir, err := moduleDir(ctx, t.Module, t.Version)
-	if err != nil {
-		return "", err
+	dir := t.Dir
+	if dir != "" {
+		fmt.Fprintf(b.Progress, "  %-24s %s building from %s (minutes for a large module)\n", t.Name, t.Version, dir)
+
+		if err = goCmd(ctx, dir, nil, "mod", "download"); err != nil {
+			return "", fmt.Errorf("downloading the dependencies of %s: %w", dir, err)
+		}
+	} else {
+		fmt.Fprintf(b.Progress, "  %-24s %s building from %s\n", t.Name, t.Version, t.Module)
+
+		if dir, err = moduleDir(ctx, t.Module, t.Version); err != nil {
+			return "", err
+		}
 	}
 
 	tmp, err := os.MkdirTemp(b.CacheDir, ".build-")
@@ -133,6 +187,8 @@ func (b *ToolBuilder) Build(ctx context.Context, t Tool) (string, error) {
 	if err = os.Rename(filepath.Join(tmp, t.Name), out); err != nil {
 		return "", err
 	}
+
+	fmt.Fprintf(b.Progress, "  %-24s built in %s\n", t.Name, time.Since(start).Round(time.Second))
 
 	return out, nil
 }

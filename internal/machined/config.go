@@ -140,7 +140,8 @@ func needsReboot(oldCfg, newCfg config.Provider) []string {
 	}
 
 	check("machine.type", om.Type(), nm.Type())
-	check("machine.ca", om.Security().IssuingCA(), nm.Security().IssuingCA())
+	// machine.ca changes live: the secrets controllers re-issue from it and apid reloads, which
+	// is what `talosctl rotate-ca` relies on.
 	check("machine.token", om.Security().Token(), nm.Security().Token())
 	check("cluster.id", oc.ID(), nc.ID())
 	check("cluster.secret", oc.Secret(), nc.Secret())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/machined/reaper"
 	"github.com/talos-go/talos/internal/machined/runtime"
 )
 
@@ -47,6 +48,9 @@ func Main(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+
+	// As a node's init, machined inherits the node's orphans (containerd's shims among them).
+	go reaper.Run(ctx, func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
 
 	n, err := newNode(opts)
 	if err != nil {

@@ -252,7 +252,12 @@ func (n *node) StartResources(ctx context.Context) error {
 		StateDir:         n.r.Paths.State(),
 		APIDSecretsDir:   n.r.Paths.Secrets("apid"),
 		TrustdSecretsDir: n.r.Paths.Secrets("trustd"),
-		Etcd:             services.EtcdManager(n.r),
+
+		KubernetesSecretsDir: n.r.Paths.Secrets("kubernetes"),
+		KubeletDir:           n.r.Paths.KubernetesConfig(),
+		KubernetesConfigDir:  n.r.Paths.KubernetesComponentConfig(),
+		AuditLogDir:          n.r.Paths.KubernetesAuditLogs(),
+		Etcd:                 services.EtcdManager(n.r),
 	}); err != nil {
 		return err
 	}

@@ -38,6 +38,11 @@ const (
 	// WipeEphemeral asks the boot stage to wipe EPHEMERAL before starting the trial slot
 	// (staged upgrade of a worker without --preserve).
 	WipeEphemeral = "upgrade.wipe-ephemeral"
+	// ResetWipe lists (comma-separated) the partitions a reset has begun to wipe: set before
+	// the reset leaves etcd, cleared once the wipe is done. A machined that dies in between
+	// leaves it set, and the boot stage finishes the wipe on the next boot: a node that left
+	// etcd must not start again on its old etcd data (etcd refuses a removed member's data).
+	ResetWipe = "reset.wipe"
 	// UpgradeFrom and UpgradeTo are the versions of the upgrade in progress or last done.
 	UpgradeFrom = "upgrade.from"
 	UpgradeTo   = "upgrade.to"
@@ -154,6 +159,9 @@ func (s *Store) readLocked() (Values, error) {
 func Parse(data []byte) (Values, error) {
 	v := Values{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
+	// The whole file is in memory already: a line may be as long as the file (the scanner's
+	// default 64 KiB limit made a long value unreadable, found by FuzzParse).
+	sc.Buffer(nil, len(data)+1)
 
 	for line := 1; sc.Scan(); line++ {
 		text := sc.Text()
@@ -169,7 +177,11 @@ func Parse(data []byte) (Values, error) {
 		v[key] = value
 	}
 
-	return v, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading META: %w", err)
+	}
+
+	return v, nil
 }
 
 func (s *Store) writeLocked(v Values) error {

@@ -11,6 +11,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/spf13/cobra"
+
+	"github.com/talos-go/talos/internal/images"
 )
 
 func containersCmd(g *Global) *cobra.Command {
@@ -130,7 +132,21 @@ func imageCmd(g *Global) *cobra.Command {
 				return renderReply(cmd, resp, err, func(*machineapi.ImagePullResponse) error { return nil })
 			})
 		},
+	}, &cobra.Command{
+		Use:   "default",
+		Short: "List the default images used by Talos",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The list is this build's, as upstream's is: the node image carries these images.
+			for _, ref := range images.DefaultList() {
+				fmt.Fprintln(cmd.OutOrStdout(), ref)
+			}
+
+			return nil
+		},
 	})
+
+	cmd.AddCommand(imageCacheCreateCmd())
 
 	return cmd
 }

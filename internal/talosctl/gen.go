@@ -39,7 +39,8 @@ func genCmd() *cobra.Command {
 	force := cmd.PersistentFlags().BoolP("force", "f", false, "will overwrite existing files")
 
 	cmd.AddCommand(genConfigCmd(force), genSecretsCmd(force),
-		genCACmd(force), genKeypairCmd(force), genKeyCmd(force), genCSRCmd(force), genCrtCmd(force))
+		genCACmd(force), genKeypairCmd(force), genKeyCmd(force), genCSRCmd(force), genCrtCmd(force),
+		genSecurebootCmd(force))
 
 	return cmd
 }

@@ -16,25 +16,9 @@ import (
 // A command listed here that exists fails the test: take it off the list.
 var missingCommands = map[string]string{
 	// Their data arrives with container nodes, Kubernetes or metal (issue 16: those issues own them).
-	"stats":                  "needs the containerd runner (container-nodes issue)",
-	"image cache-create":     "needs the containerd image service (container-nodes issue)",
-	"image default":          "needs the containerd image service (container-nodes issue)",
-	"time":                   "needs timed and its TimeService (metal issue)",
 	"upgrade-k8s":            "needs Kubernetes on the nodes (Kubernetes issue)",
 	"conformance":            "needs Kubernetes on the nodes (Kubernetes issue)",
 	"conformance kubernetes": "needs Kubernetes on the nodes (Kubernetes issue)",
-	"wipe":                   "needs block devices (metal issue)",
-	"wipe disk":              "needs block devices (metal issue)",
-	// Owned by issue 16, not done yet.
-	"dashboard":               "not yet written (issue 16 item 2: a TUI tested through tmux)",
-	"inject":                  "not yet written (issue 16 item 1; serviceaccount needs Kubernetes manifests)",
-	"inject serviceaccount":   "not yet written (issue 16 item 1; serviceaccount needs Kubernetes manifests)",
-	"pcap":                    "not yet written (issue 16 item 1; needs the node's PacketCapture method)",
-	"rotate-ca":               "not yet written (issue 16 item 1)",
-	"gen secureboot":          "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
-	"gen secureboot database": "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
-	"gen secureboot pcr":      "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
-	"gen secureboot uki":      "not yet written (issue 16 item 1; UKI/PCR signing belongs with the metal image)",
 }
 
 // missingFlags are flags upstream has on every connecting command that talosctl leaves out.

@@ -92,8 +92,15 @@ func NewRootCommand() *cobra.Command {
 		bootstrapCmd(g),
 		metaCmd(g),
 		restartCmd(g),
+		statsCmd(g),
 		inspectCmd(g),
 		supportCmd(g),
+		timeCmd(g),
+		wipeCmd(g),
+		injectCmd(),
+		pcapCmd(g),
+		dashboardCmd(g),
+		rotateCACmd(g),
 	)
 
 	return root

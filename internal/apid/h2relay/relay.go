@@ -126,18 +126,19 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) serveConn(c net.Conn) {
 	var state *tls.ConnectionState
 
+	// A client has handshakeTimeout for the TLS handshake and the HTTP/2 preface together: one
+	// that connects and sends nothing is dropped. The session clears the deadline after the
+	// preface.
+	c.SetDeadline(time.Now().Add(handshakeTimeout)) //nolint:errcheck // fails only on a closed conn, which the handshake reports
+
 	if s.TLS != nil {
 		tc := tls.Server(c, s.TLS)
-
-		c.SetDeadline(time.Now().Add(handshakeTimeout)) //nolint:errcheck // fails only on a closed conn, which the handshake reports
 
 		if err := tc.Handshake(); err != nil {
 			c.Close()
 
 			return
 		}
-
-		c.SetDeadline(time.Time{}) //nolint:errcheck // as above
 
 		st := tc.ConnectionState()
 		state = &st

@@ -140,7 +140,12 @@ func (b *backend) handle(_ any, stream grpc.ServerStream) error {
 func startRelay(t *testing.T, route Route, window uint32, backends ...string) (*Server, string) {
 	t.Helper()
 
-	s := &Server{Route: route, Window: window}
+	return startRelayWith(t, &Server{Route: route, Window: window}, backends...)
+}
+
+// startRelayWith serves s on a loopback port in front of the backends.
+func startRelayWith(t testing.TB, s *Server, backends ...string) (*Server, string) {
+	t.Helper()
 
 	for _, sock := range backends {
 		s.Backends = append(s.Backends, func(ctx context.Context) (net.Conn, error) {
@@ -173,7 +178,7 @@ func toFirst(_ *tls.ConnectionState, h []hpack.HeaderField) Decision {
 	return Decision{Header: h}
 }
 
-func client(t *testing.T, addr string) *grpc.ClientConn {
+func client(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),

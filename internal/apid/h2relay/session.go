@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -122,6 +123,8 @@ func (ss *session) run() {
 	if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
 		return
 	}
+
+	ss.client.conn.SetDeadline(time.Time{}) //nolint:errcheck // serveConn's handshake deadline ends with the preface
 
 	ss.mu.Lock()
 	ss.writeSettings(ss.client, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(ss.srv.maxStreams())})
@@ -358,6 +361,23 @@ func (ss *session) clientFrame(f http2.Frame) {
 		}
 	case *http2.SettingsFrame:
 		if f.IsAck() {
+			return
+		}
+
+		// A value RFC 9113 6.5.2 does not allow ends the connection: a MAX_FRAME_SIZE of 0
+		// had the relay write empty CONTINUATION frames forever (found by FuzzClientFrames).
+		if err := f.ForeachSetting(http2.Setting.Valid); err != nil {
+			code := http2.ErrCodeProtocol
+
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				code = http2.ErrCode(ce)
+			}
+
+			ss.client.check(ss.client.fw.WriteGoAway(ss.lastID, code, nil))
+			ss.client.check(ss.client.flush())
+			ss.closeLocked()
+
 			return
 		}
 

@@ -202,6 +202,77 @@ func TestMemoryLimits(t *testing.T) {
 	}
 }
 
+// As upstream, etcd runs through containerd in the system namespace; CRI answers for k8s.io.
+func TestEtcdIsASystemContainer(t *testing.T) {
+	testenv.WaitFor(t, "etcd in containerd's system namespace", time.Minute, func() error {
+		out := must(t, "-n", cp, "containers")
+		if !regexp.MustCompile(`(?m)^\S+\s+system\s+etcd\s+.*RUNNING`).MatchString(out) {
+			return fmt.Errorf("no running etcd in namespace system:\n%s", out)
+		}
+
+		return nil
+	})
+
+	must(t, "-n", cp, "containers", "-k")
+}
+
+// The node has its own writable cgroups: runc made etcd's cgroup inside the node's.
+func TestCgroupsInTheNode(t *testing.T) {
+	top := must(t, "-n", cp, "ls", "/sys/fs/cgroup")
+
+	dir := "/sys/fs/cgroup/memory/system" // v1: one hierarchy per controller
+	if strings.Contains(top, "cgroup.controllers") {
+		dir = "/sys/fs/cgroup/system"
+	}
+
+	if out := must(t, "-n", cp, "ls", dir); !strings.Contains(out, "etcd") {
+		t.Fatalf("no etcd cgroup in the node's %s:\n%s", dir, out)
+	}
+}
+
+// machined, the node's init, reaps orphans: no zombie stays in the node's process table.
+func TestNoZombies(t *testing.T) {
+	testenv.WaitFor(t, "no zombies", 30*time.Second, func() error {
+		out := must(t, "-n", cp, "processes")
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[2] == "Z" {
+				return fmt.Errorf("a zombie in the node:\n%s", out)
+			}
+		}
+
+		return nil
+	})
+}
+
+// Upgrade needs A/B slots a node in a container does not have: it says so and changes nothing.
+func TestUpgradeSaysWhatIsMissing(t *testing.T) {
+	_, errOut, code := talosctl(t, "-n", cp, "upgrade", "--image", "/nonexistent/image.raw", "--wait=false")
+	if code == 0 || !strings.Contains(errOut, "no A/B slots") {
+		t.Fatalf("upgrade in container mode: exit %d, %s", code, errOut)
+	}
+}
+
+// Reset wipes the worker's STATE and EPHEMERAL (its launcher does, on the restart): it comes back
+// in maintenance mode.
+func TestResetToMaintenance(t *testing.T) {
+	must(t, "-n", w, "reset", "--graceful=false", "--reboot", "--wait=false")
+
+	// The launcher wiped the worker's STATE on the host: no config, no identity.
+	state := filepath.Join(stateRoot, clusterName, clusterName+"-worker-1", "STATE")
+
+	testenv.WaitFor(t, "the worker in maintenance mode", 3*time.Minute, func() error {
+		if _, err := os.Stat(filepath.Join(state, "config.yaml")); err == nil {
+			return fmt.Errorf("%s still has the config", state)
+		}
+
+		if _, errOut, code := talosctl(t, "-e", w, "-n", w, "version", "--insecure"); code != 0 {
+			return fmt.Errorf("%s", errOut)
+		}
+
+		return nil
+	})
+}
+
 // Runs last: destroy removes everything the create made.
 func TestZDestroyLeavesNothing(t *testing.T) {
 	must(t, "cluster", "destroy", "--name", clusterName)

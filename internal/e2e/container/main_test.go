@@ -1,13 +1,12 @@
 // Package container runs the end-to-end suite on the container provisioner: one control plane
 // and one worker, each PID 1 in its own namespaces with the node image as its root, on a bridge.
-// It needs root and mksquashfs, and runs itself in a network namespace of its own (the
+// It needs root and the node image of `make rootfs`, and runs itself in a network namespace of its own (the
 // cluster's bridge is made in the namespace the test runs in).
 package container
 
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,13 +40,20 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if reason := skipReason(); reason != "" {
+	var err error
+
+	reason := skipReason()
+	if reason == "" {
+		if image, err = nodeImage(); err != nil {
+			reason = err.Error()
+		}
+	}
+
+	if reason != "" {
 		fmt.Fprintf(os.Stderr, "SKIP container e2e suite: %s\n", reason)
 
 		return 0
 	}
-
-	var err error
 
 	for _, d := range []*string{&binDir, &home, &stateRoot} {
 		if *d, err = os.MkdirTemp("", "container-e2e-"); err != nil {
@@ -61,18 +67,12 @@ func run(m *testing.M) int {
 
 	start := time.Now()
 
-	// machined and etcd static, as the image needs them; the host's launcher is that machined too.
+	// The host's launcher is machined (static, like the image's), with talosctl.
 	os.Setenv("CGO_ENABLED", "0") //nolint:usetesting // TestMain has no t.Setenv
 
 	if out, err := testenv.GoBuild("-trimpath", "-ldflags=-s", "-o", binDir+"/", "github.com/talos-go/talos/cmd/machined",
-		"github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/etcd"); err != nil {
+		"github.com/talos-go/talos/cmd/talosctl"); err != nil {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
-
-		return 1
-	}
-
-	if image, err = nodeImage(binDir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
 
 		return 1
 	}
@@ -122,10 +122,6 @@ func skipReason() string {
 		return "the container provisioner needs root (namespaces, a bridge, loop mounts, cgroups); run as root, in nsrun"
 	}
 
-	if _, err := exec.LookPath("mksquashfs"); err != nil {
-		return "mksquashfs not found to build the node image: apt-get install squashfs-tools"
-	}
-
 	fss, _ := os.ReadFile("/proc/filesystems")
 	for _, fs := range []string{"squashfs", "overlay"} {
 		if !strings.Contains(string(fss), "\t"+fs+"\n") {
@@ -136,25 +132,23 @@ func skipReason() string {
 	return ""
 }
 
-// nodeImage builds the node image the suite boots. It is the development image until
-// `make rootfs` lands; this is the one place to switch.
-func nodeImage(dir string) (string, error) {
-	root, err := filepath.Abs("../../..")
+// nodeImage is the node image the suite boots: the real one of `make rootfs` (containerd, CRI,
+// etcd through containerd), or $E2E_NODE_IMAGE. The suite is skipped without it.
+func nodeImage() (string, error) {
+	if p := os.Getenv("E2E_NODE_IMAGE"); p != "" {
+		return p, nil
+	}
+
+	p, err := filepath.Abs("../../../_out/rootfs.sqsh")
 	if err != nil {
 		return "", err
 	}
 
-	out := filepath.Join(dir, "rootfs.sqsh")
-
-	cmd := exec.Command(filepath.Join(root, "hack", "dev-rootfs.sh"), out)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "NODE_BIN_DIR="+dir)
-
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the node image: %w\n%s", err, b)
+	if _, err = os.Stat(p); err != nil {
+		return "", fmt.Errorf("no node image at %s: build it with `make rootfs` (or set E2E_NODE_IMAGE)", p)
 	}
 
-	return out, nil
+	return p, nil
 }
 
 func dumpLogs() {

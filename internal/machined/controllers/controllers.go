@@ -14,8 +14,10 @@ import (
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
+	controlplanectrl "github.com/talos-go/talos/internal/machined/controllers/controlplane"
 	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
 	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
+	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 )
@@ -34,6 +36,11 @@ type Options struct {
 	// APIDSecretsDir and TrustdSecretsDir are the folders apid and trustd read their
 	// certificates from.
 	APIDSecretsDir, TrustdSecretsDir string
+	// KubernetesSecretsDir, KubeletDir, KubernetesConfigDir and AuditLogDir are where the
+	// Kubernetes secrets, kubelet's bootstrap files, the control plane's config files and the
+	// API server's audit log go (/system/secrets/kubernetes, /etc/kubernetes,
+	// /system/config/kubernetes, /var/log/audit/kube on a node in its own root).
+	KubernetesSecretsDir, KubeletDir, KubernetesConfigDir, AuditLogDir string
 	// Etcd is the node's etcd member.
 	Etcd etcdctrl.StatusSource
 }
@@ -74,6 +81,28 @@ func List(opts Options) []controller.Controller {
 		&secretsctrl.APIFilesController{Dir: opts.APIDSecretsDir},
 		&secretsctrl.TrustdController{},
 		&secretsctrl.TrustdFilesController{Dir: opts.TrustdSecretsDir},
+		secretsctrl.NewKubernetesRootController(),
+		secretsctrl.NewKubernetesCertSANsController(),
+		secretsctrl.NewKubeletController(),
+		&secretsctrl.KubernetesDynamicCertsController{},
+		&secretsctrl.KubernetesController{},
+		&secretsctrl.KubernetesFilesController{SecretsDir: opts.KubernetesSecretsDir, KubeletDir: opts.KubeletDir},
+		controlplanectrl.NewAPIServerConfigController(),
+		controlplanectrl.NewControllerManagerConfigController(),
+		controlplanectrl.NewSchedulerConfigController(),
+		controlplanectrl.NewAdmissionControlConfigController(),
+		controlplanectrl.NewAuditPolicyConfigController(),
+		controlplanectrl.NewAuthorizationConfigController(),
+		controlplanectrl.NewBootstrapManifestsConfigController(),
+		&controlplanectrl.ManifestController{},
+		&k8sctrl.StaticPodController{SecretsDir: opts.KubernetesSecretsDir, ConfigDir: opts.KubernetesConfigDir, AuditLogDir: opts.AuditLogDir},
+		k8sctrl.NewKubeletConfigController(),
+		k8sctrl.NewKubeletSpecController(),
+		k8sctrl.NewNodenameController(),
+		k8sctrl.NewNodeIPConfigController(),
+		k8sctrl.NewNodeIPController(),
+		&k8sctrl.ManifestApplyController{},
+		&k8sctrl.StaticPodServerController{},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"github.com/stretchr/testify/assert"
@@ -35,6 +36,11 @@ func options(t *testing.T) controllers.Options {
 		StateDir:         dir,
 		APIDSecretsDir:   filepath.Join(dir, "secrets", "apid"),
 		TrustdSecretsDir: filepath.Join(dir, "secrets", "trustd"),
+
+		KubernetesSecretsDir: filepath.Join(dir, "secrets", "kubernetes"),
+		KubeletDir:           filepath.Join(dir, "etc", "kubernetes"),
+		KubernetesConfigDir:  filepath.Join(dir, "config", "kubernetes"),
+		AuditLogDir:          filepath.Join(dir, "log", "audit", "kube"),
 		// This node runs no etcd: its member controller publishes nothing.
 		Etcd: etcd.NewManager(func() (etcd.Options, error) { return etcd.Options{}, errors.New("no etcd here") }),
 	}
@@ -87,6 +93,20 @@ func TestNode(t *testing.T) {
 
 	env.WaitFile(filepath.Join(opts.APIDSecretsDir, certs.ServerCrt))
 	env.WaitFile(filepath.Join(opts.TrustdSecretsDir, trustd.ServerCrt))
+
+	// The Kubernetes chain: the control plane's static pods, kubelet's spec, the bootstrap
+	// manifests and the files the pods and kubelet read.
+	ctest.AssertIDs[*k8s.StaticPod](env, k8s.APIServerID, k8s.ControllerManagerID, k8s.SchedulerID)
+	ctest.AssertResource(env, k8s.KubeletID, func(r *k8s.KubeletSpec, a *assert.Assertions) {
+		a.Equal("cp1", r.TypedSpec().ExpectedNodename)
+		a.Contains(r.TypedSpec().Args, "--node-ip=127.84.0.1")
+	})
+	ctest.AssertResource(env, "10-kube-proxy", func(*k8s.Manifest, *assert.Assertions) {})
+	env.WaitFile(filepath.Join(opts.KubernetesSecretsDir, "kube-apiserver", "apiserver.key"))
+	env.WaitFile(filepath.Join(opts.KubeletDir, "bootstrap-kubeconfig"))
+	env.WaitFile(filepath.Join(opts.KubernetesConfigDir, "kube-apiserver", "auditpolicy.yaml"))
+
+	assertOnTheWire(t, env)
 }
 
 func TestRegister(t *testing.T) {

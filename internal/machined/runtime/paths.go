@@ -66,3 +66,14 @@ func (p Paths) PIDFile() string { return filepath.Join(p.System(), "run", "machi
 // BootIDFile is container mode's /proc/sys/kernel/random/boot_id: a new ID at every start of
 // machined (a reboot), so clients can tell that a node came back even when it was never seen down.
 func (p Paths) BootIDFile() string { return filepath.Join(p.System(), "run", "boot_id") }
+
+// KubernetesConfig is kubelet's folder (/etc/kubernetes): its bootstrap kubeconfig and CA.
+func (p Paths) KubernetesConfig() string { return filepath.Join(p.Root, "etc", "kubernetes") }
+
+// KubernetesComponentConfig holds the control plane's config files (/system/config/kubernetes).
+func (p Paths) KubernetesComponentConfig() string {
+	return filepath.Join(p.System(), "config", "kubernetes")
+}
+
+// KubernetesAuditLogs is the API server's audit log folder (/var/log/audit/kube).
+func (p Paths) KubernetesAuditLogs() string { return filepath.Join(p.Logs(), "audit", "kube") }

@@ -115,5 +115,9 @@ func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
 		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Platform, err)
 	}
 
+	if err = KubernetesSupport(cfg); err != nil {
+		return warnings, fmt.Errorf("config asks for what this node cannot do yet: %w", err)
+	}
+
 	return warnings, nil
 }

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,9 +29,15 @@ func (s *Machine) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[co
 		return status.Error(codes.FailedPrecondition, "the node has no config")
 	}
 
-	data, err := adminKubeconfig(cfg, time.Now())
-	if err != nil {
-		return err
+	// The secrets controller's admin kubeconfig (as upstream hands out), else one issued here.
+	var data []byte
+
+	if kube, err := safe.StateGetByID[*secrets.Kubernetes](srv.Context(), s.R.State, secrets.KubernetesID); err == nil && kube.TypedSpec().AdminKubeconfig != "" {
+		data = []byte(kube.TypedSpec().AdminKubeconfig)
+	} else {
+		if data, err = adminKubeconfig(cfg, time.Now()); err != nil {
+			return err
+		}
 	}
 
 	archive, err := tarGz("kubeconfig", data)

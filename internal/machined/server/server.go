@@ -17,6 +17,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/inspect"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/api/storage"
+	timeapi "github.com/siderolabs/talos/pkg/machinery/api/time"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"google.golang.org/grpc"
@@ -128,6 +130,8 @@ func NewGRPCServer(s *Machine) *grpc.Server {
 	)
 	machine.RegisterMachineServiceServer(srv, s)
 	inspect.RegisterInspectServiceServer(srv, &Inspect{R: s.R})
+	timeapi.RegisterTimeServiceServer(srv, &Time{M: s})
+	storage.RegisterStorageServiceServer(srv, Storage{})
 	cosiapi.RegisterStateServer(srv, cosiserver.NewState(state.Filter(s.R.State, readOnly)))
 
 	return srv

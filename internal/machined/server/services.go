@@ -106,8 +106,13 @@ func (s *Machine) ServiceRestart(ctx context.Context, req *machine.ServiceRestar
 
 // Logs streams a service's log, with a tail and optionally following.
 func (s *Machine) Logs(req *machine.LogsRequest, srv grpc.ServerStreamingServer[common.Data]) error {
-	if req.Driver == common.ContainerDriver_CRI || (req.Namespace != "" && req.Namespace != "system") {
-		return status.Errorf(codes.Unimplemented, "container logs (namespace %q) are not available yet: only system service logs", req.Namespace)
+	if req.Driver == common.ContainerDriver_CRI || req.Namespace == criNamespace {
+		return s.criLogs(req, srv)
+	}
+
+	// System containers (etcd) write to their service's log.
+	if req.Namespace != "" && req.Namespace != "system" {
+		return status.Errorf(codes.InvalidArgument, "namespace %q: logs are of system (services) or k8s.io (CRI containers)", req.Namespace)
 	}
 
 	md := s.metadata(srv.Context())

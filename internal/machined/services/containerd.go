@@ -27,6 +27,8 @@ type ContainerdPaths struct {
 	Root   string // /var/lib/containerd
 	Config string // /system/etc/containerd/config.toml, written by machined
 	FIFO   string // stdio FIFOs of the system containers
+	// RegistryHosts is CRI's registry config folder (certs.d layout), written by machined.
+	RegistryHosts string
 }
 
 // NewContainerdPaths returns the containerd paths of a node's state folder.
@@ -39,12 +41,20 @@ func NewContainerdPaths(p runtime.Paths) ContainerdPaths {
 		Root:   filepath.Join(p.Ephemeral(), "lib", "containerd"),
 		Config: filepath.Join(p.System(), "etc", "containerd", "config.toml"),
 		FIFO:   filepath.Join(run, "fifo"),
+
+		RegistryHosts: filepath.Join(p.System(), "etc", "containerd", "certs.d"),
 	}
 }
 
-// ContainerdConfig is containerd's config (version 3): the node's socket and folders, CRI on
-// with the image's CNI folders, nothing pulled implicitly (images come from the node image's
-// cache; a pull names its registry, which the node must reach).
+// SandboxImage is the pause image of CRI's pod sandboxes: it is in the node image's cache and
+// pinned, so it is neither pulled nor garbage collected.
+const SandboxImage = "registry.k8s.io/pause:3.10"
+
+// ContainerdConfig is containerd's config (version 3): the node's socket and folders; CRI on for
+// the k8s.io namespace with the image's CNI folders, the cached pause image, and runc with the
+// cgroupfs driver (the node has no systemd). Registry hosts come only from the node's own
+// certs.d folder (machined's, empty by default): nothing is pulled implicitly, and a pull goes
+// only to the registry its reference names.
 func ContainerdConfig(p ContainerdPaths) string {
 	return fmt.Sprintf(`version = 3
 root = %q
@@ -56,13 +66,36 @@ state = %q
 [ttrpc]
   address = %q
 
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = %q
+
+[plugins."io.containerd.cri.v1.images".registry]
+  config_path = %q
+
+[plugins."io.containerd.cri.v1.runtime"]
+  tolerate_missing_hugetlb_controller = true
+
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/opt/cni/bin"]
   conf_dir = "/etc/cni/net.d"
 
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-`, p.Root, p.State, p.Socket, p.Socket+".ttrpc")
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+`, p.Root, p.State, p.Socket, p.Socket+".ttrpc", SandboxImage, p.RegistryHosts)
 }
 
 // Containerd is the containerd service: it runs when machined is the node's init (container
@@ -112,7 +145,7 @@ func Containerd(r *runtime.Runtime) *system.Service {
 
 // WriteContainerdConfig writes the config and makes containerd's folders.
 func WriteContainerdConfig(p ContainerdPaths) error {
-	for _, dir := range []string{filepath.Dir(p.Socket), p.State, p.Root, filepath.Dir(p.Config)} {
+	for _, dir := range []string{filepath.Dir(p.Socket), p.State, p.Root, filepath.Dir(p.Config), p.RegistryHosts} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}

@@ -12,14 +12,18 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 
 	"github.com/talos-go/talos/internal/etcd"
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/images"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/runner"
 )
 
 // EtcdServiceID is the supervisor ID of the etcd service.
@@ -51,9 +55,15 @@ func EtcdManager(r *runtime.Runtime) *etcd.Manager {
 func Etcd(r *runtime.Runtime) *system.Service {
 	m := EtcdManager(r)
 
+	var deps []string
+	if etcdInContainerd() {
+		deps = []string{ContainerdServiceID}
+	}
+
 	return &system.Service{
-		ID:     EtcdServiceID,
-		Runner: func() (system.Runner, error) { return m.Runner(), nil },
+		ID:        EtcdServiceID,
+		DependsOn: deps,
+		Runner:    func() (system.Runner, error) { return m.Runner(), nil },
 		HealthFunc: func(ctx context.Context) error {
 			return m.Health(ctx)
 		},
@@ -108,7 +118,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		return etcd.Options{}, err
 	}
 
-	return etcd.Options{
+	o := etcd.Options{
 		Binary:         bin,
 		Name:           etcdMemberName(r),
 		Address:        r.Address,
@@ -122,7 +132,59 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		Peers:          func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
 		Output:         out,
 		Log:            r.Log,
-	}, nil
+	}
+
+	if etcdInContainerd() {
+		o.Runner = etcdContainer(r, o)
+	}
+
+	return o, nil
+}
+
+// etcdInContainerd reports whether etcd runs through containerd, as upstream: where machined is
+// the node's init with containerd and the node image carries etcd's image. A node process on a
+// shared host (process mode) runs etcd as a confined process.
+func etcdInContainerd() bool {
+	if os.Getpid() != 1 || !imageHasContainerd() {
+		return false
+	}
+
+	return etcdImageArchive() != ""
+}
+
+// etcdImageArchive is the node image's archive that holds etcd's image, or "".
+func etcdImageArchive() string {
+	for _, a := range []string{imager.EtcdImageArchive, imager.KubernetesImagesArchive} {
+		if _, err := os.Stat(a); err == nil {
+			return a
+		}
+	}
+
+	return ""
+}
+
+// etcdContainer runs etcd as the container etcd of containerd's system namespace, from the node
+// image's etcd image, on the node's network, with its data folder and certificates bound in.
+func etcdContainer(r *runtime.Runtime, o etcd.Options) func([]string) system.Runner {
+	paths := NewContainerdPaths(r.Paths)
+
+	return func(args []string) system.Runner {
+		return &runner.Containerd{
+			Socket:  paths.Socket,
+			ID:      EtcdServiceID,
+			Image:   images.Etcd,
+			Archive: etcdImageArchive(),
+			Args:    append([]string{images.EtcdPath}, args[1:]...),
+			Mounts: []specs.Mount{
+				{Type: "bind", Source: o.DataDir, Destination: o.DataDir, Options: []string{"rbind", "rw"}},
+				{Type: "bind", Source: o.SecretsDir, Destination: o.SecretsDir, Options: []string{"rbind", "ro"}},
+			},
+			HostNetwork:     true,
+			FIFODir:         paths.FIFO,
+			Output:          o.Output,
+			GracefulTimeout: 15 * time.Second,
+		}
+	}
 }
 
 // etcdMemberName is the node's hostname, else a name made from its address.

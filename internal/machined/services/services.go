@@ -8,6 +8,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
+	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 )
@@ -26,6 +27,12 @@ func For(r *runtime.Runtime, t machine.Type) []*system.Service {
 	// development image of hack/dev-rootfs.sh has only machined and etcd).
 	if os.Getpid() == 1 && imageHasContainerd() {
 		svcs = append(svcs, Containerd(r), ImageCache(r))
+
+		// kubelet runs where containerd does and the image carries the Kubernetes images (not
+		// one built with KUBERNETES=0); process mode runs no Kubernetes.
+		if _, err := os.Stat(imager.KubernetesImagesArchive); err == nil {
+			svcs = append(svcs, Kubelet(r))
+		}
 	}
 
 	return svcs

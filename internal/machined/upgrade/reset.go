@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/etcd"
 	"github.com/talos-go/talos/internal/machined/errkind"
 	"github.com/talos-go/talos/internal/machined/sequencer"
+	"github.com/talos-go/talos/internal/meta"
 )
 
 // Partitions a reset may wipe in container mode, and the default set.
@@ -125,7 +128,17 @@ func (rr *resetRun) LeaveEtcd(ctx context.Context) error {
 	case !rr.leave:
 		rr.log.Info("etcd does not run on this node: nothing to leave")
 	default:
-		if err := rr.m.Etcd.Leave(ctx); err != nil {
+		// From here the wipe must happen even if machined dies: the boot stage finishes it.
+		store, err := rr.m.meta()
+		if err == nil {
+			err = store.Set(meta.ResetWipe, strings.Join(rr.wipe, ","))
+		}
+
+		if err != nil {
+			return fmt.Errorf("recording the reset in META (etcd not left): %w", err)
+		}
+
+		if err = rr.m.Etcd.Leave(ctx); err != nil {
 			return fmt.Errorf("leaving etcd (use a non-graceful reset to skip): %w", err)
 		}
 
@@ -146,6 +159,24 @@ func (rr *resetRun) StopServices(ctx context.Context) error {
 
 // Wipe implements sequencer.Resetter.
 func (rr *resetRun) Wipe(context.Context) error {
+	// A node in a container cannot reach its EPHEMERAL folder: its launcher wipes on the restart.
+	if container.InNode() {
+		if err := container.RequestWipe(rr.wipe); err != nil {
+			rr.wipeErr = err // reported with the power action: services are stopped by then
+
+			return nil //nolint:nilerr // the error travels in rr.wipeErr
+		}
+
+		rr.log.Info("wipe requested from the node's launcher", zap.Strings("partitions", rr.wipe))
+
+		// The launcher owns the wipe now; the boot stage's record is not for a container node.
+		if store, err := rr.m.meta(); err == nil {
+			rr.wipeErr = store.Set(meta.ResetWipe, "")
+		}
+
+		return nil
+	}
+
 	for _, label := range rr.wipe {
 		if err := bootloader.WipeFolder(rr.m.R.Paths.Root, label); err != nil {
 			rr.wipeErr = errors.Join(rr.wipeErr, fmt.Errorf("wiping %s: %w", label, err))
@@ -154,6 +185,12 @@ func (rr *resetRun) Wipe(context.Context) error {
 		}
 
 		rr.log.Info("wiped", zap.String("partition", label))
+	}
+
+	if rr.wipeErr == nil {
+		if store, err := rr.m.meta(); err == nil {
+			rr.wipeErr = store.Set(meta.ResetWipe, "")
+		}
 	}
 
 	return nil

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/errkind"
 	"github.com/talos-go/talos/internal/machined/runtime"
@@ -101,6 +102,10 @@ func (m *Manager) spawn(fn func(ctx context.Context)) {
 var errBusy = errkind.New(errkind.Precondition, "another upgrade, rollback or reset is in progress on this node: wait for it to finish")
 
 func (m *Manager) needSlots() error {
+	if m.Slot == "" && container.InNode() {
+		return errkind.New(errkind.Precondition, "a node in a container boots its image read-only from the host and has no A/B slots: upgrade is not available in container mode yet (it needs the launcher to boot a new image); recreate the cluster with the new image, or use `--provisioner process` nodes started through `machined boot`")
+	}
+
 	if m.Slot == "" {
 		return errkind.New(errkind.Precondition, "this node was not started through the boot stage, so it has no A/B slots: start it with `machined boot --state DIR ...`")
 	}

@@ -35,7 +35,11 @@ type Containerd struct {
 	Env     []string
 	Mounts  []specs.Mount
 	// HostNetwork runs the container in the node's network namespace, as system services do.
-	HostNetwork     bool
+	HostNetwork bool
+	// HostPID runs the container in the node's PID namespace (kubelet sees the pods' processes).
+	HostPID bool
+	// Privileged gives the container every capability and the host's devices, as kubelet needs.
+	Privileged      bool
 	FIFODir         string // where containerd's stdio FIFOs go
 	Output          io.Writer
 	GracefulTimeout time.Duration
@@ -78,6 +82,14 @@ func (c *Containerd) Run(ctx context.Context) error {
 
 	if c.HostNetwork {
 		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostHostsFile, oci.WithHostResolvconf)
+	}
+
+	if c.HostPID {
+		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
+	}
+
+	if c.Privileged {
+		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices, oci.WithWriteableCgroupfs, oci.WithWriteableSysfs)
 	}
 
 	ctr, err := client.NewContainer(bg, c.ID, containerd.WithImage(img), containerd.WithNewSnapshot(c.ID, img), containerd.WithNewSpec(opts...))

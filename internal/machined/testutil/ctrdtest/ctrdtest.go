@@ -2,10 +2,8 @@
 package ctrdtest
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
+	"github.com/talos-go/talos/internal/imager"
 	mdruntime "github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/services"
 )
@@ -161,51 +154,15 @@ func HelloImage(t *testing.T, ref string) string {
 		t.Fatalf("building the test program: %v\n%s", err, out)
 	}
 
-	bin, err := os.ReadFile(filepath.Join(dir, "hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var layerTar bytes.Buffer
-
-	tw := tar.NewWriter(&layerTar)
-	if err = tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
-	}
-
-	tw.Write(bin)
-	tw.Close()
-
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerTar.Bytes())), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config = v1.Config{Entrypoint: []string{"/hello"}, Cmd: []string{"from-image"}}
-
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-
-	tag, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	archive := filepath.Join(dir, "hello.tar")
-	if err = tarball.WriteToFile(archive, tag, img); err != nil {
+
+	err := imager.WriteImageArchive(archive, imager.ImageSpec{
+		Ref:        ref,
+		Files:      []imager.ImageFile{{Path: "/hello", Source: filepath.Join(dir, "hello")}},
+		Entrypoint: []string{"/hello"},
+		Cmd:        []string{"from-image"},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 

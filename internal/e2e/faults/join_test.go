@@ -1,0 +1,51 @@
+package faults
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestKillDuringEtcdJoin: a control plane leaves etcd and wipes its EPHEMERAL (a graceful
+// reset that keeps its config), reboots and joins etcd again as a new member; one of its
+// services is killed at a random moment of that. The member must end up joined, the cluster
+// healthy, and the keys written before all readable.
+func TestKillDuringEtcdJoin(t *testing.T) {
+	if err := clusterHealthy(t); err != nil {
+		awaitHealthy(t, time.Now(), healthyBound)
+	}
+
+	ec := etcdClient(t, cp1)
+
+	for run := range runs {
+		for _, svc := range services {
+			t.Run(fmt.Sprintf("%s/%d", svc, run), func(t *testing.T) {
+				node := []string{cp2, cp3}[rng.IntN(2)]
+				keys := putKeys(t, ec, fmt.Sprintf("join-%s-%d", svc, run), 20)
+				delay := time.Duration(1000+rng.IntN(5000)) * time.Millisecond
+
+				out, stderr, code := talosctl(t, "-n", node, "reset", "--graceful", "--reboot", "--system-labels-to-wipe", "EPHEMERAL", "--wait=false")
+				if code != 0 {
+					t.Fatalf("reset of %s: exit %d %s%s", node, code, out, stderr)
+				}
+
+				reset := time.Now()
+				time.Sleep(delay)
+
+				killed := time.Now()
+				tryKill9(t, svc, node) // the node may be rebooting: then there is nothing to kill
+
+				recordRecovery("kill "+svc+" during etcd join", awaitHealthy(t, killed, healthyBound))
+				t.Logf("%s rejoined: healthy %v after the reset", node, time.Since(reset).Round(100*time.Millisecond))
+
+				out, stderr, code = talosctl(t, "-n", cp1, "etcd", "members")
+				if voters := etcdVoters(out); code != 0 || len(voters) != 3 || !strings.Contains(strings.Join(voters, " "), node+":2380") {
+					t.Fatalf("etcd members after %s rejoined: exit %d\n%s%s", node, code, out, stderr)
+				}
+
+				checkKeys(t, ec, keys)
+			})
+		}
+	}
+}

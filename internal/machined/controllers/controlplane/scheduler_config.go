@@ -1,0 +1,31 @@
+package controlplane
+
+import (
+	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+)
+
+// SchedulerConfigController publishes kube-scheduler's config.
+type SchedulerConfigController = transform.Controller[*config.MachineConfig, *k8s.SchedulerConfig]
+
+// NewSchedulerConfigController declares SchedulerConfig from cluster.scheduler.
+func NewSchedulerConfigController() *SchedulerConfigController {
+	return fromClusterConfig("controlplane.SchedulerConfigController", k8s.NewSchedulerConfig,
+		func(cluster talosconfig.ClusterConfig, out *k8s.SchedulerConfig) error {
+			s := cluster.Scheduler()
+
+			*out.TypedSpec() = k8s.SchedulerConfigSpec{
+				Enabled:              true,
+				Image:                s.Image(),
+				ExtraArgs:            s.ExtraArgs(),
+				ExtraVolumes:         extraVolumes(s.ExtraVolumes()),
+				EnvironmentVariables: s.Env(),
+				Resources:            resources(s.Resources()),
+				Config:               s.Config(),
+			}
+
+			return nil
+		})
+}

@@ -1,0 +1,71 @@
+package runtime_test
+
+import (
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/talos-go/talos/internal/machined/controllers/ctest"
+	"github.com/talos-go/talos/internal/machined/runtime"
+)
+
+func TestKubernetesSupport(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		typ   machine.Type
+		patch func(*v1alpha1.Config)
+		want  []string // each in the error; none: accepted
+	}{
+		{name: "gen config control plane", typ: machine.TypeControlPlane},
+		{name: "gen config worker", typ: machine.TypeWorker},
+		{name: "cni none with inline manifests", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: "none"}
+			c.ClusterConfig.ClusterInlineManifests = v1alpha1.ClusterInlineManifests{{InlineManifestName: "cni", InlineManifestContents: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cni\n"}}
+		}},
+		{name: "proxy and coredns disabled", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ProxyConfig = &v1alpha1.ProxyConfig{Disabled: new(true)}
+			c.ClusterConfig.CoreDNSConfig = &v1alpha1.CoreDNS{CoreDNSDisabled: new(true)}
+		}},
+		{name: "custom cni by url", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: "custom", CNIUrls: []string{"https://example.org/cilium.yaml"}}
+		}, want: []string{"cluster.network.cni.name", `"custom"`, "cluster.inlineManifests"}},
+		{name: "extra manifests", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ExtraManifests = []string{"https://example.org/a.yaml", "https://example.org/b.yaml"}
+		}, want: []string{"cluster.extraManifests", "2 manifest URL(s)"}},
+		{name: "external cloud provider", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}
+		}, want: []string{"cluster.externalCloudProvider.enabled", "set it to false"}},
+		{name: "credential provider", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.MachineConfig.MachineKubelet = &v1alpha1.KubeletConfig{
+				KubeletCredentialProviderConfig: v1alpha1.Unstructured{Object: map[string]any{"kind": "CredentialProviderConfig"}},
+			}
+		}, want: []string{"machine.kubelet.credentialProviderConfig"}},
+		{name: "two at once, both named", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ExtraManifests = []string{"https://example.org/a.yaml"}
+			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}
+		}, want: []string{"cluster.extraManifests", "cluster.externalCloudProvider.enabled"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var patches []func(*v1alpha1.Config)
+			if tc.patch != nil {
+				patches = append(patches, tc.patch)
+			}
+
+			err := runtime.KubernetesSupport(ctest.MachineConfig(t, tc.typ, patches...).Config())
+			if len(tc.want) == 0 {
+				require.NoError(t, err)
+
+				return
+			}
+
+			require.Error(t, err)
+
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}

@@ -1,0 +1,127 @@
+package services
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"gopkg.in/yaml.v3"
+
+	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/runner"
+)
+
+// KubeletServiceID is the supervisor ID of kubelet.
+const KubeletServiceID = "kubelet"
+
+// kubeletConfigName is kubelet's config file in its folder (the spec's --config points there).
+const kubeletConfigName = "kubelet.yaml"
+
+// Kubelet (listed by For only where containerd runs) runs kubelet as a privileged container of
+// the system namespace with the host's network and PIDs, from the KubeletSpec's image of the
+// image cache, once the spec exists: its config file is written from the spec before each run.
+func Kubelet(r *runtime.Runtime) *system.Service {
+	specPtr := k8s.NewKubeletSpec(k8s.NamespaceName, k8s.KubeletID).Metadata()
+
+	return &system.Service{
+		ID:                   KubeletServiceID,
+		DependsOn:            []string{ContainerdServiceID},
+		Restart:              system.RestartAlways,
+		ConditionDescription: "kubelet spec",
+		Condition: func(ctx context.Context) error {
+			return waitResource(ctx, r.State, specPtr)
+		},
+		Runner: func() (system.Runner, error) {
+			spec, err := safe.StateGetByID[*k8s.KubeletSpec](context.Background(), r.State, k8s.KubeletID)
+			if err != nil {
+				return nil, fmt.Errorf("reading the kubelet spec: %w", err)
+			}
+
+			dir := r.Paths.KubernetesConfig()
+			if err = writeKubeletConfig(dir, spec.TypedSpec().Config); err != nil {
+				return nil, err
+			}
+
+			mounts := KubeletMounts(r.Paths)
+
+			// A bind mount needs its source: kubelet's folders are made on first start.
+			for _, m := range mounts {
+				if m.Type == "bind" {
+					if err = os.MkdirAll(m.Source, 0o755); err != nil {
+						return nil, err
+					}
+				}
+			}
+
+			out, err := r.Logs.Writer(KubeletServiceID)
+			if err != nil {
+				return nil, err
+			}
+
+			return &runner.Containerd{
+				Socket:      NewContainerdPaths(r.Paths).Socket,
+				ID:          KubeletServiceID,
+				Image:       spec.TypedSpec().Image,
+				Args:        append([]string{"/usr/local/bin/kubelet"}, spec.TypedSpec().Args...),
+				Mounts:      append(mounts, spec.TypedSpec().ExtraMounts...),
+				HostNetwork: true,
+				HostPID:     true,
+				Privileged:  true,
+				Output:      out,
+			}, nil
+		},
+	}
+}
+
+// writeKubeletConfig writes kubelet's config file (it holds no secrets, but kubelet's folder
+// does: 0600 as the rest).
+func writeKubeletConfig(dir string, config map[string]any) error {
+	data, err := yaml.Marshal(config)
+	if err != nil {
+		return fmt.Errorf("encoding kubelet's config: %w", err)
+	}
+
+	if err = os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+
+	tmp := filepath.Join(dir, "."+kubeletConfigName)
+	if err = os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+
+	return os.Rename(tmp, filepath.Join(dir, kubeletConfigName))
+}
+
+// KubeletMounts are the host folders kubelet works in, as upstream mounts them: devices,
+// sysfs and cgroups, its state (rshared, so the pods' volume mounts reach the host), the pods'
+// logs, its config and certificates, CNI, containerd's socket and the volume plugins.
+func KubeletMounts(p runtime.Paths) []specs.Mount {
+	bind := func(host, ctr string, opts ...string) specs.Mount {
+		return specs.Mount{Type: "bind", Source: filepath.Join(p.Root, host), Destination: ctr, Options: append([]string{"rbind"}, opts...)}
+	}
+
+	return []specs.Mount{
+		bind("/dev", "/dev", "rshared", "rw"),
+		// The node's own /sys, bound: the default spec's sysfs mount is replaced, as a second
+		// sysfs on /sys in the host's network namespace fails (EBUSY).
+		bind("/sys", "/sys", "ro"),
+		bind("/sys/fs/cgroup", "/sys/fs/cgroup", "rshared", "rw"),
+		bind("/etc/kubernetes", "/etc/kubernetes", "rshared", "rw"),
+		bind("/etc/cni", "/etc/cni", "rshared", "rw"),
+		bind("/opt/cni", "/opt/cni", "rshared", "rw"),
+		bind("/usr/libexec/kubernetes", "/usr/libexec/kubernetes", "rshared", "rw"),
+		bind("/run", "/run", "rshared", "rw"),
+		bind(k8sctrl.ContainerdSocketDir, k8sctrl.ContainerdSocketDir, "rw"),
+		bind("/var/lib", "/var/lib", "rshared", "rw"),
+		bind("/var/lib/kubelet", "/var/lib/kubelet", "rshared", "rw"),
+		bind("/var/log/containers", "/var/log/containers", "rshared", "rw"),
+		bind("/var/log/pods", "/var/log/pods", "rshared", "rw"),
+	}
+}

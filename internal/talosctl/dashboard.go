@@ -1,0 +1,335 @@
+package talosctl
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/gdamore/tcell/v2"
+	"github.com/rivo/tview"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// dashboardCmd is the live terminal UI: one node at a time (switched with keys), its summary,
+// CPU and memory graphs and machined's log, refreshed every --update-interval.
+func dashboardCmd(g *Global) *cobra.Command {
+	var interval time.Duration
+
+	cmd := &cobra.Command{
+		Use:   "dashboard",
+		Short: "Cluster dashboard with node overview, logs and real-time metrics",
+		Long: `Cluster dashboard with node overview, logs and real-time metrics.
+
+Keys: ←/→ (or h/l) switch between the nodes, q quits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if interval <= 0 {
+				return fmt.Errorf("--update-interval %s: use a positive duration such as 3s", interval)
+			}
+
+			return g.run(cmd, func(ctx context.Context, s *session) error {
+				return newDashboard(s, interval).run(ctx)
+			})
+		},
+	}
+
+	cmd.Flags().DurationVarP(&interval, "update-interval", "d", 3*time.Second, "interval between updates")
+
+	return cmd
+}
+
+// historyLen is how many samples the graphs show.
+const historyLen = 60
+
+// nodeView is what the dashboard knows of one node.
+type nodeView struct {
+	hostname, version, err string
+	uptime                 time.Duration
+	memTotal, memUsed      uint64
+	processes              int
+	services               []string
+	addresses              []string
+	logs                   string
+	cpu, mem               []float64 // percent samples, oldest first
+	lastBusy, lastTotal    uint64
+}
+
+type dashboard struct {
+	s        *session
+	interval time.Duration
+
+	mu       sync.Mutex
+	nodes    map[string]*nodeView
+	selected int
+
+	app                             *tview.Application
+	header, summary, graphs, logBox *tview.TextView
+}
+
+func newDashboard(s *session, interval time.Duration) *dashboard {
+	d := &dashboard{s: s, interval: interval, nodes: map[string]*nodeView{}, app: tview.NewApplication()}
+
+	box := func(title string) *tview.TextView {
+		v := tview.NewTextView().SetDynamicColors(true)
+		v.SetBorder(true).SetTitle(" " + title + " ")
+
+		return v
+	}
+
+	d.header = tview.NewTextView().SetDynamicColors(true)
+	d.summary, d.graphs, d.logBox = box("Summary"), box("CPU / Memory"), box("machined logs")
+	d.logBox.SetScrollable(true)
+
+	footer := tview.NewTextView().SetText("[←/→ h/l] switch node   [q] quit")
+
+	top := tview.NewFlex().AddItem(d.summary, 0, 1, false).AddItem(d.graphs, 0, 1, false)
+	layout := tview.NewFlex().SetDirection(tview.FlexRow).
+		AddItem(d.header, 1, 0, false).
+		AddItem(top, 14, 0, false).
+		AddItem(d.logBox, 0, 1, false).
+		AddItem(footer, 1, 0, false)
+
+	d.app.SetRoot(layout, true).SetInputCapture(d.key)
+
+	return d
+}
+
+func (d *dashboard) key(ev *tcell.EventKey) *tcell.EventKey {
+	step := 0
+
+	switch {
+	case ev.Key() == tcell.KeyRight || ev.Rune() == 'l':
+		step = 1
+	case ev.Key() == tcell.KeyLeft || ev.Rune() == 'h':
+		step = -1
+	case ev.Rune() == 'q' || ev.Key() == tcell.KeyCtrlC:
+		d.app.Stop()
+
+		return nil
+	default:
+		return ev
+	}
+
+	d.mu.Lock()
+	d.selected = (d.selected + step + len(d.s.nodes)) % len(d.s.nodes)
+	d.mu.Unlock()
+
+	d.render()
+
+	return nil
+}
+
+func (d *dashboard) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	go func() {
+		for {
+			for _, node := range d.s.nodes {
+				d.poll(d.s.nodeCtx(ctx, node), node)
+			}
+
+			d.app.QueueUpdateDraw(d.render)
+
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d.interval):
+			}
+		}
+	}()
+
+	d.render()
+
+	return d.app.Run()
+}
+
+// poll reads one node's state; a failing call is shown on the node's summary, not fatal.
+func (d *dashboard) poll(ctx context.Context, node string) {
+	d.mu.Lock()
+	v := d.nodes[node]
+
+	if v == nil {
+		v = &nodeView{}
+		d.nodes[node] = v
+	}
+	d.mu.Unlock()
+
+	next := *v
+	next.err = ""
+
+	if err := readNode(ctx, d.s.c, &next); err != nil {
+		next.err = err.Error()
+	}
+
+	d.mu.Lock()
+	*v = next
+	d.mu.Unlock()
+}
+
+func readNode(ctx context.Context, c *client.Client, v *nodeView) error {
+	ver, err := c.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("version: %w", err)
+	}
+
+	if m := ver.GetMessages(); len(m) > 0 {
+		v.version = m[0].GetVersion().GetTag()
+	}
+
+	if hs, err := safe.StateGetByID[*network.HostnameStatus](ctx, c.COSI, network.HostnameID); err == nil {
+		v.hostname = hs.TypedSpec().FQDN()
+	}
+
+	if stat, err := c.MachineClient.SystemStat(ctx, &emptypb.Empty{}); err == nil && len(stat.GetMessages()) > 0 {
+		m := stat.GetMessages()[0]
+		v.uptime = time.Since(time.Unix(int64(m.GetBootTime()), 0)).Truncate(time.Second)
+
+		t := m.GetCpuTotal()
+		busy := uint64(t.GetUser() + t.GetNice() + t.GetSystem() + t.GetIrq() + t.GetSoftIrq() + t.GetSteal())
+		total := busy + uint64(t.GetIdle()+t.GetIowait())
+
+		if v.lastTotal > 0 && total > v.lastTotal {
+			v.cpu = appendSample(v.cpu, 100*float64(busy-v.lastBusy)/float64(total-v.lastTotal))
+		}
+
+		v.lastBusy, v.lastTotal = busy, total
+	}
+
+	if mem, err := c.Memory(ctx); err == nil && len(mem.GetMessages()) > 0 {
+		mi := mem.GetMessages()[0].GetMeminfo()
+		v.memTotal, v.memUsed = mi.GetMemtotal(), mi.GetMemtotal()-mi.GetMemavailable()
+
+		if v.memTotal > 0 {
+			v.mem = appendSample(v.mem, 100*float64(v.memUsed)/float64(v.memTotal))
+		}
+	}
+
+	if ps, err := c.Processes(ctx); err == nil && len(ps.GetMessages()) > 0 {
+		v.processes = len(ps.GetMessages()[0].GetProcesses())
+	}
+
+	if sl, err := c.ServiceList(ctx); err == nil && len(sl.GetMessages()) > 0 {
+		v.services = v.services[:0:0]
+		for _, svc := range sl.GetMessages()[0].GetServices() {
+			v.services = append(v.services, fmt.Sprintf("%s %s", svc.GetId(), svc.GetState()))
+		}
+	}
+
+	if addrs, err := safe.StateListAll[*network.AddressStatus](ctx, c.COSI); err == nil {
+		v.addresses = v.addresses[:0:0]
+		for a := range addrs.All() {
+			// 127.0.0.1 and ::1 are every node's; process-mode nodes' own addresses are 127.5.x.y.
+			if ip := a.TypedSpec().Address; ip.Addr().String() != "127.0.0.1" && ip.Addr().String() != "::1" {
+				v.addresses = append(v.addresses, ip.String())
+			}
+		}
+
+		slices.Sort(v.addresses)
+	}
+
+	v.logs = tailLog(ctx, c, "machined", 30)
+
+	return nil
+}
+
+func tailLog(ctx context.Context, c *client.Client, id string, lines int32) string {
+	stream, err := c.Logs(ctx, "system", common.ContainerDriver_CONTAINERD, id, false, lines)
+	if err != nil {
+		return err.Error()
+	}
+
+	r, err := client.ReadStream(stream)
+	if err != nil {
+		return err.Error()
+	}
+
+	defer r.Close()
+
+	b, _ := io.ReadAll(r)
+
+	return string(b)
+}
+
+func appendSample(s []float64, x float64) []float64 {
+	s = append(s, x)
+	if len(s) > historyLen {
+		s = s[len(s)-historyLen:]
+	}
+
+	return s
+}
+
+// render draws the selected node; called on the UI goroutine (or before it runs).
+func (d *dashboard) render() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	var tabs []string
+
+	for i, n := range d.s.nodes {
+		if i == d.selected {
+			n = "[black:white]" + n + "[-:-]"
+		}
+
+		tabs = append(tabs, n)
+	}
+
+	d.header.SetText("Talos dashboard  nodes: " + strings.Join(tabs, "  "))
+
+	node := d.s.nodes[d.selected]
+
+	v := d.nodes[node]
+	if v == nil {
+		d.summary.SetText("connecting to " + node + "…")
+
+		return
+	}
+
+	var b strings.Builder
+
+	fmt.Fprintf(&b, "Node:      %s\nHost:      %s\nVersion:   %s\nUptime:    %s\n", node, v.hostname, v.version, v.uptime)
+	fmt.Fprintf(&b, "CPU:       %s\nMemory:    %d MiB / %d MiB\nProcesses: %d\n", percent(v.cpu), v.memUsed>>20, v.memTotal>>20, v.processes)
+	fmt.Fprintf(&b, "Addresses: %s\nServices:  %s\n", strings.Join(v.addresses, ", "), strings.Join(v.services, ", "))
+
+	if v.err != "" {
+		fmt.Fprintf(&b, "[red]error: %s[-]\n", tview.Escape(v.err))
+	}
+
+	d.summary.SetText(b.String())
+	d.graphs.SetText(fmt.Sprintf("CPU %s\n%s\n\nMemory %s\n%s", percent(v.cpu), sparkline(v.cpu), percent(v.mem), sparkline(v.mem)))
+	d.logBox.SetText(tview.Escape(v.logs)).ScrollToEnd()
+}
+
+func percent(s []float64) string {
+	if len(s) == 0 {
+		return "-"
+	}
+
+	return fmt.Sprintf("%.1f%%", s[len(s)-1])
+}
+
+// sparkline draws percent samples as one row of block characters.
+func sparkline(s []float64) string {
+	const blocks = "▁▂▃▄▅▆▇█"
+
+	levels := []rune(blocks)
+
+	var b strings.Builder
+
+	for _, x := range s {
+		i := int(x / 100 * float64(len(levels)-1))
+		b.WriteRune(levels[max(0, min(i, len(levels)-1))])
+	}
+
+	return b.String()
+}
