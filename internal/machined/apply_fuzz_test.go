@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/talos-go/talos/internal/configpatch"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -88,7 +89,7 @@ func FuzzApplyConfig(f *testing.F) {
 				return
 			}
 
-			out, err := configpatcher.Apply(configpatcher.WithBytes(before), []configpatcher.Patch{patch})
+			out, err := configpatch.Apply(configpatcher.WithBytes(before), []configpatcher.Patch{patch})
 			if err != nil {
 				return
 			}

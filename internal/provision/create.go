@@ -18,6 +18,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+
+	"github.com/talos-go/talos/internal/configpatch"
 )
 
 // Request describes a cluster to create.
@@ -145,7 +147,7 @@ func patch(cfg []byte, patches ...[]string) ([]byte, error) {
 		return nil, fmt.Errorf("loading config patches: %w", err)
 	}
 
-	out, err := configpatcher.Apply(configpatcher.WithBytes(cfg), loaded)
+	out, err := configpatch.Apply(configpatcher.WithBytes(cfg), loaded)
 	if err != nil {
 		return nil, fmt.Errorf("applying config patches: %w", err)
 	}

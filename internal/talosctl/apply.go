@@ -16,6 +16,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/talos-go/talos/internal/configpatch"
 )
 
 // applyModes maps --mode values to the API's apply modes.
@@ -185,7 +187,7 @@ func patchBytes(data []byte, patchArgs []string) ([]byte, error) {
 		return nil, fmt.Errorf("loading patches: %w (a patch is inline YAML/JSON or @file)", err)
 	}
 
-	out, err := configpatcher.Apply(configpatcher.WithBytes(data), patches)
+	out, err := configpatch.Apply(configpatcher.WithBytes(data), patches)
 	if err != nil {
 		return nil, fmt.Errorf("applying patches: %w", err)
 	}
@@ -256,7 +258,7 @@ func patchNode(cmd *cobra.Command, ctx context.Context, c *client.Client, node s
 		return fmt.Errorf("loading patches: %w (a patch is inline YAML/JSON or @file)", err)
 	}
 
-	out, err := configpatcher.Apply(configpatcher.WithConfig(mc.Provider()), patches)
+	out, err := configpatch.Apply(configpatcher.WithConfig(mc.Provider()), patches)
 	if err != nil {
 		return fmt.Errorf("applying patches: %w", err)
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/version"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
+
+	"github.com/talos-go/talos/internal/configpatch"
 )
 
 // defaultInstallerImage is the installer image for this client's version, as upstream names it.
@@ -234,7 +236,7 @@ func genMachineConfig(in *generate.Input, typ machine.Type, patchArgs []string, 
 			return nil, fmt.Errorf("loading config patches: %w (a patch is inline YAML/JSON or @file)", err)
 		}
 
-		out, err := configpatcher.Apply(configpatcher.WithConfig(cfg), patches)
+		out, err := configpatch.Apply(configpatcher.WithConfig(cfg), patches)
 		if err != nil {
 			return nil, fmt.Errorf("applying config patches to %s config: %w", typ, err)
 		}
