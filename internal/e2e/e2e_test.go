@@ -435,10 +435,10 @@ func TestServicesAreConfined(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
-	// The default is the server-side check; our nodes answer it with the client-side checks.
+	// The default is the server-side check (etcd and Kubernetes on the node), then every node's API from here.
 	_, stderr, code := talosctl(t, "-n", cp1, "health", "--wait-timeout", "1m",
 		"--control-plane-nodes", strings.Join([]string{cp1, cp2, cp3}, ","), "--worker-nodes", w1)
-	if code != 0 || !strings.Contains(stderr, "all services to be healthy: OK") {
+	if code != 0 || !strings.Contains(stderr, "all services to be healthy: OK") || !strings.Contains(stderr, "etcd members to be control plane nodes: OK") {
 		t.Fatalf("health: exit %d\n%s", code, stderr)
 	}
 

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/talos-go/talos/internal/images"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func fakeBinaries(t *testing.T) KubernetesBinaries {
@@ -145,29 +145,10 @@ func TestWriteImagesArchive(t *testing.T) {
 	}
 }
 
-// kubeBinary finds the multi-call Kubernetes binary: $KUBE_BIN, or the tool cache of
-// `make rootfs`.
-func kubeBinary(t *testing.T) string {
-	t.Helper()
-
-	if p := os.Getenv("KUBE_BIN"); p != "" {
-		return p
-	}
-
-	_, file, _, _ := runtime.Caller(0)
-	found, _ := filepath.Glob(filepath.Join(filepath.Dir(file), "..", "..", "_out", "cache", "tools", "kube-"+images.KubernetesVersion+"-*", "kube"))
-
-	if len(found) == 0 {
-		t.Skip("the Kubernetes binary is not built: run `make rootfs` (it builds build/kubernetes into _out/cache/tools) or set KUBE_BIN")
-	}
-
-	return found[len(found)-1]
-}
-
 // TestKubeVersion runs the built components: each says v1.34.0, by its symlink name and by its
 // first argument.
 func TestKubeVersion(t *testing.T) {
-	bin := kubeBinary(t)
+	bin := testenv.KubeBinary(t)
 	dir := t.TempDir()
 
 	for _, n := range kubeNames {

@@ -258,6 +258,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		KubernetesConfigDir:  n.r.Paths.KubernetesComponentConfig(),
 		AuditLogDir:          n.r.Paths.KubernetesAuditLogs(),
 		Etcd:                 services.EtcdManager(n.r),
+		RunsKubernetes:       services.RunsKubernetes(),
 	}); err != nil {
 		return err
 	}

@@ -5,18 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clusterres "github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/talos-go/talos/internal/health"
 	"github.com/talos-go/talos/internal/provision"
 )
 
@@ -34,70 +38,59 @@ func healthCmd(g *Global) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.run(cmd, func(ctx context.Context, s *session) error {
-				// The client-side checks cover the named cluster nodes when given, else -n, else
-				// every member the node knows of (discovery), as upstream's checks do.
-				checked := *s
-				if named := slices.Concat(nonEmpty(initNode), controlPlanes, workers); len(named) > 0 && !s.local {
-					checked.nodes = named
-				} else if len(g.Nodes) == 0 && !s.local {
-					if members := memberAddresses(ctx, s); len(members) > 0 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "discovered %d cluster members: %s\n", len(members), strings.Join(members, ", "))
-						checked.nodes = members
+				ctx, cancel := context.WithTimeout(ctx, waitTimeout)
+				defer cancel()
+
+				progress := cmd.ErrOrStderr()
+				report := func(line string) { fmt.Fprintln(progress, line) }
+
+				// The checks cover the named cluster nodes when given, else every member the
+				// node knows of (discovery), else -n, as upstream's checks do.
+				nodes := health.Nodes{ControlPlanes: slices.Concat(nonEmpty(initNode), controlPlanes), Workers: workers}
+				if len(nodes.All()) == 0 && !s.local {
+					nodes = memberNodes(ctx, s)
+					if all := nodes.All(); len(all) > 0 {
+						fmt.Fprintf(progress, "discovered %d cluster members: %s\n", len(all), strings.Join(all, ", "))
 					}
 				}
 
-				if !server {
-					return clientHealth(ctx, cmd.ErrOrStderr(), &checked, waitTimeout)
+				checked := *s
+				if all := nodes.All(); len(all) > 0 && !s.local {
+					checked.nodes = all
 				}
 
-				outer := ctx
+				if server {
+					ran, err := serverHealth(ctx, s, nodes, waitTimeout, report)
+					if err != nil || ran {
+						if err == nil {
+							// The server checks etcd and Kubernetes; every node's API is checked from here.
+							err = health.Run(ctx, apiChecks(&checked), time.Second, report)
+						}
 
-				ctx, err := s.single(ctx, "server-side health check")
+						return err
+					}
+
+					report("the node has no server-side health check: running the client-side checks")
+				}
+
+				checks := apiChecks(&checked)
+
+				k8s, err := kubernetesChecks(ctx, s, &checked, nodes, forceEndpoint)
 				if err != nil {
 					return err
 				}
 
-				controlPlanes = slices.Concat(nonEmpty(initNode), controlPlanes)
-
-				stream, err := s.c.ClusterHealthCheck(ctx, waitTimeout, &clusterapi.ClusterInfo{
-					ControlPlaneNodes: controlPlanes,
-					WorkerNodes:       workers,
-					ForceEndpoint:     forceEndpoint,
-				})
-				if err != nil {
-					return fmt.Errorf("starting the health check: %w%s", err, hint(err))
+				if err = health.Run(ctx, append(checks, k8s...), time.Second, report); err != nil {
+					return fmt.Errorf("%w (raise --wait-timeout, or look at `talosctl services` and `talosctl logs <service>`)", err)
 				}
 
-				for first := true; ; first = false {
-					msg, err := stream.Recv()
-					if first && client.StatusCode(err) == codes.Unimplemented {
-						// Our nodes do not serve the server-side check yet: run the same checks
-						// from here rather than failing.
-						fmt.Fprintln(cmd.ErrOrStderr(), "the node has no server-side health check: running the client-side checks")
-
-						return clientHealth(outer, cmd.ErrOrStderr(), &checked, waitTimeout)
-					}
-
-					if errors.Is(err, io.EOF) || client.StatusCode(err) == codes.Canceled {
-						return nil
-					}
-
-					if err != nil {
-						return fmt.Errorf("health check: %w%s", err, hint(err))
-					}
-
-					if e := msg.GetMetadata().GetError(); e != "" {
-						return fmt.Errorf("health check failed: %s", e)
-					}
-
-					fmt.Fprintln(cmd.ErrOrStderr(), msg.GetMessage())
-				}
+				return nil
 			})
 		},
 	}
 
 	f := cmd.Flags()
-	f.BoolVar(&server, "server", true, "run server-side check (on the node); --server=false runs the client-side checks that exist so far")
+	f.BoolVar(&server, "server", true, "run server-side check")
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.StringSliceVar(&controlPlanes, "control-plane-nodes", nil, "specify IPs of control plane nodes")
 	f.StringSliceVar(&workers, "worker-nodes", nil, "specify IPs of worker nodes")
@@ -107,22 +100,53 @@ func healthCmd(g *Global) *cobra.Command {
 	return cmd
 }
 
-// clientHealth checks from the client what exists so far: every node answers, and all of its
-// services are running and healthy. It retries until waitTimeout.
-func clientHealth(ctx context.Context, progress io.Writer, s *session, waitTimeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
-	defer cancel()
+// serverHealth runs ClusterService/HealthCheck on the session's node and prints its progress;
+// ran is false when the node does not serve it.
+func serverHealth(ctx context.Context, s *session, nodes health.Nodes, waitTimeout time.Duration, report func(string)) (ran bool, err error) {
+	ctx, err = s.single(ctx, "server-side health check")
+	if err != nil {
+		return false, err
+	}
 
-	checks := []struct {
-		name string
-		run  func(context.Context) error
-	}{
-		{"all nodes to answer the API", func(ctx context.Context) error {
+	stream, err := s.c.ClusterHealthCheck(ctx, waitTimeout, &clusterapi.ClusterInfo{
+		ControlPlaneNodes: nodes.ControlPlanes,
+		WorkerNodes:       nodes.Workers,
+	})
+	if err != nil {
+		return false, fmt.Errorf("starting the health check: %w%s", err, hint(err))
+	}
+
+	for first := true; ; first = false {
+		msg, err := stream.Recv()
+		if first && client.StatusCode(err) == codes.Unimplemented {
+			return false, nil
+		}
+
+		if errors.Is(err, io.EOF) {
+			return true, nil
+		}
+
+		if err != nil {
+			return true, fmt.Errorf("healthcheck error: %w%s", err, hint(err))
+		}
+
+		if e := msg.GetMetadata().GetError(); e != "" {
+			return true, fmt.Errorf("healthcheck error: %s", e)
+		}
+
+		report(msg.GetMessage())
+	}
+}
+
+// apiChecks: every node answers its API, and all of its services are running and healthy.
+func apiChecks(s *session) []health.Check {
+	return []health.Check{
+		{Name: "all nodes to answer the API", Run: func(ctx context.Context) error {
 			_, err := client.FilterMessages(s.c.MachineClient.Version(s.ctx(ctx), &emptypb.Empty{}))
 
 			return err
 		}},
-		{"all services to be healthy", func(ctx context.Context) error {
+		{Name: "all services to be healthy", Run: func(ctx context.Context) error {
 			resp, err := s.c.ServiceList(s.ctx(ctx))
 			if err != nil {
 				return err
@@ -131,30 +155,38 @@ func clientHealth(ctx context.Context, progress io.Writer, s *session, waitTimeo
 			return provision.Unhealthy(resp)
 		}},
 	}
+}
 
-	for _, check := range checks {
-		fmt.Fprintf(progress, "waiting for %s: ", check.name)
-
-		var last error
-
-		for {
-			if last = check.run(ctx); last == nil {
-				fmt.Fprintln(progress, "OK")
-
-				break
-			}
-
-			select {
-			case <-ctx.Done():
-				fmt.Fprintln(progress, "FAIL")
-
-				return fmt.Errorf("waiting for %s: %w (raise --wait-timeout, or look at `talosctl services` and `talosctl logs <service>`)", check.name, last)
-			case <-time.After(time.Second):
-			}
-		}
+// kubernetesChecks are the Kubernetes checks run from here with the admin kubeconfig of the
+// first control plane, when the nodes run kubelet; none otherwise (process-mode nodes run no
+// Kubernetes).
+func kubernetesChecks(ctx context.Context, s, checked *session, nodes health.Nodes, endpoint string) ([]health.Check, error) {
+	resp, err := s.c.ServiceList(checked.ctx(ctx))
+	if err != nil || !slices.ContainsFunc(resp.Messages, func(m *machine.ServiceList) bool {
+		return slices.ContainsFunc(m.Services, func(svc *machine.ServiceInfo) bool { return svc.Id == "kubelet" })
+	}) {
+		return nil, nil //nolint:nilerr // the API checks report a node that does not answer
 	}
 
-	return nil
+	if len(nodes.ControlPlanes) == 0 {
+		return nil, errors.New("the Kubernetes checks need the control plane nodes: pass --control-plane-nodes and --worker-nodes")
+	}
+
+	data, err := s.c.Kubeconfig(s.nodeCtx(ctx, nodes.ControlPlanes[0]))
+	if err != nil {
+		return nil, fmt.Errorf("downloading the kubeconfig from %s: %w%s", nodes.ControlPlanes[0], err, hint(err))
+	}
+
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("the node's kubeconfig: %w", err)
+	}
+
+	if endpoint != "" {
+		cfg.Host = "https://" + net.JoinHostPort(endpoint, "6443")
+	}
+
+	return health.Kubernetes(cfg, nodes)
 }
 
 func nonEmpty(s string) []string {
@@ -165,23 +197,31 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// memberAddresses lists the first address of every cluster member the session's node knows of;
-// none when it cannot tell.
-func memberAddresses(ctx context.Context, s *session) []string {
+// memberNodes lists the first address of every cluster member the session's node knows of,
+// by machine type; none when it cannot tell.
+func memberNodes(ctx context.Context, s *session) health.Nodes {
+	var nodes health.Nodes
+
 	members, err := safe.StateListAll[*clusterres.Member](s.nodeCtx(ctx, s.nodes[0]), s.c.COSI)
 	if err != nil {
-		return nil
+		return nodes
 	}
 
-	var addrs []string
-
 	for m := range members.All() {
-		if a := m.TypedSpec().Addresses; len(a) > 0 {
-			addrs = append(addrs, a[0].String())
+		spec := m.TypedSpec()
+		if len(spec.Addresses) == 0 {
+			continue
+		}
+
+		if spec.MachineType.IsControlPlane() {
+			nodes.ControlPlanes = append(nodes.ControlPlanes, spec.Addresses[0].String())
+		} else {
+			nodes.Workers = append(nodes.Workers, spec.Addresses[0].String())
 		}
 	}
 
-	slices.Sort(addrs)
+	slices.Sort(nodes.ControlPlanes)
+	slices.Sort(nodes.Workers)
 
-	return addrs
+	return nodes
 }

@@ -43,6 +43,9 @@ type Options struct {
 	KubernetesSecretsDir, KubeletDir, KubernetesConfigDir, AuditLogDir string
 	// Etcd is the node's etcd member.
 	Etcd etcdctrl.StatusSource
+	// RunsKubernetes: the node runs kubelet, so the controllers that talk to it and to the API
+	// server run too (the resources they build on are computed on every node).
+	RunsKubernetes bool
 }
 
 // List is every controller of the node.
@@ -60,7 +63,7 @@ func List(opts Options) []controller.Controller {
 		applyHostname = nil
 	}
 
-	return []controller.Controller{
+	list := []controller.Controller{
 		configctrl.NewMachineTypeController(),
 		&hardwarectrl.SystemInformationController{},
 		&hardwarectrl.ProcessorController{},
@@ -101,9 +104,13 @@ func List(opts Options) []controller.Controller {
 		k8sctrl.NewNodenameController(),
 		k8sctrl.NewNodeIPConfigController(),
 		k8sctrl.NewNodeIPController(),
-		&k8sctrl.ManifestApplyController{},
-		&k8sctrl.StaticPodServerController{},
 	}
+
+	if opts.RunsKubernetes {
+		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{})
+	}
+
+	return list
 }
 
 // Register registers every controller of the node with rt.

@@ -14,6 +14,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	cosiserver "github.com/cosi-project/runtime/pkg/state/protobuf/server"
+	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/inspect"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -129,6 +130,7 @@ func NewGRPCServer(s *Machine) *grpc.Server {
 		grpc.InitialConnWindowSize(4<<20),
 	)
 	machine.RegisterMachineServiceServer(srv, s)
+	clusterapi.RegisterClusterServiceServer(srv, &Cluster{M: s})
 	inspect.RegisterInspectServiceServer(srv, &Inspect{R: s.R})
 	timeapi.RegisterTimeServiceServer(srv, &Time{M: s})
 	storage.RegisterStorageServiceServer(srv, Storage{})
