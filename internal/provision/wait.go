@@ -13,6 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/talos-go/talos/internal/health"
 )
 
 // Client connects to the cluster through its control planes' apid.
@@ -170,6 +173,8 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 		return err
 	}
 
+	kubelet := false
+
 	for _, n := range c.Nodes {
 		if err = step(ctx, progress, "services on "+n.Name, func(ctx context.Context) error {
 			resp, err := cl.MachineClient.ServiceList(client.WithNode(ctx, n.Address), &emptypb.Empty{})
@@ -177,10 +182,62 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 				return err
 			}
 
+			for _, msg := range resp.Messages {
+				for _, svc := range msg.Services {
+					kubelet = kubelet || svc.Id == "kubelet"
+				}
+			}
+
 			return Unhealthy(resp)
 		}); err != nil {
 			return err
 		}
+	}
+
+	if !kubelet {
+		return nil // process mode, or an image without Kubernetes
+	}
+
+	return waitKubernetes(ctx, c, cl, progress)
+}
+
+// waitKubernetes follows Kubernetes to health with upstream's checks, through the admin
+// kubeconfig of the first control plane.
+func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress io.Writer) error {
+	var (
+		cps   = c.controlPlanes()
+		data  []byte
+		nodes health.Nodes
+	)
+
+	if err := step(ctx, progress, "the kubeconfig from "+cps[0].Name, func(ctx context.Context) (err error) {
+		data, err = cl.Kubeconfig(client.WithNode(ctx, cps[0].Address))
+
+		return err
+	}); err != nil {
+		return err
+	}
+
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return fmt.Errorf("the node's kubeconfig: %w", err)
+	}
+
+	for _, n := range c.Nodes {
+		if n.Type == TypeControlPlane {
+			nodes.ControlPlanes = append(nodes.ControlPlanes, n.Address)
+		} else {
+			nodes.Workers = append(nodes.Workers, n.Address)
+		}
+	}
+
+	checks, err := health.Kubernetes(cfg, nodes)
+	if err != nil {
+		return err
+	}
+
+	if err = health.Run(ctx, checks, time.Second, func(line string) { fmt.Fprintln(progress, "  "+line) }); err != nil {
+		return fmt.Errorf("%w (node logs are in the cluster folder; `talosctl logs kubelet` and `talosctl containers -k` tell more)", err)
 	}
 
 	return nil
