@@ -65,7 +65,7 @@ type ArgsInput struct {
 	Address        string
 	ClientPort     int
 	PeerPort       int
-	ListenLoopback bool // also listen for clients on 127.0.0.1 (metal mode; not in container mode)
+	ListenLoopback bool // also listen for clients on 127.0.0.1: a node with its own network namespace (not process mode)
 	DataDir        string
 	Certs          CertPaths
 	InitialCluster string // name=peerURL,...; empty when the data folder already holds a member

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -29,6 +31,10 @@ type ContainerdPaths struct {
 	FIFO   string // stdio FIFOs of the system containers
 	// RegistryHosts is CRI's registry config folder (certs.d layout), written by machined.
 	RegistryHosts string
+	// RestrictOOMScoreAdj makes CRI clamp a container's OOM score adjustment to containerd's
+	// own: without CAP_SYS_RESOURCE (some VM sandboxes withhold it even from root) the kernel
+	// refuses the negative scores kubelet asks for and every pod sandbox fails to start.
+	RestrictOOMScoreAdj bool
 }
 
 // NewContainerdPaths returns the containerd paths of a node's state folder.
@@ -43,7 +49,29 @@ func NewContainerdPaths(p runtime.Paths) ContainerdPaths {
 		FIFO:   filepath.Join(run, "fifo"),
 
 		RegistryHosts: filepath.Join(p.System(), "etc", "containerd", "certs.d"),
+
+		RestrictOOMScoreAdj: !hasCapability(capSysResource),
 	}
+}
+
+const capSysResource = 24
+
+// hasCapability reports whether this process holds capability bit c in its effective set.
+func hasCapability(c uint) bool {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+
+	for line := range strings.Lines(string(data)) {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			set, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+
+			return err == nil && set&(1<<c) != 0
+		}
+	}
+
+	return false
 }
 
 // SandboxImage is the pause image of CRI's pod sandboxes: it is in the node image's cache and
@@ -77,6 +105,7 @@ state = %q
 
 [plugins."io.containerd.cri.v1.runtime"]
   tolerate_missing_hugetlb_controller = true
+  restrict_oom_score_adj = %t
 
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/opt/cni/bin"]
@@ -95,7 +124,7 @@ state = %q
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-`, p.Root, p.State, p.Socket, p.Socket+".ttrpc", SandboxImage, p.RegistryHosts)
+`, p.Root, p.State, p.Socket, p.Socket+".ttrpc", SandboxImage, p.RegistryHosts, p.RestrictOOMScoreAdj)
 }
 
 // Containerd is the containerd service: it runs when machined is the node's init (container

@@ -122,7 +122,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		Binary:         bin,
 		Name:           etcdMemberName(r),
 		Address:        r.Address,
-		ListenLoopback: r.Platform != runtime.PlatformContainer,
+		ListenLoopback: !r.SharesHost(), // kube-apiserver reaches etcd on localhost:2379
 		DataDir:        r.Paths.EtcdData(),
 		SecretsDir:     r.Paths.Secrets("etcd"),
 		CACert:         ca.Crt,
