@@ -21,6 +21,8 @@ func layout(t *Tree) error {
 		{"/etc", 0o755}, {"/root", 0o700},
 		{"/usr/bin", 0o755}, {"/usr/sbin", 0o755}, {"/usr/lib", 0o755}, {"/usr/lib64", 0o755},
 		{"/opt/cni/bin", 0o755}, {"/etc/cni/net.d", 0o755}, {ImageCacheDir, 0o755},
+		// kube-proxy mounts /lib/modules (empty here: the node loads no modules itself).
+		{"/usr/lib/modules", 0o755},
 		// Writable through overlays on EPHEMERAL at boot, as upstream (kubelet and the CNI write there).
 		{"/etc/kubernetes", 0o755}, {"/usr/libexec/kubernetes", 0o755},
 	} {

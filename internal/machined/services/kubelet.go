@@ -52,6 +52,10 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 
 			// A bind mount needs its source: kubelet's folders are made on first start.
 			for _, m := range mounts {
+				if _, err := os.Stat(m.Source); err == nil {
+					continue
+				}
+
 				if m.Type == "bind" {
 					if err = os.MkdirAll(m.Source, 0o755); err != nil {
 						return nil, err
@@ -123,5 +127,7 @@ func KubeletMounts(p runtime.Paths) []specs.Mount {
 		bind("/var/lib/kubelet", "/var/lib/kubelet", "rshared", "rw"),
 		bind("/var/log/containers", "/var/log/containers", "rshared", "rw"),
 		bind("/var/log/pods", "/var/log/pods", "rshared", "rw"),
+		// The node's identity: kubelet reports it as the node's OS image.
+		bind("/etc/os-release", "/etc/os-release", "ro"),
 	}
 }

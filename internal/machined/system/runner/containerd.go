@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -90,6 +92,13 @@ func (c *Containerd) Run(ctx context.Context) error {
 
 	if c.Privileged {
 		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices, oci.WithWriteableCgroupfs, oci.WithWriteableSysfs)
+	}
+
+	if slices.ContainsFunc(c.Mounts, func(m specs.Mount) bool { return slices.Contains(m.Options, "rshared") }) {
+		// An rshared bind propagates back to the node only when the container's root is
+		// rshared too (runc otherwise makes it rslave first): kubelet's volume mounts must
+		// reach containerd, which mounts them into the pods (as CRI does for Bidirectional).
+		opts = append(opts, withRootfsPropagation("rshared"))
 	}
 
 	ctr, err := client.NewContainer(bg, c.ID, containerd.WithImage(img), containerd.WithNewSnapshot(c.ID, img), containerd.WithNewSpec(opts...))
@@ -229,4 +238,16 @@ func removeContainer(ctx context.Context, client *containerd.Client, id string) 
 	}
 
 	_ = ctr.Delete(ctx, containerd.WithSnapshotCleanup)
+}
+
+func withRootfsPropagation(p string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux == nil {
+			s.Linux = &specs.Linux{}
+		}
+
+		s.Linux.RootfsPropagation = p
+
+		return nil
+	}
 }
