@@ -127,14 +127,13 @@ func parseNetworks(key, value string) ([]*net.IPNet, error) {
 	return out, nil
 }
 
-// parseSubnet keeps the address: FLANNEL_SUBNET=10.244.1.1/24 names the bridge's address too.
+// parseSubnet returns the network of FLANNEL_SUBNET=10.244.1.1/24 (10.244.1.0/24): host-local
+// refuses a range with host bits set, and gives the bridge .1 as its gateway by itself.
 func parseSubnet(key, value string) (*net.IPNet, error) {
-	ip, n, err := net.ParseCIDR(value)
+	_, n, err := net.ParseCIDR(value)
 	if err != nil {
 		return nil, fmt.Errorf("%s=%s: %w", key, value, err)
 	}
-
-	n.IP = ip
 
 	return n, nil
 }

@@ -50,7 +50,7 @@ func TestLoadLease(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if l.subnet.String() != "10.244.1.1/24" || l.networks[0].String() != "10.244.0.0/16" || l.mtu != 1450 || !l.ipMasq {
+			if l.subnet.String() != "10.244.1.0/24" || l.networks[0].String() != "10.244.0.0/16" || l.mtu != 1450 || !l.ipMasq {
 				t.Fatalf("lease %+v", l)
 			}
 		})
@@ -103,7 +103,7 @@ func TestDelegateConf(t *testing.T) {
 	}
 
 	ipam, _ := json.Marshal(got["ipam"])
-	if string(ipam) != `{"ranges":[[{"subnet":"10.244.1.1/24"}],[{"subnet":"fd00:0:0:1::1/64"}]],"routes":[{"dst":"10.244.0.0/16"},{"dst":"fd00::/56"}],"type":"host-local"}` {
+	if string(ipam) != `{"ranges":[[{"subnet":"10.244.1.0/24"}],[{"subnet":"fd00:0:0:1::/64"}]],"routes":[{"dst":"10.244.0.0/16"},{"dst":"fd00::/56"}],"type":"host-local"}` {
 		t.Errorf("ipam %s", ipam)
 	}
 
@@ -155,7 +155,7 @@ func TestAddDel(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if !strings.Contains(string(added), `"subnet":"10.244.1.1/24"`) || !strings.Contains(string(added), `"hairpinMode":true`) {
+	if !strings.Contains(string(added), `"subnet":"10.244.1.0/24"`) || !strings.Contains(string(added), `"hairpinMode":true`) {
 		t.Fatalf("delegate got %s", added)
 	}
 
