@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"golang.org/x/sys/unix"
 )
 
@@ -297,10 +298,18 @@ func writeEtc(root string, spec Spec) error {
 		return err
 	}
 
+	var cfg []byte
+
+	if spec.Config != "" {
+		var err error
+		if cfg, err = os.ReadFile(spec.Config); err != nil {
+			return fmt.Errorf("reading the node's config: %w", err)
+		}
+	}
+
 	files := map[string]string{
-		"hosts": hostsFile(spec.Address.Addr().String(), spec.Hostname),
-		// No resolvers by default: a node reaches nothing it is not told about.
-		"resolv.conf": "",
+		"hosts":       hostsFile(spec.Address.Addr().String(), spec.Hostname),
+		"resolv.conf": resolvConf(cfg),
 		"hostname":    spec.Hostname + "\n",
 	}
 
@@ -324,17 +333,38 @@ func writeEtc(root string, spec Spec) error {
 		return nil
 	}
 
-	cfg, err := os.ReadFile(spec.Config)
-	if err != nil {
-		return fmt.Errorf("reading the node's config: %w", err)
-	}
-
 	dst := filepath.Join(root, NodeConfig)
-	if err = os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
 
 	return os.WriteFile(dst, cfg, 0o600)
+}
+
+// defaultNameservers are upstream's resolvers for a node whose config names none.
+var defaultNameservers = []string{"1.1.1.1", "8.8.8.8"}
+
+// resolvConf lists the config's machine.network.nameservers, or upstream's defaults when it
+// names none (or the node has no config yet): CoreDNS forwards to the node's resolvers and
+// refuses to start without any.
+func resolvConf(cfg []byte) string {
+	servers := defaultNameservers
+
+	if len(cfg) > 0 {
+		if c, err := configloader.NewFromBytes(cfg); err == nil && c.Machine() != nil {
+			if ns := c.Machine().Network().Resolvers(); len(ns) > 0 {
+				servers = ns
+			}
+		}
+	}
+
+	var b strings.Builder
+
+	for _, s := range servers {
+		fmt.Fprintf(&b, "nameserver %s\n", s)
+	}
+
+	return b.String()
 }
 
 // pivot makes root the namespace's root and drops the host's: pivot_root with the old root

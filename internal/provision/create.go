@@ -2,6 +2,7 @@ package provision
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,7 +36,9 @@ type Request struct {
 	Patches       []string // --config-patch: every node
 	CPPatches     []string // --config-patch-control-plane
 	WorkerPatches []string // --config-patch-worker
-	Progress      io.Writer
+	// Nameservers are the nodes' resolvers (machine.network.nameservers) in container mode.
+	Nameservers []string
+	Progress    io.Writer
 
 	Provisioner string // ProvisionerProcess (default) or ProvisionerContainer
 	Container   ContainerRequest
@@ -208,7 +211,13 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		name := fmt.Sprintf("%s-%s-%d", req.Name, typ, index)
 		hostname := fmt.Sprintf(`{"machine": {"network": {"hostname": %q}}}`, name)
 
-		nodeCfg, err := patch(base, req.Patches, extra, []string{hostname})
+		own := []string{hostname}
+		if req.Provisioner == ProvisionerContainer && len(req.Nameservers) > 0 {
+			ns, _ := json.Marshal(req.Nameservers) //nolint:errcheck // a []string always encodes
+			own = append(own, fmt.Sprintf(`{"machine": {"network": {"nameservers": %s}}}`, ns))
+		}
+
+		nodeCfg, err := patch(base, req.Patches, extra, own)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -156,6 +156,7 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 	f.IntVar(&req.ControlPlanes, "controlplanes", 1, "the number of control plane nodes to create")
 	f.IntVar(&req.Workers, "workers", 1, "the number of worker nodes to create")
 	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ... (default 10.5.0.0/24 for --provisioner container)")
+	f.StringSliceVar(&req.Nameservers, "nameservers", []string{"8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2606:4700:4700::1111"}, "list of nameservers to use (--provisioner container)")
 	f.StringArrayVar(&req.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
 	f.StringArrayVar(&req.CPPatches, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'init' and 'controlplane' types)")
 	f.StringArrayVar(&req.WorkerPatches, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")

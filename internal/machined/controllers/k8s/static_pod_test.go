@@ -48,6 +48,7 @@ func TestStaticPods(t *testing.T) {
 		controlplane.NewAdmissionControlConfigController(),
 		controlplane.NewAuditPolicyConfigController(),
 		controlplane.NewAuthorizationConfigController(),
+		k8sctrl.NewNodeIPConfigController(),
 		ctrl,
 	)
 

@@ -3,11 +3,13 @@ package secrets
 import (
 	"context"
 	"net/netip"
+	"slices"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/gen/optional"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
@@ -42,6 +44,11 @@ func NewKubernetesCertSANsController() *KubernetesCertSANsController {
 					return waitFor("node addresses", err)
 				}
 
+				nodeIP, err := safe.ReaderGetByID[*k8s.NodeIPConfig](ctx, r, k8s.KubeletID)
+				if err != nil {
+					return waitFor("node IP config", err)
+				}
+
 				rs := root.TypedSpec()
 				spec := out.TypedSpec()
 				spec.Reset()
@@ -56,7 +63,10 @@ func NewKubernetesCertSANsController() *KubernetesCertSANsController {
 				}
 
 				spec.Append(rs.CertSANs...)
-				spec.AppendIPs(addrs.TypedSpec().IPs()...)
+				// Not the pod and service networks' addresses (the CNI's bridge): they come and go
+				// with pods, and each change would re-issue the certificate and restart the API
+				// server, as upstream's filtered node addresses avoid.
+				spec.AppendIPs(outside(addrs.TypedSpec().IPs(), nodeIP.TypedSpec().ExcludeSubnets)...)
 				spec.AppendDNSNames(hostname.TypedSpec().Hostname, hostname.TypedSpec().FQDN())
 				spec.FQDN = hostname.TypedSpec().FQDN()
 				spec.Sort()
@@ -68,6 +78,7 @@ func NewKubernetesCertSANsController() *KubernetesCertSANsController {
 		transform.WithExtraInputs(
 			controller.Input{Namespace: network.NamespaceName, Type: network.HostnameStatusType, ID: optional.Some(network.HostnameID), Kind: controller.InputWeak},
 			controller.Input{Namespace: network.NamespaceName, Type: network.NodeAddressType, ID: optional.Some(network.NodeAddressAccumulativeID), Kind: controller.InputWeak},
+			controller.Input{Namespace: k8s.NamespaceName, Type: k8s.NodeIPConfigType, ID: optional.Some(k8s.KubeletID), Kind: controller.InputWeak},
 		),
 	)
 }
@@ -76,4 +87,19 @@ func NewKubernetesCertSANsController() *KubernetesCertSANsController {
 // domain is domain.
 func KubernetesServiceNames(domain string) []string {
 	return []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + domain}
+}
+
+// outside returns the addresses not in any of the subnets (unparsable subnets are skipped).
+func outside(addrs []netip.Addr, subnets []string) []netip.Addr {
+	var prefixes []netip.Prefix
+
+	for _, s := range subnets {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			prefixes = append(prefixes, p)
+		}
+	}
+
+	return slices.DeleteFunc(slices.Clone(addrs), func(a netip.Addr) bool {
+		return slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(a) })
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
+	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 )
 
@@ -35,12 +36,13 @@ func TestKubernetesSecrets(t *testing.T) {
 		&secretsctrl.KubernetesDynamicCertsController{Lifetime: 24 * time.Hour, Now: clk.Now, Check: 10 * time.Millisecond},
 		&secretsctrl.KubernetesController{Lifetime: 24 * time.Hour, Now: clk.Now, Check: 10 * time.Millisecond},
 		&secretsctrl.KubernetesFilesController{SecretsDir: secretsDir, KubeletDir: kubeletDir},
+		k8sctrl.NewNodeIPConfigController(),
 	)
 
 	cfg := ctest.MachineConfig(t, machine.TypeControlPlane, withEndpoint("k8s.example.org"), func(c *v1alpha1.Config) {
 		c.ClusterConfig.APIServerConfig.CertSANs = []string{"10.9.9.9", "api.example.org"}
 	})
-	env.Create(append(node("cp1", "10.0.0.1"), cfg)...)
+	env.Create(append(node("cp1", "10.0.0.1", "10.244.0.1"), cfg)...) // 10.244.0.1: the CNI bridge, in the pod network
 
 	cluster := cfg.Config().Cluster()
 
@@ -74,6 +76,8 @@ func TestKubernetesSecrets(t *testing.T) {
 			_, err := srv.Verify(x509.VerifyOptions{Roots: roots, DNSName: name})
 			a.NoError(err, name)
 		}
+
+		a.Error(srv.VerifyHostname("10.244.0.1"), "an address in the pod network is not a SAN")
 
 		for _, ip := range []string{"10.96.0.1", "127.0.0.1", "10.0.0.1", "10.9.9.9"} {
 			a.NoError(srv.VerifyHostname(ip), ip)
