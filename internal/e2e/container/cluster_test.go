@@ -178,7 +178,7 @@ func TestOneLoopDevicePerImage(t *testing.T) {
 
 // --memory and --memory-workers reach the nodes' cgroups.
 func TestMemoryLimits(t *testing.T) {
-	for node, mb := range map[string]int64{clusterName + "-controlplane-1": 1024, clusterName + "-worker-1": 512} {
+	for node, mb := range map[string]int64{clusterName + "-controlplane-1": memoryMB[0], clusterName + "-worker-1": memoryMB[1]} {
 		var found bool
 
 		for _, d := range ctr.CgroupDirs(clusterName + "/" + node) {

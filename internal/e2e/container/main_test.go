@@ -23,6 +23,10 @@ var (
 	destroyed                                   bool
 )
 
+// memoryMB are the control plane's and the worker's memory limits: room for Kubernetes when
+// the image carries it (the API server alone takes a few hundred MB).
+var memoryMB = [2]int64{2048, 1536}
+
 // The cluster's nodes on upstream's docker network.
 const (
 	cidr = "10.5.0.0/24"
@@ -88,8 +92,11 @@ func run(m *testing.M) int {
 	}
 
 	start = time.Now()
+	// The nodes' resolver is the bridge's own address, where nothing answers: no test reaches
+	// the internet, and CoreDNS starts (it refuses an empty resolv.conf).
 	stdout, stderr, code := talosctl(nil, "cluster", "create", "--provisioner", "container", "--name", clusterName,
-		"--controlplanes", "1", "--workers", "1", "--image", image, "--memory", "1024", "--memory-workers", "512", "--wait-timeout", "3m")
+		"--controlplanes", "1", "--workers", "1", "--image", image, "--nameservers", "10.5.0.1",
+		"--memory", fmt.Sprint(memoryMB[0]), "--memory-workers", fmt.Sprint(memoryMB[1]), "--wait-timeout", "8m")
 	fmt.Fprintf(os.Stderr, "cluster create: exit %d in %s\n%s%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
 
 	defer func() {

@@ -1,0 +1,294 @@
+package container
+
+// Kubernetes on the container cluster, when the node image carries it (`make rootfs`): every
+// node Ready, a Deployment on the worker reached from a pod on the control plane through its
+// Service name (CoreDNS, kube-proxy and flannel across nodes), logs and exec, and a crashed
+// kube-apiserver brought back. These run first (go runs a package's files in name order):
+// cluster_test.go ends with a reboot, a reset and the destroy.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/talos-go/talos/internal/testenv"
+)
+
+// kube returns a client from the control plane's admin kubeconfig (`talosctl kubeconfig`), or
+// skips when the node image carries no Kubernetes.
+func kube(t *testing.T) (*kubernetes.Clientset, *rest.Config) {
+	t.Helper()
+
+	if out := must(t, "-n", cp, "services"); !strings.Contains(out, "kubelet") {
+		t.Skip("the node image carries no Kubernetes (built with KUBERNETES=0): no kubelet on the nodes")
+	}
+
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, "-n", cp, "kubeconfig", path)
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return kubernetes.NewForConfigOrDie(cfg), cfg
+}
+
+func TestKubernetesNodesReady(t *testing.T) {
+	cs, _ := kube(t)
+	ctx := testenv.Context(t, 5*time.Minute)
+
+	testenv.WaitFor(t, "both nodes Ready", 4*time.Minute, func() error {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+
+		ready := 0
+
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+
+		if len(nodes.Items) != 2 || ready != 2 {
+			return fmt.Errorf("%d nodes, %d Ready", len(nodes.Items), ready)
+		}
+
+		return nil
+	})
+
+	// The health check sees the same from the node (server side) and from here.
+	for _, server := range []string{"--server=true", "--server=false"} {
+		_, errOut, code := talosctl(t, "-n", cp, "health", server, "--wait-timeout", "4m",
+			"--control-plane-nodes", cp, "--worker-nodes", w)
+		if code != 0 || !strings.Contains(errOut, "coredns to report ready: OK") || !strings.Contains(errOut, "all k8s nodes to report ready: OK") {
+			t.Fatalf("health %s: exit %d\n%s", server, code, errOut)
+		}
+	}
+}
+
+// putProbe puts the probe binary (a static Go program of this suite) on each node's /var, for
+// pods to run from a hostPath: nothing is pulled from a registry.
+func putProbe(t *testing.T) {
+	t.Helper()
+
+	bin := filepath.Join(binDir, "probe")
+	if out, err := testenv.GoBuild("-o", bin, "github.com/talos-go/talos/internal/e2e/container/probe"); err != nil {
+		t.Fatalf("building the probe: %v\n%s", err, out)
+	}
+
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, node := range []string{cp, w} {
+		dir := filepath.Join("/proc", nodeInitPID(t, node), "root", "var", "lib", "e2e-probe")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := os.WriteFile(filepath.Join(dir, "probe"), data, 0o755); err != nil { //nolint:gosec // a program pods run
+			t.Fatal(err)
+		}
+	}
+}
+
+// probePod runs the probe with args in a pause image container on the given node.
+func probePod(name string, labels map[string]string, node string, args ...string) corev1.PodSpec {
+	return corev1.PodSpec{
+		NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+		Tolerations:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		Containers: []corev1.Container{{
+			Name:         name,
+			Image:        "registry.k8s.io/pause:3.10",
+			Command:      append([]string{"/probe/probe"}, args...),
+			VolumeMounts: []corev1.VolumeMount{{Name: "probe", MountPath: "/probe", ReadOnly: true}},
+		}},
+		Volumes: []corev1.Volume{{Name: "probe", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/e2e-probe"}}}},
+	}
+}
+
+func TestKubernetesServiceAcrossNodes(t *testing.T) {
+	cs, cfg := kube(t)
+	ctx := testenv.Context(t, 6*time.Minute)
+
+	putProbe(t)
+
+	labels := map[string]string{"app": "web"}
+	replicas := int32(1)
+
+	_, err := cs.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       probePod("web", labels, clusterName+"-worker-1", "serve", ":8080"),
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	client := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client"}, Spec: probePod("client", nil, clusterName+"-controlplane-1", "sleep")}
+	if _, err = cs.CoreV1().Pods("default").Create(ctx, client, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var webPod string
+
+	testenv.WaitFor(t, "web on the worker and client on the control plane running", 4*time.Minute, func() error {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+
+		running := map[string]string{}
+
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running[p.Labels["app"]+"/"+p.Name] = p.Spec.NodeName
+			}
+
+			if p.Labels["app"] == "web" {
+				webPod = p.Name
+			}
+		}
+
+		if running["/client"] != clusterName+"-controlplane-1" || running["web/"+webPod] != clusterName+"-worker-1" {
+			return fmt.Errorf("running pods (name: node): %v", running)
+		}
+
+		return nil
+	})
+
+	// From the control plane's pod to the worker's, by the Service's DNS name (CoreDNS),
+	// through its ClusterIP (kube-proxy) and the pod network (flannel's VXLAN between nodes).
+	var body string
+
+	testenv.WaitFor(t, "the web Service answering the client pod", 2*time.Minute, func() error {
+		out, err := execIn(ctx, cs, cfg, "client", "/probe/probe", "get", "http://web.default.svc.cluster.local:8080/")
+		if err != nil {
+			return err
+		}
+
+		body = out
+
+		return nil
+	})
+
+	if !strings.HasPrefix(body, "probe "+webPod) {
+		t.Fatalf("the client got %q, want the web pod's name %s", body, webPod)
+	}
+
+	// kubectl logs: the web pod logged the request.
+	logs, err := cs.CoreV1().Pods("default").GetLogs(webPod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || !bytes.Contains(logs, []byte("request GET /")) {
+		t.Fatalf("web's logs (%v):\n%s", err, logs)
+	}
+}
+
+// execIn runs a command in a pod's first container, as `kubectl exec` does, and returns its
+// output; a failed command's error carries its stderr.
+func execIn(ctx context.Context, cs *kubernetes.Clientset, cfg *rest.Config, pod string, cmd ...string) (string, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+
+	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+
+	var stdout, stderr bytes.Buffer
+
+	if err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return "", fmt.Errorf("%w: %s", err, stderr.String())
+	}
+
+	return stdout.String(), nil
+}
+
+// A kube-apiserver killed with SIGKILL is started again (kubelet runs the static pod that
+// machined serves it) and the API answers again.
+func TestKubeAPIServerCrashRecovers(t *testing.T) {
+	cs, _ := kube(t)
+	ctx := testenv.Context(t, 5*time.Minute)
+
+	restarts := func() (int32, error) {
+		p, err := cs.CoreV1().Pods("kube-system").Get(ctx, "kube-apiserver-"+clusterName+"-controlplane-1", metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+
+		for _, s := range p.Status.ContainerStatuses {
+			return s.RestartCount, nil
+		}
+
+		return 0, errors.New("no container status")
+	}
+
+	before, err := restarts()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := exec.Command("pgrep", "-f", "kube-apiserver .*--advertise-address="+cp).Output()
+	if err != nil {
+		t.Fatalf("finding kube-apiserver: %v", err)
+	}
+
+	for _, pid := range strings.Fields(string(out)) {
+		var p int
+		if _, err = fmt.Sscan(pid, &p); err == nil {
+			_ = syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // it may be gone already
+		}
+	}
+
+	testenv.WaitFor(t, "kube-apiserver restarted and answering", 4*time.Minute, func() error {
+		n, err := restarts()
+		if err != nil {
+			return err
+		}
+
+		if n <= before {
+			return fmt.Errorf("restart count %d, was %d", n, before)
+		}
+
+		return nil
+	})
+}

@@ -1,0 +1,47 @@
+// Command probe is the container end-to-end suite's workload, a static binary the suite puts
+// on the nodes and runs in pods (no image is pulled): `probe serve ADDR` answers every HTTP
+// request with "probe <hostname>" and logs it, `probe get URL` prints a URL's body, `probe
+// sleep` waits forever (a pod to exec into).
+package main
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		log.Fatal("usage: probe serve ADDR | get URL | sleep")
+	}
+
+	switch os.Args[1] {
+	case "serve":
+		host, _ := os.Hostname() //nolint:errcheck // an empty name still answers
+		srv := &http.Server{Addr: os.Args[2], ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			log.Printf("request %s %s from %s", r.Method, r.URL.Path, r.RemoteAddr)
+			fmt.Fprintf(w, "probe %s\n", host)
+		})}
+		log.Printf("serving on %s", os.Args[2])
+		log.Fatal(srv.ListenAndServe())
+	case "get":
+		c := &http.Client{Timeout: 10 * time.Second}
+
+		resp, err := c.Get(os.Args[2])
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close() //nolint:errcheck
+
+		if _, err = io.Copy(os.Stdout, resp.Body); err != nil {
+			log.Fatal(err)
+		}
+	case "sleep":
+		select {}
+	default:
+		log.Fatalf("unknown command %q", os.Args[1])
+	}
+}
