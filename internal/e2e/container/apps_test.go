@@ -104,7 +104,7 @@ func putProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, node := range []string{cp, w} {
+	for _, node := range []string{clusterName + "-controlplane-1", clusterName + "-worker-1"} {
 		dir := filepath.Join("/proc", nodeInitPID(t, node), "root", "var", "lib", "e2e-probe")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
