@@ -213,7 +213,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 
 		own := []string{hostname}
 		if req.Provisioner == ProvisionerContainer && len(req.Nameservers) > 0 {
-			ns, _ := json.Marshal(req.Nameservers) //nolint:errcheck // a []string always encodes
+			ns, _ := json.Marshal(req.Nameservers) // a []string always encodes
 			own = append(own, fmt.Sprintf(`{"machine": {"network": {"nameservers": %s}}}`, ns))
 		}
 

@@ -32,6 +32,9 @@ import (
 	"github.com/talos-go/talos/internal/testenv"
 )
 
+// ns is the suite's namespace.
+const ns = "e2e"
+
 // kube returns a client from the control plane's admin kubeconfig (`talosctl kubeconfig`), or
 // skips when the node image carries no Kubernetes.
 func kube(t *testing.T) (*kubernetes.Clientset, *rest.Config) {
@@ -110,7 +113,7 @@ func putProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		if err := os.WriteFile(filepath.Join(dir, "probe"), data, 0o755); err != nil { //nolint:gosec // a program pods run
+		if err := os.WriteFile(filepath.Join(dir, "probe"), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,10 +140,18 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 
 	putProbe(t)
 
+	// The probe runs from a hostPath, which the cluster's default Pod Security level
+	// (baseline, as upstream's admission config) refuses: the suite's namespace is privileged.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	labels := map[string]string{"app": "web"}
 	replicas := int32(1)
 
-	_, err := cs.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+	_, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
@@ -155,7 +166,7 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err = cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+	if _, err = cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{
 			Selector: labels,
@@ -166,14 +177,14 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 	}
 
 	client := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client"}, Spec: probePod("client", nil, clusterName+"-controlplane-1", "sleep")}
-	if _, err = cs.CoreV1().Pods("default").Create(ctx, client, metav1.CreateOptions{}); err != nil {
+	if _, err = cs.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
 	var webPod string
 
 	testenv.WaitFor(t, "web on the worker and client on the control plane running", 4*time.Minute, func() error {
-		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -202,7 +213,7 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 	var body string
 
 	testenv.WaitFor(t, "the web Service answering the client pod", 2*time.Minute, func() error {
-		out, err := execIn(ctx, cs, cfg, "client", "/probe/probe", "get", "http://web.default.svc.cluster.local:8080/")
+		out, err := execIn(ctx, cs, cfg, "client", "/probe/probe", "get", "http://web."+ns+".svc.cluster.local:8080/")
 		if err != nil {
 			return err
 		}
@@ -217,7 +228,7 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 	}
 
 	// kubectl logs: the web pod logged the request.
-	logs, err := cs.CoreV1().Pods("default").GetLogs(webPod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	logs, err := cs.CoreV1().Pods(ns).GetLogs(webPod, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil || !bytes.Contains(logs, []byte("request GET /")) {
 		t.Fatalf("web's logs (%v):\n%s", err, logs)
 	}
@@ -226,7 +237,7 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 // execIn runs a command in a pod's first container, as `kubectl exec` does, and returns its
 // output; a failed command's error carries its stderr.
 func execIn(ctx context.Context, cs *kubernetes.Clientset, cfg *rest.Config, pod string, cmd ...string) (string, error) {
-	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
 
 	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
@@ -275,7 +286,7 @@ func TestKubeAPIServerCrashRecovers(t *testing.T) {
 	for _, pid := range strings.Fields(string(out)) {
 		var p int
 		if _, err = fmt.Sscan(pid, &p); err == nil {
-			_ = syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // it may be gone already
+			_ = syscall.Kill(p, syscall.SIGKILL) // it may be gone already
 		}
 	}
 

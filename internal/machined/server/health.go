@@ -52,7 +52,7 @@ func (c *Cluster) HealthCheck(req *clusterapi.HealthCheckRequest, srv grpc.Serve
 	}
 
 	send := func(line string) {
-		_ = srv.Send(&clusterapi.HealthCheckProgress{Metadata: c.M.metadata(ctx), Message: line}) //nolint:errcheck // the client went away: ctx ends the checks
+		_ = srv.Send(&clusterapi.HealthCheckProgress{Metadata: c.M.metadata(ctx), Message: line}) // the client went away: ctx ends the checks
 	}
 
 	send(fmt.Sprintf("discovered nodes: control plane: %s, worker: %s", list(nodes.ControlPlanes), list(nodes.Workers)))
@@ -144,7 +144,7 @@ func (c *Cluster) etcdChecks(nodes health.Nodes) []health.Check {
 			if err != nil {
 				return err
 			}
-			defer cl.Close() //nolint:errcheck
+			defer cl.Close()
 
 			resp, err := cl.Status(ctx, cl.Endpoints()[0])
 			if err != nil {
