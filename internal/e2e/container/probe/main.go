@@ -40,7 +40,9 @@ func main() {
 			log.Fatal(err)
 		}
 	case "sleep":
-		select {}
+		for { // not select{}: with no other goroutine the runtime calls that a deadlock
+			time.Sleep(time.Hour)
+		}
 	default:
 		log.Fatalf("unknown command %q", os.Args[1]) //nolint:gosec // quoted
 	}
