@@ -161,6 +161,9 @@ func KubeletConfiguration(cs *k8s.KubeletConfigSpec) map[string]any {
 	// unless machine.kubelet.disableManifestsDirectory.
 	if cs.StaticPodListURL != "" {
 		cfg["staticPodURL"] = cs.StaticPodListURL
+		// The server is on loopback: polling it every 5 s rather than kubelet's 20 s starts
+		// the control plane (and a changed static pod) up to 15 s sooner.
+		cfg["httpCheckFrequency"] = "5s"
 	}
 
 	if !cs.DisableManifestsDirectory {
