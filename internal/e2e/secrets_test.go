@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// secretValues are the secret strings of the cluster's generated configs: tokens, encryption
+// secrets and every private key, as the config holds it (base64 of the PEM) and as the PEM's
+// own base64 body lines.
+func secretValues(t *testing.T) map[string]string {
+	t.Helper()
+
+	out := map[string]string{}
+
+	var walk func(path string, n any)
+	walk = func(path string, n any) {
+		switch v := n.(type) {
+		case map[string]any:
+			for k, c := range v {
+				walk(path+"."+k, c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(path, c)
+			}
+		case string:
+			last := path[strings.LastIndex(path, ".")+1:]
+			if last != "key" && last != "token" && last != "secret" && !strings.HasSuffix(last, "EncryptionSecret") || len(v) < 16 {
+				return // not a secret, or an empty one (a worker's config has no CA keys)
+			}
+
+			out[path] = v
+
+			if pemData, err := base64.StdEncoding.DecodeString(v); err == nil && bytes.Contains(pemData, []byte("PRIVATE KEY")) {
+				for i, line := range strings.Split(string(pemData), "\n") {
+					if len(line) >= 40 && !strings.HasPrefix(line, "-----") {
+						out[fmt.Sprintf("%s (PEM line %d)", path, i)] = line
+					}
+				}
+			}
+		}
+	}
+
+	configs, _ := filepath.Glob(filepath.Join(home, ".talos", "clusters", clusterName, "*.yaml"))
+	for _, c := range configs {
+		data, err := os.ReadFile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+			var m map[string]any
+			if yaml.Unmarshal(doc, &m) == nil {
+				walk("", m)
+			}
+		}
+	}
+
+	if len(out) < 5 {
+		t.Fatalf("found only %d secrets in the generated configs (%v): the walk is broken", len(out), configs)
+	}
+
+	return out
+}
+
+// TestNoSecretsInLogsOrEvents: no token, encryption secret or private key of the cluster, and
+// no PEM private key at all, appears in any service's log (as talosctl logs gives it, and in the
+// log files on disk) or in the events.
+func TestNoSecretsInLogsOrEvents(t *testing.T) {
+	secrets := secretValues(t)
+	scanned := 0
+
+	scan := func(where string, data []byte) {
+		scanned++
+
+		if bytes.Contains(data, []byte("PRIVATE KEY-----")) {
+			t.Errorf("%s holds a PEM private key", where)
+		}
+
+		for name, v := range secrets {
+			if bytes.Contains(data, []byte(v)) {
+				t.Errorf("%s holds the secret %s", where, name)
+			}
+		}
+	}
+
+	for _, node := range []string{cp1, cp2, cp3, w1} {
+		for _, svc := range []string{"machined", "apid", "trustd", "etcd"} {
+			out, _, code := talosctl(t, "-n", node, "logs", svc)
+			if code == 0 {
+				scan(node+" logs "+svc, []byte(out))
+			}
+		}
+	}
+
+	events := cli()
+	events.Timeout = 3 * time.Second
+	out, _, _ := events.Run(t, "-n", strings.Join([]string{cp1, cp2, cp3, w1}, ","), "events", "--tail", "-1")
+	scan("events", []byte(out))
+
+	root := filepath.Join(home, ".talos", "clusters", clusterName)
+
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") && !strings.Contains(path, string(filepath.Separator)+"log"+string(filepath.Separator)) {
+			return err
+		}
+
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+
+		scan(strings.TrimPrefix(path, root), data)
+
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if scanned < 12 {
+		t.Fatalf("scanned only %d logs", scanned)
+	}
+
+	t.Logf("%d logs and the event history scanned for %d secret values", scanned, len(secrets))
+}
+
+// TestSecretsOnDiskArePrivate: every file under the nodes' state that holds a private key, a
+// token or the machine config is 0600 (no group or other access), and no folder on the way is
+// writable by others.
+func TestSecretsOnDiskArePrivate(t *testing.T) {
+	secrets := secretValues(t)
+	root := filepath.Join(home, ".talos", "clusters", clusterName)
+	checked := 0
+
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if os.IsNotExist(err) || os.IsPermission(err) {
+				return nil // a socket or a file that went away meanwhile
+			}
+
+			return err
+		}
+
+		info, err := d.Info()
+		if err != nil {
+			return nil //nolint:nilerr // gone meanwhile
+		}
+
+		if d.IsDir() {
+			if info.Mode().Perm()&0o002 != 0 {
+				t.Errorf("%s is writable by others (%v)", path, info.Mode().Perm())
+			}
+
+			return nil
+		}
+
+		if !info.Mode().IsRegular() || info.Size() > 8<<20 {
+			return nil
+		}
+
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil //nolint:nilerr // gone meanwhile
+		}
+
+		secret := bytes.Contains(data, []byte("PRIVATE KEY-----"))
+		for _, v := range secrets {
+			secret = secret || bytes.Contains(data, []byte(v))
+		}
+
+		if !secret {
+			return nil
+		}
+
+		checked++
+
+		if info.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s holds secrets with mode %v, want 0600", strings.TrimPrefix(path, root), info.Mode().Perm())
+		}
+
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if checked < 8 {
+		t.Fatalf("found only %d files with secrets under %s: the walk is broken", checked, root)
+	}
+
+	t.Logf("%d files holding secrets checked", checked)
+}
