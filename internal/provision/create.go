@@ -212,6 +212,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		hostname := fmt.Sprintf(`{"machine": {"network": {"hostname": %q}}}`, name)
 
 		own := []string{hostname}
+		if req.Workers == 0 {
+			// No workers: pods go on the control planes, which are otherwise tainted NoSchedule.
+			own = append(own, `{"cluster": {"allowSchedulingOnControlPlanes": true}}`)
+		}
 		if req.Provisioner == ProvisionerContainer && len(req.Nameservers) > 0 {
 			ns, _ := json.Marshal(req.Nameservers) // a []string always encodes
 			own = append(own, fmt.Sprintf(`{"machine": {"network": {"nameservers": %s}}}`, ns))

@@ -107,7 +107,7 @@ func List(opts Options) []controller.Controller {
 	}
 
 	if opts.RunsKubernetes {
-		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{})
+		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{})
 	}
 
 	return list
