@@ -132,7 +132,9 @@ func MarkControlPlane(ctx context.Context, nodes corev1client.NodeInterface, nam
 		changed = true
 	}
 
-	i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == ControlPlaneRole && t.Effect == corev1.TaintEffectNoSchedule })
+	i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == ControlPlaneRole && t.Effect == corev1.TaintEffectNoSchedule
+	})
 
 	switch {
 	case taint && i < 0:
