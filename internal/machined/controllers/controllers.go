@@ -107,7 +107,8 @@ func List(opts Options) []controller.Controller {
 	}
 
 	if opts.RunsKubernetes {
-		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{})
+		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
+			&k8sctrl.StaticPodStatusController{})
 	}
 
 	return list
