@@ -52,6 +52,8 @@ func kube(t *testing.T) (*kubernetes.Clientset, *rest.Config) {
 		t.Fatal(err)
 	}
 
+	cfg.WarningHandler = rest.NoWarnings{} // Pod Security's advice on the probe pods
+
 	return kubernetes.NewForConfigOrDie(cfg), cfg
 }
 
@@ -175,6 +177,13 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+
+	// The namespace's default service account comes from the controller manager, a moment later.
+	testenv.WaitFor(t, "the namespace's default service account", time.Minute, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+
+		return err
+	})
 
 	client := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client"}, Spec: probePod("client", nil, clusterName+"-controlplane-1", "sleep")}
 	if _, err = cs.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
