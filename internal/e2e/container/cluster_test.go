@@ -1,6 +1,7 @@
 package container
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctr "github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/testenv"
@@ -253,9 +256,38 @@ func TestUpgradeSaysWhatIsMissing(t *testing.T) {
 }
 
 // Reset wipes the worker's STATE and EPHEMERAL (its launcher does, on the restart): it comes back
-// in maintenance mode.
+// in maintenance mode. Gracefully, as upstream: with Kubernetes, the worker's Node is cordoned
+// and its pods evicted first (the Node object stays until `kubectl delete node`).
 func TestResetToMaintenance(t *testing.T) {
-	must(t, "-n", w, "reset", "--graceful=false", "--reboot", "--wait=false")
+	must(t, "-n", w, "reset", "--graceful=true", "--reboot", "--wait=false")
+
+	if strings.Contains(must(t, "-n", cp, "services"), "kubelet") {
+		cs, _ := kube(t)
+
+		testenv.WaitFor(t, "the worker's Node cordoned and drained", 3*time.Minute, func() error {
+			n, err := cs.CoreV1().Nodes().Get(t.Context(), clusterName+"-worker-1", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+
+			if !n.Spec.Unschedulable {
+				return errors.New("not cordoned")
+			}
+
+			pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+			if err != nil {
+				return err
+			}
+
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil {
+					return fmt.Errorf("pod %s still on the worker", p.Name)
+				}
+			}
+
+			return nil
+		})
+	}
 
 	// The launcher wiped the worker's STATE on the host: no config, no identity.
 	state := filepath.Join(stateRoot, clusterName, clusterName+"-worker-1", "STATE")

@@ -67,7 +67,7 @@ func Reboot(m Machine) Sequence {
 // Upgrader is what the upgrade sequence runs (internal/machined/upgrade).
 type Upgrader interface {
 	LockEtcd(ctx context.Context) error       // the etcd upgrade lock, then etcd healthy without this node
-	CordonAndDrain(ctx context.Context) error // (Kubernetes is not present yet: logs that it is skipped)
+	CordonAndDrain(ctx context.Context) error // (a node that runs no Kubernetes logs that it is skipped)
 	WriteSlot(ctx context.Context) error      // the verified image into the inactive slot, verified again
 	StageBootOnce(ctx context.Context) error  // boot-once for the next reboot, and whether to wipe
 	LeaveEtcd(ctx context.Context) error      // recorded as rejoining, then leave
@@ -101,7 +101,7 @@ func Upgrade(u Upgrader, o UpgradeOptions) Sequence {
 
 // Resetter is what the reset sequence runs (internal/machined/upgrade).
 type Resetter interface {
-	CordonAndDrain(ctx context.Context) error // (Kubernetes is not present yet: logs that it is skipped)
+	CordonAndDrain(ctx context.Context) error // (a node that runs no Kubernetes logs that it is skipped)
 	LeaveEtcd(ctx context.Context) error      // when this node is an etcd member
 	StopServices(ctx context.Context) error   // a failure is logged and the reset goes on
 	Wipe(ctx context.Context) error           // the chosen system partitions; failures are reported with the power action

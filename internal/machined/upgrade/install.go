@@ -65,10 +65,8 @@ func (in *install) LockEtcd(ctx context.Context) error {
 }
 
 // CordonAndDrain implements sequencer.Upgrader.
-func (in *install) CordonAndDrain(context.Context) error {
-	in.log.Info("cordon and drain skipped: Kubernetes is not present on this node")
-
-	return nil
+func (in *install) CordonAndDrain(ctx context.Context) error {
+	return in.m.cordonAndDrain(ctx, in.log)
 }
 
 // WriteSlot writes the verified image to the inactive slot and checks it there, while the

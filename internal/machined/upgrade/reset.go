@@ -114,10 +114,8 @@ type resetRun struct {
 var _ sequencer.Resetter = (*resetRun)(nil)
 
 // CordonAndDrain implements sequencer.Resetter.
-func (rr *resetRun) CordonAndDrain(context.Context) error {
-	rr.log.Info("cordon and drain skipped: Kubernetes is not present on this node")
-
-	return nil
+func (rr *resetRun) CordonAndDrain(ctx context.Context) error {
+	return rr.m.cordonAndDrain(ctx, rr.log)
 }
 
 // LeaveEtcd implements sequencer.Resetter.
