@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/apid/certs"
+	"github.com/talos-go/talos/internal/runtimestats"
 )
 
 // ProcessOptions configure apid run as its own process (Main's flags).
@@ -64,6 +65,8 @@ func Main(args []string) error {
 	defer signal.Stop(hup)
 
 	opts.Reload = hup
+
+	runtimestats.OnSignal(ctx, os.Stderr)
 
 	return run(ctx, opts)
 }

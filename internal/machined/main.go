@@ -17,6 +17,7 @@ import (
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined/reaper"
 	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/runtimestats"
 )
 
 // Options are machined's command-line settings.
@@ -50,6 +51,8 @@ func Main(args []string) error {
 	defer stop()
 
 	// As a node's init, machined inherits the node's orphans (containerd's shims among them).
+	runtimestats.OnSignal(ctx, os.Stderr)
+
 	go reaper.Run(ctx, func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
 
 	n, err := newNode(opts)

@@ -1,7 +1,8 @@
 // Package load puts one node's apid under load for a bounded time and prints what it held:
 // concurrent `logs -f` and `events` streams, a stream of unary calls with their p50/p99
 // latency, misbehaving clients (connect and send nothing, handshake and send nothing, streams
-// never read), and the RSS, threads and open files of apid and machined before, during and after.
+// never read), and the RSS, threads, open files and goroutines of apid and machined before,
+// during and after.
 //
 // CI runs a short version (the defaults); the full one:
 //
@@ -23,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +36,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/runtimestats"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -90,10 +93,17 @@ func TestLoad(t *testing.T) {
 	})
 
 	procs := map[string]int{"machined": c.Nodes[0].PID, "apid": findAPID(t, state)}
+	// Where each prints its runtime stats on SIGUSR1 (internal/runtimestats).
+	statsLogs := map[string]string{
+		"machined": filepath.Join(c.Dir, c.Nodes[0].Name+".log"),
+		"apid":     filepath.Join(state, "EPHEMERAL", "log", "apid.log"),
+	}
 
 	time.Sleep(2 * time.Second) // let the node settle after boot
 
 	before := readAll(procs)
+	goroutinesBefore := goroutinesOf(t, procs, statsLogs)
+	goroutinesAfter := make([]map[string]int, 2)
 
 	// Two rounds of the same load: what the second leaves behind next to the first shows growth
 	// (Go keeps freed heap a while, so the first round's RSS is the baseline, not the idle one).
@@ -135,6 +145,20 @@ func TestLoad(t *testing.T) {
 			return nil
 		})
 
+		// Nor goroutines: the count goes back to where it was before the load (a little slack
+		// for the node's own background work).
+		testenv.WaitFor(t, "apid's and machined's goroutines back to where they were", 30*time.Second, func() error {
+			goroutinesAfter[i] = goroutinesOf(t, procs, statsLogs)
+
+			for name, n := range goroutinesAfter[i] {
+				if n > goroutinesBefore[name]+goroutineSlack {
+					return fmt.Errorf("%s runs %d goroutines, %d before the load", name, n, goroutinesBefore[name])
+				}
+			}
+
+			return nil
+		})
+
 		time.Sleep(2 * time.Second)
 		rounds[i].after = readAll(procs)
 	}
@@ -143,6 +167,8 @@ func TestLoad(t *testing.T) {
 		b, a1, a2 := before[name], rounds[0].after[name], rounds[1].after[name]
 		t.Logf("%-8s before %v | peak %v | after round 1 %v | after round 2 %v | RSS round 2/round 1 %.2f",
 			name, b, rounds[0].peak[name].max(rounds[1].peak[name]), a1, a2, float64(a2.rssKB)/float64(a1.rssKB))
+		t.Logf("%-8s goroutines before %d | after round 1 %d | after round 2 %d",
+			name, goroutinesBefore[name], goroutinesAfter[0][name], goroutinesAfter[1][name])
 	}
 }
 
@@ -341,6 +367,55 @@ func findAPID(t *testing.T, state string) int {
 	})
 
 	return pid
+}
+
+// goroutineSlack is how many more goroutines than before the load a process may run once the
+// load stopped: the node's own work (controllers, health checks) comes and goes.
+const goroutineSlack = 15
+
+// goroutinesOf asks each process for its runtime stats (SIGUSR1) and reads its goroutine count
+// from the line it prints in its log.
+func goroutinesOf(t *testing.T, procs map[string]int, logs map[string]string) map[string]int {
+	t.Helper()
+
+	out := map[string]int{}
+
+	for name, pid := range procs {
+		offset := int64(0)
+		if fi, err := os.Stat(logs[name]); err == nil {
+			offset = fi.Size()
+		}
+
+		if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+
+		testenv.WaitFor(t, name+"'s runtime stats", 10*time.Second, func() error {
+			data, err := os.ReadFile(logs[name])
+			if err != nil {
+				return err
+			}
+
+			for _, line := range strings.Split(string(data[min(offset, int64(len(data))):]), "\n") {
+				_, stats, ok := strings.Cut(line, runtimestats.Line)
+				if !ok {
+					continue
+				}
+
+				for _, f := range strings.Fields(stats) {
+					if v, ok := strings.CutPrefix(f, "goroutines="); ok {
+						out[name], err = strconv.Atoi(v)
+
+						return err
+					}
+				}
+			}
+
+			return fmt.Errorf("no %q line in %s yet", runtimestats.Line, logs[name])
+		})
+	}
+
+	return out
 }
 
 // usage is what a process holds: resident memory, threads and open files.
