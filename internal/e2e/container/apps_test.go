@@ -94,6 +94,37 @@ func TestKubernetesNodesReady(t *testing.T) {
 	}
 }
 
+// waitNodeReady waits until the Node name reports Ready in a status its kubelet sent after
+// since (a Node keeps its last status a while after its kubelet went away).
+func waitNodeReady(t *testing.T, cs kubernetes.Interface, name string, since time.Time, timeout time.Duration) {
+	t.Helper()
+
+	testenv.WaitFor(t, "Node "+name+" Ready", timeout, func() error {
+		n, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		for _, c := range n.Status.Conditions {
+			if c.Type != corev1.NodeReady {
+				continue
+			}
+
+			if c.Status != corev1.ConditionTrue {
+				return fmt.Errorf("Ready is %s: %s", c.Status, c.Message)
+			}
+
+			if c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) {
+				return fmt.Errorf("no status from its kubelet since %s", since.Format(time.TimeOnly))
+			}
+
+			return nil
+		}
+
+		return errors.New("no Ready condition")
+	})
+}
+
 // putProbe puts the probe binary (a static Go program of this suite) on each node's /var, for
 // pods to run from a hostPath: nothing is pulled from a registry.
 func putProbe(t *testing.T) {

@@ -89,6 +89,18 @@ func TestHostnameChange(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != name {
 		t.Fatalf("hostname in the node's uts namespace: %q %v", out, err)
 	}
+
+	// The name back, as the rest of the suite knows the worker (its Kubernetes Node among them).
+	original := clusterName + "-worker-1"
+	must(t, "-n", w, "patch", "machineconfig", "--mode", "no-reboot", "-p", `{"machine": {"network": {"hostname": "`+original+`"}}}`)
+
+	testenv.WaitFor(t, "the original hostname", 30*time.Second, func() error {
+		if hosts := must(t, "-n", w, "read", "/system/etc/hosts"); !strings.Contains(hosts, w+"\t"+original+"\n") {
+			return fmt.Errorf("/system/etc/hosts:\n%s", hosts)
+		}
+
+		return nil
+	})
 }
 
 // nodeInitPID is the host's PID of a node's init: the child of its launcher.
@@ -156,6 +168,7 @@ func bootID(t *testing.T, node string) string {
 func TestReboot(t *testing.T) {
 	id := bootID(t, w)
 	must(t, "-n", w, "reboot", "--timeout", "3m")
+	rebooted := time.Now() // the node is back: its old kubelet is gone
 
 	if after := bootID(t, w); after == id || after == "" {
 		t.Fatalf("boot id %q before the reboot, %q after", id, after)
@@ -164,6 +177,12 @@ func TestReboot(t *testing.T) {
 	// It came back with its config: configured, and serving.
 	if out := must(t, "-e", cp, "-n", w, "memory"); len(rowsFor(out, w)) != 1 {
 		t.Fatalf("memory on the rebooted worker:\n%s", out)
+	}
+
+	// With Kubernetes, its kubelet is back: the Node reports Ready again.
+	if strings.Contains(must(t, "-n", cp, "services"), "kubelet") {
+		cs, _ := kube(t)
+		waitNodeReady(t, cs, clusterName+"-worker-1", rebooted, 4*time.Minute)
 	}
 }
 

@@ -16,16 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 )
 
 // Node cordons the Node name and evicts its pods, waiting until they are gone or ctx ends.
-func Node(ctx context.Context, kubeconfig []byte, name string, log *zap.Logger) error {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return fmt.Errorf("the node's kubeconfig: %w", err)
-	}
-
+func Node(ctx context.Context, cfg *rest.Config, name string, log *zap.Logger) error {
+	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 15 * time.Second
 
 	cs, err := kubernetes.NewForConfig(cfg)

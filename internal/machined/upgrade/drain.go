@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
 	"github.com/talos-go/talos/internal/machined/drain"
 	"github.com/talos-go/talos/internal/machined/services"
+	"github.com/talos-go/talos/internal/pki"
 )
 
 // drainTimeout bounds a drain: pods that do not leave by then fail the graceful action, which
@@ -21,7 +25,8 @@ import (
 const drainTimeout = 3 * time.Minute
 
 // cordonAndDrain cordons this node and evicts its pods, with the admin credentials on a control
-// plane and kubelet's own on a worker; a node that runs no Kubernetes skips it.
+// plane and kubelet's client certificate on a worker; a node that runs no Kubernetes, or never
+// joined, skips it.
 func (m *Manager) cordonAndDrain(ctx context.Context, log *zap.Logger) error {
 	if !services.RunsKubernetes() {
 		log.Info("cordon and drain skipped: this node runs no Kubernetes")
@@ -34,12 +39,13 @@ func (m *Manager) cordonAndDrain(ctx context.Context, log *zap.Logger) error {
 		return fmt.Errorf("cordon and drain: the node's Kubernetes name: %w", err)
 	}
 
-	var kubeconfig []byte
+	cfg, err := m.drainCredentials(ctx)
+	if err != nil {
+		return fmt.Errorf("cordon and drain: %w", err)
+	}
 
-	if kube, err := safe.StateGetByID[*secrets.Kubernetes](ctx, m.R.State, secrets.KubernetesID); err == nil {
-		kubeconfig = []byte(kube.TypedSpec().LocalhostAdminKubeconfig)
-	} else if kubeconfig, err = os.ReadFile(k8sctrl.KubeletKubeconfig); err != nil {
-		log.Info("cordon and drain skipped: kubelet has not joined the cluster", zap.Error(err))
+	if cfg == nil {
+		log.Info("cordon and drain skipped: kubelet has not joined the cluster (no client certificate)")
 
 		return nil
 	}
@@ -47,9 +53,46 @@ func (m *Manager) cordonAndDrain(ctx context.Context, log *zap.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
 	defer cancel()
 
-	if err = drain.Node(ctx, kubeconfig, nodename.TypedSpec().Nodename, log); err != nil {
+	if err = drain.Node(ctx, cfg, nodename.TypedSpec().Nodename, log); err != nil {
 		return fmt.Errorf("%w (use --graceful=false to skip the drain)", err)
 	}
 
 	return nil
+}
+
+// kubeletClientCert is kubelet's client certificate and key in one file, on /var: the node's
+// Kubernetes identity from its first join on, across reboots (kubelet's kubeconfig is written
+// again a while after each boot).
+var kubeletClientCert = filepath.Join(k8sctrl.KubeletCertDir, "kubelet-client-current.pem")
+
+// drainCredentials are the admin credentials on a control plane, else the node's own
+// (the Node authorizer lets a node cordon itself and evict its own pods); nil when this node
+// never joined.
+func (m *Manager) drainCredentials(ctx context.Context) (*rest.Config, error) {
+	if kube, err := safe.StateGetByID[*secrets.Kubernetes](ctx, m.R.State, secrets.KubernetesID); err == nil {
+		return clientcmd.RESTConfigFromKubeConfig([]byte(kube.TypedSpec().LocalhostAdminKubeconfig))
+	}
+
+	if _, err := os.Stat(kubeletClientCert); err != nil {
+		return nil, nil //nolint:nilerr // never joined: nothing to drain
+	}
+
+	kubelet, err := safe.StateGetByID[*secrets.Kubelet](ctx, m.R.State, secrets.KubeletID)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's endpoint and CA: %w", err)
+	}
+
+	var cas [][]byte
+	for _, ca := range kubelet.TypedSpec().AcceptedCAs {
+		cas = append(cas, ca.Crt)
+	}
+
+	return &rest.Config{
+		Host: kubelet.TypedSpec().Endpoint.String(),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   pki.Bundle(cas...),
+			CertFile: kubeletClientCert,
+			KeyFile:  kubeletClientCert,
+		},
+	}, nil
 }
