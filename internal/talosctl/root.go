@@ -83,6 +83,7 @@ func NewRootCommand() *cobra.Command {
 		shutdownCmd(g),
 		resetCmd(g),
 		upgradeCmd(g),
+		upgradeK8sCmd(g),
 		rollbackCmd(g),
 		kubeconfigCmd(g),
 		healthCmd(g),

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/talos-go/talos/internal/images"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -342,4 +343,49 @@ func TestKubeAPIServerCrashRecovers(t *testing.T) {
 
 		return nil
 	})
+}
+
+// upgrade-k8s as upstream's: to the version the cluster runs, a component whose image differs
+// is updated and waited for, the others are found up to date on every node; to a version whose images no node has (nothing is pulled from the
+// internet), it stops at the pre-pull and changes nothing; a downgrade is refused.
+func TestUpgradeK8s(t *testing.T) {
+	kube(t)
+
+	// The scheduler set to an image that does not exist: the upgrade brings it to the version's
+	// image and waits for its static pod to run it.
+	must(t, "-n", cp, "patch", "machineconfig", "--mode", "no-reboot", "-p",
+		`{"cluster": {"scheduler": {"image": "`+images.KubeScheduler+`-missing"}}}`)
+
+	out, errOut, code := talosctl(t, "-n", cp, "upgrade-k8s", "--to", images.KubernetesVersion)
+	if code != 0 {
+		t.Fatalf("upgrade-k8s to the running version: exit %d\n%s%s", code, out, errOut)
+	}
+
+	for _, want := range []string{
+		"updating kube-scheduler: " + images.KubeScheduler + "-missing -> " + images.KubeScheduler,
+		"kube-scheduler-" + clusterName + "-controlplane-1 is up to date",
+		"kube-apiserver already runs " + images.KubeAPIServer,
+		clusterName + "-worker-1: kubelet already runs " + images.Kubelet,
+		clusterName + "-worker-1: " + images.KubeProxy + " is in the node's image store",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("upgrade-k8s output lacks %q:\n%s", want, out)
+		}
+	}
+
+	config := func() string { return must(t, "-n", cp, "get", "machineconfig", "-o", "yaml") }
+	before := config()
+
+	out, errOut, code = talosctl(t, "-n", cp, "upgrade-k8s", "--to", "v1.34.99")
+	if code == 0 || !strings.Contains(errOut, "cannot get registry.k8s.io/kube-apiserver:v1.34.99") || !strings.Contains(errOut, "nothing was changed") {
+		t.Fatalf("upgrade-k8s to a version no node has: exit %d\n%s%s", code, out, errOut)
+	}
+
+	if after := config(); after != before {
+		t.Fatalf("a refused upgrade changed the machine config:\n%s\n---\n%s", before, after)
+	}
+
+	if _, errOut, code = talosctl(t, "-n", cp, "upgrade-k8s", "--to", "v1.33.0"); code == 0 || !strings.Contains(errOut, "downgrades are not supported") {
+		t.Fatalf("upgrade-k8s to an older version: exit %d\n%s", code, errOut)
+	}
 }
