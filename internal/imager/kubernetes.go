@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -214,6 +215,9 @@ func BuildKubernetesImages(ctx context.Context, opts KubernetesOptions) (*Kubern
 	if err != nil {
 		return nil, err
 	}
+
+	// etcd's image goes in its own archive (rootfs.go): etcd starts before the others are in.
+	specs = slices.DeleteFunc(specs, func(s ImageSpec) bool { return s.Ref == images.Etcd })
 
 	sum, err := specsDigest(specs)
 	if err != nil {

@@ -20,9 +20,8 @@ const (
 	EtcdPath = "/usr/bin/etcd"
 )
 
-// Archives of the node image's cache that hold etcd's image (images.Etcd): the Kubernetes
-// archive, or without the Kubernetes images a small archive of etcd alone. In container mode
-// etcd runs from it through containerd, as upstream.
+// Archives of the node image's cache: the Kubernetes images, and etcd's image alone (in
+// container mode etcd runs from it through containerd, as upstream).
 const (
 	KubernetesImagesArchive = ImageCacheDir + "/kubernetes.tar"
 	EtcdImageArchive        = ImageCacheDir + "/etcd.tar"
@@ -133,20 +132,19 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 		}
 	}
 
-	// Without the Kubernetes archive, etcd's image alone: container mode runs etcd from it.
-	if !opts.Kubernetes {
-		etcdImage := filepath.Join(opts.CacheDir, "etcd-image.tar")
-		if err := WriteImageArchive(etcdImage, ImageSpec{
-			Ref:        images.Etcd,
-			Files:      []ImageFile{{Path: images.EtcdPath, Source: opts.Etcd, Mode: 0o755}},
-			Entrypoint: []string{images.EtcdPath},
-		}); err != nil {
-			return nil, err
-		}
+	// etcd's image in its own small archive: container mode runs etcd from it, and etcd starts
+	// without waiting for the Kubernetes images' import.
+	etcdImage := filepath.Join(opts.CacheDir, "etcd-image.tar")
+	if err := WriteImageArchive(etcdImage, ImageSpec{
+		Ref:        images.Etcd,
+		Files:      []ImageFile{{Path: images.EtcdPath, Source: opts.Etcd, Mode: 0o755}},
+		Entrypoint: []string{images.EtcdPath},
+	}); err != nil {
+		return nil, err
+	}
 
-		if err := t.File(EtcdImageArchive, etcdImage, 0o644); err != nil {
-			return nil, err
-		}
+	if err := t.File(EtcdImageArchive, etcdImage, 0o644); err != nil {
+		return nil, err
 	}
 
 	if _, err := DebianUserland.Stage(ctx, t); err != nil {
@@ -187,6 +185,10 @@ func addKubernetes(ctx context.Context, t *Tree, opts RootfsOptions, step func(s
 	}
 
 	for _, img := range images.Default() {
+		if _, ok := res.Sizes[img.Ref]; !ok {
+			continue // etcd: in its own archive
+		}
+
 		fmt.Fprintf(opts.Progress, "  %-48s %6.1f MB\n", img.Ref, float64(res.Sizes[img.Ref])/1e6)
 	}
 

@@ -349,12 +349,25 @@ func TestKubeAPIServerCrashRecovers(t *testing.T) {
 // is updated and waited for, the others are found up to date on every node; to a version whose images no node has (nothing is pulled from the
 // internet), it stops at the pre-pull and changes nothing; a downgrade is refused.
 func TestUpgradeK8s(t *testing.T) {
-	kube(t)
 
 	// The scheduler set to an image that does not exist: the upgrade brings it to the version's
 	// image and waits for its static pod to run it.
-	must(t, "-n", cp, "patch", "machineconfig", "--mode", "no-reboot", "-p",
-		`{"cluster": {"scheduler": {"image": "`+images.KubeScheduler+`-missing"}}}`)
+	cs, _ := kube(t)
+	missing := images.KubeScheduler + "-missing"
+	must(t, "-n", cp, "patch", "machineconfig", "--mode", "no-reboot", "-p", `{"cluster": {"scheduler": {"image": "`+missing+`"}}}`)
+
+	testenv.WaitFor(t, "the scheduler's mirror pod on the missing image", 3*time.Minute, func() error {
+		p, err := cs.CoreV1().Pods("kube-system").Get(t.Context(), "kube-scheduler-"+clusterName+"-controlplane-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if img := p.Spec.Containers[0].Image; img != missing {
+			return fmt.Errorf("image %s", img)
+		}
+
+		return nil
+	})
 
 	out, errOut, code := talosctl(t, "-n", cp, "upgrade-k8s", "--to", images.KubernetesVersion)
 	if code != 0 {

@@ -44,7 +44,7 @@ func ImageCache(r *runtime.Runtime) *system.Service {
 	}
 }
 
-// ImportImageCache imports every archive of dir into the system and k8s.io namespaces and
+// ImportImageCache imports every archive of dir into the k8s.io and system namespaces and
 // returns the image names.
 func ImportImageCache(ctx context.Context, socket, dir string, log io.Writer) ([]string, error) {
 	archives, err := filepath.Glob(filepath.Join(dir, "*.tar"))
@@ -66,8 +66,11 @@ func ImportImageCache(ctx context.Context, socket, dir string, log io.Writer) ([
 
 	var names, failed []string
 
-	for _, ns := range []string{runner.SystemNamespace, "k8s.io"} {
-		for _, a := range archives {
+	// Archive by archive, k8s.io before system: kubelet starts once its own image is in the
+	// system namespace, and by then the pods' images (pause among them) are in k8s.io, so its
+	// first pod sandboxes do not try a registry and back off.
+	for _, a := range archives {
+		for _, ns := range []string{"k8s.io", runner.SystemNamespace} {
 			imported, err := runner.ImportArchive(namespaces.WithNamespace(ctx, ns), client, a)
 			if err != nil {
 				failed = append(failed, err.Error())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -16,6 +17,10 @@ import (
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
 )
+
+// kubeletImageWait is how long kubelet waits for its image, which the image cache service
+// imports at boot while kubelet starts.
+const kubeletImageWait = 2 * time.Minute
 
 // KubeletServiceID is the supervisor ID of kubelet.
 const KubeletServiceID = "kubelet"
@@ -33,9 +38,13 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 		ID:                   KubeletServiceID,
 		DependsOn:            []string{ContainerdServiceID},
 		Restart:              system.RestartAlways,
-		ConditionDescription: "kubelet spec",
+		ConditionDescription: "kubelet spec (and, before a worker's first join, the API server)",
 		Condition: func(ctx context.Context) error {
-			return waitResource(ctx, r.State, specPtr)
+			if err := waitResource(ctx, r.State, specPtr); err != nil {
+				return err
+			}
+
+			return waitAPIServerBeforeJoin(ctx, r)
 		},
 		Runner: func() (system.Runner, error) {
 			spec, err := safe.StateGetByID[*k8s.KubeletSpec](context.Background(), r.State, k8s.KubeletID)
@@ -72,6 +81,7 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 				Socket:      NewContainerdPaths(r.Paths).Socket,
 				ID:          KubeletServiceID,
 				Image:       spec.TypedSpec().Image,
+				ImageWait:   kubeletImageWait,
 				Args:        append([]string{"/usr/local/bin/kubelet"}, spec.TypedSpec().Args...),
 				Mounts:      append(mounts, spec.TypedSpec().ExtraMounts...),
 				HostNetwork: true,

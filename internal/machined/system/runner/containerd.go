@@ -33,9 +33,12 @@ type Containerd struct {
 	// Archive, when set, is an OCI (or docker save) archive that holds Image; it is imported
 	// when containerd lacks the image.
 	Archive string
-	Args    []string // process args; default the image's entrypoint and command
-	Env     []string
-	Mounts  []specs.Mount
+	// ImageWait, without an Archive, is how long to wait for Image to appear (the node's image
+	// cache imports it at boot) before failing.
+	ImageWait time.Duration
+	Args      []string // process args; default the image's entrypoint and command
+	Env       []string
+	Mounts    []specs.Mount
 	// HostNetwork runs the container in the node's network namespace, as system services do.
 	HostNetwork bool
 	// HostPID runs the container in the node's PID namespace (kubelet sees the pods' processes).
@@ -171,6 +174,17 @@ func (c *Containerd) Run(ctx context.Context) error {
 // and makes sure it is unpacked.
 func (c *Containerd) image(ctx context.Context, client *containerd.Client) (containerd.Image, error) {
 	img, err := client.GetImage(ctx, c.Image)
+
+	for deadline := time.Now().Add(c.ImageWait); errdefs.IsNotFound(err) && c.Archive == "" && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+
+		img, err = client.GetImage(ctx, c.Image)
+	}
+
 	if errdefs.IsNotFound(err) {
 		if c.Archive == "" {
 			return nil, fmt.Errorf("image %s is not in containerd's %s namespace and no archive holds it: images come from the node image's cache or a file, nothing is pulled", c.Image, c.namespace())
