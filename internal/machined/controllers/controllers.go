@@ -63,6 +63,12 @@ func List(opts Options) []controller.Controller {
 		applyHostname = nil
 	}
 
+	// A control plane's kubelet gets its client certificate from the cluster CA where it runs.
+	kubeletCertDir := ""
+	if opts.RunsKubernetes {
+		kubeletCertDir = k8sctrl.KubeletCertDir
+	}
+
 	list := []controller.Controller{
 		configctrl.NewMachineTypeController(),
 		&hardwarectrl.SystemInformationController{},
@@ -89,7 +95,8 @@ func List(opts Options) []controller.Controller {
 		secretsctrl.NewKubeletController(),
 		&secretsctrl.KubernetesDynamicCertsController{},
 		&secretsctrl.KubernetesController{},
-		&secretsctrl.KubernetesFilesController{SecretsDir: opts.KubernetesSecretsDir, KubeletDir: opts.KubeletDir},
+		&secretsctrl.KubernetesFilesController{SecretsDir: opts.KubernetesSecretsDir, KubeletDir: opts.KubeletDir,
+			KubeletCertDir: kubeletCertDir, KubeletCertPath: k8sctrl.KubeletCertDir},
 		controlplanectrl.NewAPIServerConfigController(),
 		controlplanectrl.NewControllerManagerConfigController(),
 		controlplanectrl.NewSchedulerConfigController(),

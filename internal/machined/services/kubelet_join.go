@@ -13,19 +13,24 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
+	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/runtime"
 )
 
-// waitAPIServerBeforeJoin holds a worker's kubelet until the cluster's API server answers, when
-// the kubelet has not joined yet (no client certificate): a kubelet that starts first asks for
-// its certificate while the API server is down, backs off, and joins tens of seconds after the
-// API server is up. A control plane's kubelet starts at once: it runs the API server.
+// waitAPIServerBeforeJoin holds a worker's kubelet until the cluster's API server accepts its
+// bootstrap token, when the kubelet has not joined yet (no client certificate): a kubelet that
+// starts first asks for its certificate while the API server is down, backs off, and joins tens
+// of seconds after the API server is up. A control plane's kubelet runs the API server: it waits
+// only for the client certificate machined issues it.
 func waitAPIServerBeforeJoin(ctx context.Context, r *runtime.Runtime) error {
+	certDir := filepath.Join(r.Paths.Root, k8sctrl.KubeletCertDir)
+
+	// A control plane's: machined issues it with the cluster CA (secrets.KubernetesFilesController).
 	if r.MachineType(ctx).IsControlPlane() {
-		return nil
+		return waitFiles(ctx, certDir, []string{secretsctrl.KubeletClientCurrent})
 	}
 
-	if _, err := os.Stat(filepath.Join(r.Paths.Root, k8sctrl.KubeletCertDir, "kubelet-client-current.pem")); err == nil {
+	if _, err := os.Stat(filepath.Join(certDir, secretsctrl.KubeletClientCurrent)); err == nil {
 		return nil
 	}
 
@@ -34,28 +39,33 @@ func waitAPIServerBeforeJoin(ctx context.Context, r *runtime.Runtime) error {
 		return err
 	}
 
-	endpoint := kubelet.TypedSpec().Endpoint
-	if endpoint == nil {
+	spec := kubelet.TypedSpec()
+	if spec.Endpoint == nil {
 		return nil
 	}
 
-	// Reachability only: no credential is sent and the answer's content does not matter.
+	// The token goes only to the cluster's endpoint; the server is not verified here (kubelet
+	// does that), the answer only says whether the token works yet.
 	client := &http.Client{
 		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // a probe that sends nothing
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // a readiness probe; kubelet verifies the server
 	}
 	defer client.CloseIdleConnections()
 
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint.JoinPath("readyz").String(), nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.Endpoint.JoinPath("version").String(), nil)
 		if err != nil {
-			return fmt.Errorf("the cluster endpoint %s: %w", endpoint, err)
+			return fmt.Errorf("the cluster endpoint %s: %w", spec.Endpoint, err)
 		}
+
+		req.Header.Set("Authorization", "Bearer "+spec.BootstrapTokenID+"."+spec.BootstrapTokenSecret)
 
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 
-			return nil
+			if resp.StatusCode == http.StatusOK { // 401 until machined has put the token in
+				return nil
+			}
 		}
 
 		select {

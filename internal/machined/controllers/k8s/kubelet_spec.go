@@ -155,6 +155,10 @@ func KubeletConfiguration(cs *k8s.KubeletConfigSpec) map[string]any {
 		"resolvConf":                      "/etc/resolv.conf",
 		"systemReserved":                  map[string]any{"cpu": "50m", "memory": "192Mi", "pid": "100", "ephemeral-storage": "256Mi"},
 		"logging":                         map[string]any{"format": "json"},
+		// A control plane's kubelet registers as soon as the API server it runs answers, before
+		// the API server has made its priority classes, so its first mirror pods are refused;
+		// kubelet tries again at its next sync: every 10 s rather than every minute.
+		"syncFrequency": "10s",
 	}
 
 	// The static pods: the static pod server's URL once it serves, and the manifests folder

@@ -33,6 +33,8 @@ type namedUser struct {
 		CertData base64Bytes `yaml:"client-certificate-data,omitempty"`
 		KeyData  base64Bytes `yaml:"client-key-data,omitempty"`
 		Token    string      `yaml:"token,omitempty"`
+		CertFile string      `yaml:"client-certificate,omitempty"`
+		KeyFile  string      `yaml:"client-key,omitempty"`
 	} `yaml:"user"`
 }
 

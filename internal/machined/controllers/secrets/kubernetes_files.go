@@ -14,6 +14,7 @@ import (
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
 
@@ -58,6 +59,9 @@ const (
 type KubernetesFilesController struct {
 	SecretsDir string // /system/secrets/kubernetes
 	KubeletDir string // /etc/kubernetes
+	// KubeletCertDir is kubelet's certificate folder as machined sees it, KubeletCertPath as
+	// kubelet does (/var/lib/kubelet/pki); empty where no kubelet runs.
+	KubeletCertDir, KubeletCertPath string
 
 	written map[string]string // what was last written: input versions
 }
@@ -73,6 +77,7 @@ func (ctrl *KubernetesFilesController) Inputs() []controller.Input {
 		{Namespace: secrets.NamespaceName, Type: secrets.KubernetesType, ID: optional.Some(secrets.KubernetesID), Kind: controller.InputWeak},
 		{Namespace: secrets.NamespaceName, Type: secrets.KubernetesDynamicCertsType, ID: optional.Some(secrets.KubernetesDynamicCertsID), Kind: controller.InputWeak},
 		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
+		{Namespace: k8s.NamespaceName, Type: k8s.NodenameType, ID: optional.Some(k8s.NodenameID), Kind: controller.InputWeak},
 	}
 }
 
@@ -96,6 +101,10 @@ func (ctrl *KubernetesFilesController) Run(ctx context.Context, r controller.Run
 
 		if err := ctrl.writeControlPlane(ctx, r, log); err != nil {
 			log.Error("writing the control plane's secrets", zap.Error(err))
+		}
+
+		if err := ctrl.writeKubeletClient(ctx, r, log); err != nil {
+			log.Error("writing the control plane kubelet's client certificate", zap.Error(err))
 		}
 	}
 }
