@@ -1,36 +1,17 @@
 package runtimestats
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.String()
-}
 
 // A SIGUSR1 to the process makes it print its goroutine count.
 func TestOnSignal(t *testing.T) {
-	var out syncBuffer
+	var out testenv.SyncBuffer
 
 	OnSignal(t.Context(), &out)
 

@@ -22,19 +22,26 @@ func nodename(name string) *k8s.Nodename {
 	return n
 }
 
-// TestKubeletClientControlPlane: a control plane's kubelet gets a client certificate for its
-// Node from the cluster CA (system:node:<name> in system:nodes), private, behind the link
-// kubelet's own certificate store keeps, and a kubeconfig that uses it.
-func TestKubeletClientControlPlane(t *testing.T) {
+// startKubeletFiles runs the controllers that write kubelet's files, in temporary folders.
+func startKubeletFiles(t *testing.T) (env *ctest.Env, kubeletDir, certDir string) {
 	dir := t.TempDir()
-	kubeletDir, certDir := filepath.Join(dir, "etc"), filepath.Join(dir, "pki")
+	kubeletDir, certDir = filepath.Join(dir, "etc"), filepath.Join(dir, "pki")
 
-	env := ctest.Start(t,
+	env = ctest.Start(t,
 		secretsctrl.NewKubernetesRootController(),
 		secretsctrl.NewKubeletController(),
 		&secretsctrl.KubernetesFilesController{SecretsDir: filepath.Join(dir, "secrets"), KubeletDir: kubeletDir,
 			KubeletCertDir: certDir, KubeletCertPath: "/var/lib/kubelet/pki"},
 	)
+
+	return env, kubeletDir, certDir
+}
+
+// TestKubeletClientControlPlane: a control plane's kubelet gets a client certificate for its
+// Node from the cluster CA (system:node:<name> in system:nodes), private, behind the link
+// kubelet's own certificate store keeps, and a kubeconfig that uses it.
+func TestKubeletClientControlPlane(t *testing.T) {
+	env, kubeletDir, certDir := startKubeletFiles(t)
 
 	cfg := ctest.MachineConfig(t, machine.TypeControlPlane, withEndpoint("k8s.example.org"))
 	env.Create(append(node("cp1", "10.0.0.1"), cfg, nodename("cp1"))...)
@@ -71,15 +78,7 @@ func TestKubeletClientControlPlane(t *testing.T) {
 // TestKubeletClientWorker: a worker has no cluster CA key: its kubelet joins with the bootstrap
 // token, and machined writes it no certificate.
 func TestKubeletClientWorker(t *testing.T) {
-	dir := t.TempDir()
-	kubeletDir, certDir := filepath.Join(dir, "etc"), filepath.Join(dir, "pki")
-
-	env := ctest.Start(t,
-		secretsctrl.NewKubernetesRootController(),
-		secretsctrl.NewKubeletController(),
-		&secretsctrl.KubernetesFilesController{SecretsDir: filepath.Join(dir, "secrets"), KubeletDir: kubeletDir,
-			KubeletCertDir: certDir, KubeletCertPath: "/var/lib/kubelet/pki"},
-	)
+	env, kubeletDir, certDir := startKubeletFiles(t)
 
 	env.Create(ctest.MachineConfig(t, machine.TypeWorker), nodename("w1"))
 	env.WaitFile(filepath.Join(kubeletDir, "bootstrap-kubeconfig"))
