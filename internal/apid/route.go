@@ -3,8 +3,10 @@ package apid
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"slices"
+	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"golang.org/x/net/http2/hpack"
@@ -92,6 +94,13 @@ func (s *Server) route(state *tls.ConnectionState, header []hpack.HeaderField) h
 	)
 
 	for _, f := range header {
+		// HTTP/2 header names are lowercase (RFC 9113, 8.2.1): a request with another name is
+		// malformed, and gRPC on the other side would read "Node" as node, past the checks here.
+		if strings.ToLower(f.Name) != f.Name {
+			return h2relay.Decision{Code: int(codes.InvalidArgument),
+				Message: fmt.Sprintf("malformed request: header name %q is not lowercase, as HTTP/2 requires", f.Name)}
+		}
+
 		switch f.Name {
 		case ":path":
 			method = f.Value
