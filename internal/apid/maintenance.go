@@ -38,9 +38,12 @@ type MaintenanceOptions struct {
 var maintenanceMethods = map[string]role.Role{
 	"/machine.MachineService/ApplyConfiguration": role.Admin,
 	"/machine.MachineService/Version":            role.Reader,
-	"/cosi.resource.State/Get":                   role.Reader,
-	"/cosi.resource.State/List":                  role.Reader,
-	"/cosi.resource.State/Watch":                 role.Reader,
+	// Upstream's too: META keys (a network config for the next boot, say) before a config.
+	"/machine.MachineService/MetaWrite":  role.Admin,
+	"/machine.MachineService/MetaDelete": role.Admin,
+	"/cosi.resource.State/Get":           role.Reader,
+	"/cosi.resource.State/List":          role.Reader,
+	"/cosi.resource.State/Watch":         role.Reader,
 }
 
 // maintenanceResource reports whether a resource may be read in maintenance mode: hardware,

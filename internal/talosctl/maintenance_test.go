@@ -57,6 +57,20 @@ func TestGetInsecure(t *testing.T) {
 		t.Errorf("services through maintenance: exit %d\n%s", code, errOut)
 	}
 
+	// META, as upstream's maintenance API: a key written is there to delete (once: a second
+	// delete finds nothing).
+	if out, errOut, code := talosctl("-n", addr, "meta", "write", "0x0c", "maintenance-value", "--insecure"); code != 0 {
+		t.Errorf("meta write --insecure: exit %d\n%s%s", code, out, errOut)
+	}
+
+	if out, errOut, code := talosctl("-n", addr, "meta", "delete", "0x0c", "--insecure"); code != 0 {
+		t.Errorf("meta delete --insecure of the key written: exit %d\n%s%s", code, out, errOut)
+	}
+
+	if _, errOut, code := talosctl("-n", addr, "meta", "delete", "0x0c", "--insecure"); code == 0 || !strings.Contains(strings.ToLower(errOut), "not") {
+		t.Errorf("meta delete --insecure of a deleted key: exit %d\n%s", code, errOut)
+	}
+
 	checkCertFingerprint(t, talosctl, addr)
 }
 
