@@ -11,6 +11,8 @@ import (
 	"time"
 
 	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -36,8 +38,13 @@ type MaintenanceOptions struct {
 // maintenanceMethods are the only calls served before the node has a config, with the role
 // each is forwarded to machined with.
 var maintenanceMethods = map[string]role.Role{
-	"/machine.MachineService/ApplyConfiguration": role.Admin,
-	"/machine.MachineService/Version":            role.Reader,
+	"/machine.MachineService/ApplyConfiguration":    role.Admin,
+	"/machine.MachineService/Version":               role.Reader,
+	"/machine.MachineService/GenerateConfiguration": role.Admin,
+	// machined answers these as on any node: a node with no A/B slots (container mode) or
+	// nothing installed refuses them with FailedPrecondition.
+	"/machine.MachineService/Upgrade": role.Admin,
+	"/machine.MachineService/Reset":   role.Admin,
 	// Upstream's too: META keys (a network config for the next boot, say) before a config.
 	"/machine.MachineService/MetaWrite":  role.Admin,
 	"/machine.MachineService/MetaDelete": role.Admin,
@@ -52,6 +59,8 @@ var maintenanceMethods = map[string]role.Role{
 func maintenanceResource(namespace, typ string) bool {
 	switch {
 	case namespace == "hardware", namespace == "network", namespace == "meta":
+		return true
+	case namespace == runtimeres.NamespaceName && typ == runtimeres.MetaKeyType:
 		return true
 	case strings.HasSuffix(typ, ".block.talos.dev"):
 		return true
@@ -138,6 +147,10 @@ func ServeMaintenance(ctx context.Context, opts MaintenanceOptions) error {
 func maintenanceHandle(stream grpc.ServerStream, local *grpc.ClientConn, host string) error {
 	method, _ := grpc.MethodFromServerStream(stream)
 
+	if method == "/machine.MachineService/GenerateClientConfiguration" {
+		return status.Error(codes.Unimplemented, "client configuration (talosconfig) can't be generated in maintenance mode: apply a config first")
+	}
+
 	r, ok := maintenanceMethods[method]
 	if !ok {
 		return status.Errorf(codes.Unimplemented, "method %s is not available in maintenance mode: apply a config first", method)
@@ -160,6 +173,10 @@ func maintenanceHandle(stream grpc.ServerStream, local *grpc.ClientConn, host st
 		return err
 	}
 
+	if err := maintenanceRequestCheck(method, first.payload); err != nil {
+		return err
+	}
+
 	if strings.HasPrefix(method, "/cosi.resource.State/") {
 		ns, typ, err := cosiTarget(method, first.payload)
 		if err != nil {
@@ -172,6 +189,46 @@ func maintenanceHandle(stream grpc.ServerStream, local *grpc.ClientConn, host st
 	}
 
 	return oneToOne(&replayStream{ServerStream: stream, first: &first}, local, method, info, forwardMD(md, role.MakeSet(r)))
+}
+
+// maintenanceRequestCheck refuses what maintenance mode does not do, as upstream's: apply
+// modes that keep a running config (no-reboot, staged), and the upgrade and reset options that
+// act on a cluster or on single partitions.
+func maintenanceRequestCheck(method string, payload []byte) error {
+	switch method {
+	case "/machine.MachineService/ApplyConfiguration":
+		var req machine.ApplyConfigurationRequest
+		if err := proto.Unmarshal(payload, &req); err != nil {
+			return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
+		}
+
+		switch req.GetMode() {
+		case machine.ApplyConfigurationRequest_AUTO, machine.ApplyConfigurationRequest_REBOOT, machine.ApplyConfigurationRequest_TRY:
+		default:
+			return status.Errorf(codes.Unimplemented, "apply configuration --mode=%s is not supported in maintenance mode: the node has no config to keep running; use --mode=auto",
+				strings.ReplaceAll(strings.ToLower(req.GetMode().String()), "_", "-"))
+		}
+	case "/machine.MachineService/Upgrade":
+		var req machine.UpgradeRequest
+		if err := proto.Unmarshal(payload, &req); err != nil {
+			return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
+		}
+
+		if req.GetPreserve() || req.GetStage() || req.GetForce() {
+			return status.Error(codes.Unimplemented, "upgrade --preserve, --stage and --force are not supported in maintenance mode: the node has no data to keep and no cluster to guard")
+		}
+	case "/machine.MachineService/Reset":
+		var req machine.ResetRequest
+		if err := proto.Unmarshal(payload, &req); err != nil {
+			return status.Errorf(codes.InvalidArgument, "decoding request: %v", err)
+		}
+
+		if len(req.GetSystemPartitionsToWipe()) > 0 {
+			return status.Error(codes.InvalidArgument, "system_partitions_to_wipe is not supported in maintenance mode: drop --system-labels-to-wipe, the whole system is reset")
+		}
+	}
+
+	return nil
 }
 
 // replayStream hands out an already received first message before reading the stream.

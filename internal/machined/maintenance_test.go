@@ -1,6 +1,7 @@
 package machined_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"strings"
@@ -8,11 +9,14 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -92,6 +96,8 @@ func TestMaintenanceOverNetwork(t *testing.T) {
 		t.Fatalf("invalid config through maintenance: %v", err)
 	}
 
+	checkMaintenanceAsUpstream(ctx, t, c, valid)
+
 	if _, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: valid}); err != nil {
 		t.Fatal(err)
 	}
@@ -110,5 +116,94 @@ func TestMaintenanceOverNetwork(t *testing.T) {
 		}
 
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// With a config, GenerateConfiguration makes join configs with the node's own secrets.
+	gen, err := n.Client(t).GenerateConfiguration(ctx, generateRequest(machine.MachineConfig_TYPE_WORKER))
+	if err != nil {
+		t.Fatalf("GenerateConfiguration of a worker on a configured node: %v", err)
+	}
+
+	joined, err := configloader.NewFromBytes(gen.Messages[0].Data[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	own, _ := configloader.NewFromBytes(valid)
+	if !bytes.Equal(joined.Machine().Security().IssuingCA().Crt, own.Machine().Security().IssuingCA().Crt) || joined.Machine().Type() != machinetype.TypeWorker {
+		t.Errorf("the generated worker config does not join this node's cluster (type %s)", joined.Machine().Type())
+	}
+}
+
+func generateRequest(typ machine.MachineConfig_MachineType) *machine.GenerateConfigurationRequest {
+	return &machine.GenerateConfigurationRequest{
+		ClusterConfig: &machine.ClusterConfig{Name: "gen", ControlPlane: &machine.ControlPlaneConfig{Endpoint: "https://10.9.8.7:6443"}},
+		MachineConfig: &machine.MachineConfig{Type: typ},
+	}
+}
+
+// checkMaintenanceAsUpstream: what upstream's maintenance API serves and refuses, with the
+// node still waiting for a config after each call.
+func checkMaintenanceAsUpstream(ctx context.Context, t *testing.T, c *client.Client, valid []byte) {
+	t.Helper()
+
+	// A config that would keep a running one has nothing to keep: refused, nothing applied.
+	for _, mode := range []machine.ApplyConfigurationRequest_Mode{machine.ApplyConfigurationRequest_NO_REBOOT, machine.ApplyConfigurationRequest_STAGED} {
+		if _, err := c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: valid, Mode: mode}); status.Code(err) != codes.Unimplemented {
+			t.Errorf("apply --mode %s in maintenance: want Unimplemented, got %v", mode, err)
+		}
+	}
+
+	if _, err := c.GenerateConfiguration(ctx, generateRequest(machine.MachineConfig_TYPE_WORKER)); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a worker config in maintenance: want FailedPrecondition, got %v", err)
+	}
+
+	gen, err := c.GenerateConfiguration(ctx, generateRequest(machine.MachineConfig_TYPE_CONTROL_PLANE))
+	if err != nil {
+		t.Fatalf("GenerateConfiguration of a control plane in maintenance: %v", err)
+	}
+
+	cfg, err := configloader.NewFromBytes(gen.Messages[0].Data[0])
+	if err != nil || cfg.Cluster().Name() != "gen" || cfg.Cluster().Endpoint().String() != "https://10.9.8.7:6443" {
+		t.Errorf("generated config: %v", err)
+	}
+
+	if !strings.Contains(string(gen.Messages[0].Talosconfig), "10.9.8.7") {
+		t.Errorf("the talosconfig does not reach the endpoint:\n%s", gen.Messages[0].Talosconfig)
+	}
+
+	if _, err = c.GenerateClientConfiguration(ctx, &machine.GenerateClientConfigurationRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("GenerateClientConfiguration in maintenance: %v", err)
+	}
+
+	if _, err = c.UpgradeWithOptions(ctx, client.WithUpgradeImage("/nonexistent.img"), client.WithUpgradePreserve(true)); status.Code(err) != codes.Unimplemented {
+		t.Errorf("upgrade --preserve in maintenance: want Unimplemented, got %v", err)
+	}
+
+	// machined answers a plain upgrade itself: this node has no A/B slots, nothing installed.
+	if _, err = c.UpgradeWithOptions(ctx, client.WithUpgradeImage("/nonexistent.img")); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("upgrade in maintenance of a node with no slots: want FailedPrecondition, got %v", err)
+	}
+
+	if err = c.ResetGeneric(ctx, &machine.ResetRequest{SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "STATE", Wipe: true}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("reset of single partitions in maintenance: want InvalidArgument, got %v", err)
+	}
+
+	// META keys are resources too (`get metakeys`), readable before a config.
+	if err = c.MetaWrite(ctx, 0x0b, []byte("next-boot")); err != nil {
+		t.Fatal(err)
+	}
+
+	key, err := safe.StateGetByID[*runtimeres.MetaKey](ctx, c.COSI, runtimeres.MetaKeyTagToID(0x0b))
+	if err != nil || key.TypedSpec().Value != "next-boot" {
+		t.Errorf("MetaKey 0x0b after a write: %v", err)
+	}
+
+	if err = c.MetaDelete(ctx, 0x0b); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = safe.StateGetByID[*runtimeres.MetaKey](ctx, c.COSI, runtimeres.MetaKeyTagToID(0x0b)); status.Code(err) != codes.NotFound && !state.IsNotFoundError(err) {
+		t.Errorf("MetaKey 0x0b after its delete: %v", err)
 	}
 }

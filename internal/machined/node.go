@@ -237,6 +237,10 @@ func (n *node) StartResources(ctx context.Context) error {
 
 	n.r.State = st
 
+	if err = server.SyncMetaKeys(ctx, st, n.r.Paths.Meta()); err != nil {
+		return fmt.Errorf("publishing META keys: %w", err)
+	}
+
 	rt, err := cosiruntime.NewRuntime(st, n.r.Log.Named("controllers").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
 	if err != nil {
 		return fmt.Errorf("creating controller runtime: %w", err)

@@ -63,6 +63,10 @@ func TestGetInsecure(t *testing.T) {
 		t.Errorf("meta write --insecure: exit %d\n%s%s", code, out, errOut)
 	}
 
+	if out, errOut, code := talosctl("-n", addr, "get", "metakeys", "--insecure"); code != 0 || !strings.Contains(out, "maintenance-value") {
+		t.Errorf("get metakeys --insecure after a write: exit %d\n%s%s", code, out, errOut)
+	}
+
 	if out, errOut, code := talosctl("-n", addr, "meta", "delete", "0x0c", "--insecure"); code != 0 {
 		t.Errorf("meta delete --insecure of the key written: exit %d\n%s%s", code, out, errOut)
 	}

@@ -53,6 +53,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.ResolverStatus{},
 	&v1alpha1.Service{},
 	&runtimeres.MachineStatus{},
+	&runtimeres.MetaKey{},
 	&secrets.API{},
 	&secrets.Trustd{},
 	&secrets.OSRoot{},

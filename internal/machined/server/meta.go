@@ -23,7 +23,7 @@ func metaKey(key uint32) (string, error) {
 		return "", status.Errorf(codes.InvalidArgument, "META key 0x%x is out of range: keys are 0x00-0xff", key)
 	}
 
-	return fmt.Sprintf("talos.0x%02x", key), nil
+	return fmt.Sprintf(metaKeyPrefix+"%02x", key), nil
 }
 
 // MetaWrite sets a key of the node's META store.
@@ -33,7 +33,7 @@ func (s *Machine) MetaWrite(ctx context.Context, req *machine.MetaWriteRequest) 
 		return nil, err
 	}
 
-	err = s.updateMeta(func(v meta.Values) error {
+	err = s.updateMeta(ctx, func(v meta.Values) error {
 		v[key] = base64.StdEncoding.EncodeToString(req.GetValue())
 
 		return nil
@@ -52,7 +52,7 @@ func (s *Machine) MetaDelete(ctx context.Context, req *machine.MetaDeleteRequest
 		return nil, err
 	}
 
-	err = s.updateMeta(func(v meta.Values) error {
+	err = s.updateMeta(ctx, func(v meta.Values) error {
 		if v[key] == "" {
 			return errMetaKeyNotFound
 		}
@@ -68,13 +68,17 @@ func (s *Machine) MetaDelete(ctx context.Context, req *machine.MetaDeleteRequest
 	return &machine.MetaDeleteResponse{Messages: []*machine.MetaDelete{{Metadata: s.metadata(ctx)}}}, nil
 }
 
-func (s *Machine) updateMeta(fn func(meta.Values) error) error {
+func (s *Machine) updateMeta(ctx context.Context, fn func(meta.Values) error) error {
 	store, err := meta.Open(s.R.Paths.Meta())
 	if err != nil {
 		return err
 	}
 
-	return store.Update(fn)
+	if err = store.Update(fn); err != nil {
+		return err
+	}
+
+	return SyncMetaKeys(ctx, s.R.State, s.R.Paths.Meta())
 }
 
 func metaError(err error) error {

@@ -34,6 +34,12 @@ func (m *Manager) cordonAndDrain(ctx context.Context, log *zap.Logger) error {
 		return nil
 	}
 
+	if m.R.Config() == nil {
+		log.Info("cordon and drain skipped: the node has no config (maintenance mode), so it is in no cluster")
+
+		return nil
+	}
+
 	nodename, err := safe.StateGetByID[*k8s.Nodename](ctx, m.R.State, k8s.NodenameID)
 	if err != nil {
 		return fmt.Errorf("cordon and drain: the node's Kubernetes name: %w", err)
