@@ -10,5 +10,10 @@ go vet ./...
 # -count=1: the end-to-end packages build the node binaries themselves, which the test cache
 # cannot see, so a cached pass could hide a change.
 go test -count=1 -race -timeout 60m "$@" ./...
+# The clock-jump fault sets the host's clock, so it runs alone, after every other package, and
+# only as root (internal/e2e/faults/clock_test.go).
+if [ "$(id -u)" = 0 ]; then
+  FAULTS_CLOCK_JUMP=1 go test -count=1 -v -run TestClockJump "$@" ./internal/e2e/faults/
+fi
 # Every fuzz target for a bounded time (hack/fuzz.sh: 30 s each, FuzzApplyConfig 90 s).
 ./hack/fuzz.sh

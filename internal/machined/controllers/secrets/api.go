@@ -70,15 +70,15 @@ func (ctrl *APIController) Run(ctx context.Context, r controller.Runtime, log *z
 		check = checkInterval(lifetime)
 	}
 
-	ticker := time.NewTicker(check)
-	defer ticker.Stop()
+	ticks, stop := newCheckTicker(check, log)
+	defer stop()
 
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.EventCh():
-		case <-ticker.C:
+		case <-ticks:
 		}
 
 		if err := ctrl.reconcile(ctx, r, log, lifetime); err != nil {

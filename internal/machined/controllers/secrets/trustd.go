@@ -46,15 +46,15 @@ func (ctrl *TrustdController) Run(ctx context.Context, r controller.Runtime, log
 		lifetime = Lifetime()
 	}
 
-	ticker := time.NewTicker(checkInterval(lifetime))
-	defer ticker.Stop()
+	ticks, stop := newCheckTicker(checkInterval(lifetime), log)
+	defer stop()
 
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.EventCh():
-		case <-ticker.C:
+		case <-ticks:
 		}
 
 		if err := ctrl.reconcile(ctx, r, log, lifetime); err != nil {
