@@ -61,8 +61,9 @@ func (ctrl *ManifestApplyController) Run(ctx context.Context, r controller.Runti
 	}
 
 	var (
-		retry <-chan time.Time
-		wait  = interval
+		retry   <-chan time.Time
+		wait    = interval
+		waiting bool // for the API server to be ready
 	)
 
 	for {
@@ -75,19 +76,39 @@ func (ctrl *ManifestApplyController) Run(ctx context.Context, r controller.Runti
 
 		retry = nil
 
-		if err := ctrl.reconcile(ctx, r); err != nil {
+		err := ctrl.reconcile(ctx, r)
+
+		switch {
+		case errors.Is(err, errAPINotReady):
+			// Asking a local API server whether it is ready costs nothing: ask every second, so
+			// the manifests (the bootstrap token the workers join with among them) are applied
+			// as soon as it is, and say so once.
+			if !waiting {
+				log.Info("waiting for the API server to be ready to apply the manifests", zap.Error(err))
+			}
+
+			waiting = true
+			retry = time.After(apiReadyPoll)
+		case err != nil:
+			waiting = false
+
 			log.Warn("applying the manifests, will retry", zap.Error(err), zap.Duration("in", wait))
 
-			// Backing off to a minute: an API server that is long down is not asked every 5s.
+			// Backing off to a minute: a failing apply is not repeated every 5s.
 			retry = time.After(wait)
 			wait = min(2*wait, max(interval, time.Minute))
-
-			continue
+		default:
+			waiting = false
+			wait = interval
 		}
-
-		wait = interval
 	}
 }
+
+// errAPINotReady: the API server does not answer /readyz yet (still starting, or down).
+var errAPINotReady = errors.New("the API server is not ready")
+
+// apiReadyPoll is how often a control plane asks its API server whether it is ready.
+const apiReadyPoll = time.Second
 
 func (ctrl *ManifestApplyController) reconcile(ctx context.Context, r controller.Runtime) error {
 	kube, err := safe.ReaderGetByID[*secrets.Kubernetes](ctx, r, secrets.KubernetesID)
@@ -206,6 +227,15 @@ func applyObjects(ctx context.Context, kubeconfig string, objects []namedObject)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return failed, err
+	}
+
+	// /readyz answers OK once the API server's start hooks are done (its RBAC roles and priority
+	// classes exist): applying before that fails object by object.
+	readyCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+
+	if _, err = dc.RESTClient().Get().AbsPath("/readyz").DoRaw(readyCtx); err != nil {
+		return failed, fmt.Errorf("%w: %w", errAPINotReady, err)
 	}
 
 	clear(failed)
