@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -68,22 +69,35 @@ func ImportImageCache(ctx context.Context, socket, dir string, log io.Writer) ([
 
 	// Archive by archive, k8s.io before system: kubelet starts once its own image is in the
 	// system namespace, and by then the pods' images (pause among them) are in k8s.io, so its
-	// first pod sandboxes do not try a registry and back off.
+	// first pod sandboxes do not try a registry and back off. The archive is read once; the
+	// system namespace gets the same blobs by digest.
 	for _, a := range archives {
-		for _, ns := range []string{"k8s.io", runner.SystemNamespace} {
-			imported, err := runner.ImportArchive(namespaces.WithNamespace(ctx, ns), client, a)
-			if err != nil {
+		start := time.Now()
+
+		imported, err := runner.ImportArchive(namespaces.WithNamespace(ctx, "k8s.io"), client, a)
+		if err != nil {
+			failed = append(failed, err.Error())
+
+			continue
+		}
+
+		fmt.Fprintf(log, "imported %v into k8s.io from %s in %s\n", imported, a, time.Since(start).Round(time.Millisecond))
+
+		start = time.Now()
+
+		if err = runner.CopyImages(ctx, client, "k8s.io", runner.SystemNamespace, imported); err != nil {
+			fmt.Fprintf(log, "sharing %s's images with %s: %v; importing it again\n", a, runner.SystemNamespace, err)
+
+			if imported, err = runner.ImportArchive(namespaces.WithNamespace(ctx, runner.SystemNamespace), client, a); err != nil {
 				failed = append(failed, err.Error())
 
 				continue
 			}
-
-			fmt.Fprintf(log, "imported %v into %s from %s\n", imported, ns, a)
-
-			if ns == runner.SystemNamespace {
-				names = append(names, imported...)
-			}
 		}
+
+		fmt.Fprintf(log, "added them to %s in %s\n", runner.SystemNamespace, time.Since(start).Round(time.Millisecond))
+
+		names = append(names, imported...)
 	}
 
 	if len(failed) > 0 {
