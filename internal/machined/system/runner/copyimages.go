@@ -21,6 +21,16 @@ func CopyImages(ctx context.Context, client *containerd.Client, from, to string,
 	src, dst := namespaces.WithNamespace(ctx, from), namespaces.WithNamespace(ctx, to)
 	store, is := client.ContentStore(), client.ImageService()
 
+	// Under a lease until the images exist: a blob committed here is referenced by nothing in
+	// this namespace until its manifest and image are, and garbage collection (which any
+	// deletion in any namespace schedules) would take it meanwhile.
+	dst, done, err := client.WithLease(dst)
+	if err != nil {
+		return fmt.Errorf("lease in %s: %w", to, err)
+	}
+
+	defer done(context.WithoutCancel(dst)) //nolint:errcheck // an expired lease goes by itself
+
 	for _, name := range names {
 		img, err := is.Get(src, name)
 		if err != nil {
