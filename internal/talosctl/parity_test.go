@@ -17,8 +17,6 @@ import (
 var missingCommands = map[string]string{
 	// Upstream runs sonobuoy, which pulls its images and the test suite from the internet; our
 	// nodes get images only from the node image's cache or a registry they reach.
-	"conformance":            "runs sonobuoy, which needs images and test data from the internet",
-	"conformance kubernetes": "runs sonobuoy, which needs images and test data from the internet",
 }
 
 // missingFlags are flags upstream has on every connecting command that talosctl leaves out.

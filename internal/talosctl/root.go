@@ -84,6 +84,7 @@ func NewRootCommand() *cobra.Command {
 		resetCmd(g),
 		upgradeCmd(g),
 		upgradeK8sCmd(g),
+		conformanceCmd(g),
 		rollbackCmd(g),
 		kubeconfigCmd(g),
 		healthCmd(g),

@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talos-go/talos/internal/configpatch"
 	"github.com/talos-go/talos/internal/images"
@@ -92,19 +91,9 @@ type component struct {
 }
 
 func upgradeK8s(ctx context.Context, out io.Writer, s *session, f *upgradeK8sFlags) error {
-	cpCtx, err := s.single(ctx, "upgrade-k8s")
+	cfg, _, err := kubeClient(ctx, s, "upgrade-k8s")
 	if err != nil {
 		return err
-	}
-
-	kc, err := s.c.Kubeconfig(cpCtx)
-	if err != nil {
-		return fmt.Errorf("downloading the kubeconfig: %w%s (-n must name a control plane node)", err, hint(err))
-	}
-
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		return fmt.Errorf("the node's kubeconfig: %w", err)
 	}
 
 	if f.endpoint != "" {

@@ -21,6 +21,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -400,5 +401,33 @@ func TestUpgradeK8s(t *testing.T) {
 
 	if _, errOut, code = talosctl(t, "-n", cp, "upgrade-k8s", "--to", "v1.33.0"); code == 0 || !strings.Contains(errOut, "downgrades are not supported") {
 		t.Fatalf("upgrade-k8s to an older version: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestConformanceSaysWhatIsMissing: `conformance kubernetes` starts upstream's conformance pod;
+// the nodes here cannot reach registry.k8s.io, so it fails with the image and the node named,
+// and deletes everything it created.
+func TestConformanceSaysWhatIsMissing(t *testing.T) {
+	cs, _ := kube(t)
+
+	out, errOut, code := talosctl(t, "-n", cp, "conformance", "kubernetes", "--mode", "fast")
+	if code == 0 || !strings.Contains(errOut, "cannot pull registry.k8s.io/conformance:"+images.KubernetesVersion) || !strings.Contains(errOut, "registry mirror") {
+		t.Fatalf("conformance without registry access: exit %d\n%s%s", code, out, errOut)
+	}
+
+	if !strings.Contains(out, "conformance pass 1 of 2") || !strings.Contains(out, "deleting namespace conformance") {
+		t.Errorf("conformance progress:\n%s", out)
+	}
+
+	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "conformance", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the conformance namespace is left: %v", err)
+	}
+
+	if _, err := cs.RbacV1().ClusterRoleBindings().Get(t.Context(), "conformance-serviceaccount-role-binding", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the conformance role binding is left: %v", err)
+	}
+
+	if _, errOut, code = talosctl(t, "-n", cp, "conformance", "k8s", "--mode", "quick"); code == 0 || !strings.Contains(errOut, `unsupported conformance mode "quick"`) {
+		t.Errorf("an unknown mode: exit %d\n%s", code, errOut)
 	}
 }
