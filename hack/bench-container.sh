@@ -15,10 +15,16 @@ fi
 out=$(mktemp -d)
 # Static, as the node image needs them; both modes run the same binaries.
 CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$out/" ./cmd/machined ./cmd/talosctl ./cmd/etcd
-# The node image: IMAGE, else the real one of `make rootfs`, else the development image.
+# The node image: IMAGE, else the real one without Kubernetes (the goal is set before Kubernetes,
+# and a container cluster with it waits for Kubernetes too: hack/bench-k8s.sh measures that),
+# built next to `make rootfs`'s when missing, else the development image.
 image=${IMAGE:-}
 if [ -z "$image" ] && [ -f _out/rootfs.sqsh ]; then
-  image=$PWD/_out/rootfs.sqsh
+  image=$PWD/_out/rootfs-base.sqsh
+  if [ ! -f "$image" ] || [ _out/rootfs.sqsh -nt "$image" ]; then
+    echo "building the node image without Kubernetes: $image"
+    KUBERNETES=0 ROOTFS_OUT="$image" ./hack/rootfs.sh >&2
+  fi
 fi
 if [ -z "$image" ]; then
   image="$out/rootfs.sqsh"
