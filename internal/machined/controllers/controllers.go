@@ -115,7 +115,7 @@ func List(opts Options) []controller.Controller {
 
 	if opts.RunsKubernetes {
 		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
-			&k8sctrl.StaticPodStatusController{})
+			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{})
 	}
 
 	return list

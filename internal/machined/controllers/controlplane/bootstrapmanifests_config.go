@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
@@ -23,8 +24,10 @@ type BootstrapManifestsConfigController = transform.Controller[*config.MachineCo
 // CoreDNS unless disabled, flannel when the CNI is the default one, and the DNS service at the
 // tenth IP of the service subnet.
 func NewBootstrapManifestsConfigController() *BootstrapManifestsConfigController {
-	return fromClusterConfig("controlplane.BootstrapManifestsConfigController", k8s.NewBootstrapManifestsConfig,
-		func(cluster talosconfig.ClusterConfig, out *k8s.BootstrapManifestsConfig) error {
+	return fromConfig("controlplane.BootstrapManifestsConfigController", k8s.NewBootstrapManifestsConfig,
+		func(c talosconfig.Config, out *k8s.BootstrapManifestsConfig) error {
+			cluster := c.Cluster()
+
 			dnsIPs, err := cluster.Network().DNSServiceIPs()
 			if err != nil {
 				return fmt.Errorf("cluster.network.serviceSubnets: %w", err)
@@ -48,6 +51,14 @@ func NewBootstrapManifestsConfigController() *BootstrapManifestsConfigController
 				FlannelKubeServicePort: cluster.Endpoint().Port(),
 
 				PodSecurityPolicyEnabled: !cluster.APIServer().DisablePodSecurityPolicy(),
+			}
+
+			// With KubePrism, kube-proxy and flannel (host network, on every node) reach the API
+			// servers through the node's own balancer, as upstream's.
+			if prism := c.Machine().Features().KubePrism(); prism.Enabled() {
+				spec.Server = fmt.Sprintf("https://127.0.0.1:%d", prism.Port())
+				spec.FlannelKubeServiceHost = "127.0.0.1"
+				spec.FlannelKubeServicePort = strconv.Itoa(prism.Port())
 			}
 
 			if spec.FlannelEnabled {

@@ -21,6 +21,11 @@ import (
 // a control plane: out is made by newOut, filled by fill from the cluster section. Workers
 // have none.
 func fromClusterConfig[Out generic.ResourceWithRD](name string, newOut func() Out, fill func(talosconfig.ClusterConfig, Out) error) *transform.Controller[*config.MachineConfig, Out] {
+	return fromConfig(name, newOut, func(c talosconfig.Config, out Out) error { return fill(c.Cluster(), out) })
+}
+
+// fromConfig is fromClusterConfig for what needs the machine's settings too.
+func fromConfig[Out generic.ResourceWithRD](name string, newOut func() Out, fill func(talosconfig.Config, Out) error) *transform.Controller[*config.MachineConfig, Out] {
 	return transform.NewController(
 		transform.Settings[*config.MachineConfig, Out]{
 			Name: name,
@@ -33,7 +38,7 @@ func fromClusterConfig[Out generic.ResourceWithRD](name string, newOut func() Ou
 				return optional.Some(newOut())
 			},
 			TransformFunc: func(_ context.Context, _ controller.Reader, _ *zap.Logger, cfg *config.MachineConfig, out Out) error {
-				return fill(cfg.Config().Cluster(), out)
+				return fill(cfg.Config(), out)
 			},
 		},
 	)

@@ -78,7 +78,10 @@ func TestConfigs(t *testing.T) {
 		a.Equal("registry.k8s.io/coredns/coredns:v1.12.1", s.CoreDNSImage)
 		a.True(s.FlannelEnabled)
 		a.Equal("ghcr.io/siderolabs/flannel:v0.26.7", s.FlannelImage)
-		a.Equal(ctest.EndpointHost, s.FlannelKubeServiceHost)
+		// KubePrism (on in generated configs): flannel and kube-proxy reach the API through it.
+		a.Equal("127.0.0.1", s.FlannelKubeServiceHost)
+		a.Equal("7445", s.FlannelKubeServicePort)
+		a.Equal("https://127.0.0.1:7445", s.Server)
 	})
 
 	// The node becomes a worker: its control-plane configs go.

@@ -83,7 +83,8 @@ func TestManifestsDefault(t *testing.T) {
 		a.Equal("registry.k8s.io/kube-proxy:v1.34.0", path(c, "image"))
 		a.Equal("/usr/local/bin/kube-proxy", path(c, "command", 0))
 		a.Equal(true, path(ds, "spec", "template", "spec", "hostNetwork"))
-		a.Contains(path(find(m, "ConfigMap", "kubeconfig-in-cluster"), "data", "kubeconfig"), "server: https://"+ctest.EndpointHost+":6443")
+		// Generated configs enable KubePrism: host-network pods reach the API servers through it.
+		a.Contains(path(find(m, "ConfigMap", "kubeconfig-in-cluster"), "data", "kubeconfig"), "server: https://127.0.0.1:7445")
 	})
 	ctest.AssertResource(env, "11-core-dns", func(m *k8s.Manifest, a *assert.Assertions) {
 		d := find(m, "Deployment", "coredns")
