@@ -301,6 +301,9 @@ func orDefault(s, def string) string {
 	return s
 }
 
+// startPoll is how often a service that has not been healthy yet is checked.
+const startPoll = 100 * time.Millisecond
+
 func (s *Supervisor) checkHealth(ctx context.Context, inst *instance) {
 	svc := inst.svc
 	if svc.HealthFunc == nil {
@@ -322,6 +325,8 @@ func (s *Supervisor) checkHealth(ctx context.Context, inst *instance) {
 
 	timer := time.NewTimer(settings.InitialDelay)
 	defer timer.Stop()
+
+	everHealthy := false
 
 	for {
 		select {
@@ -355,9 +360,17 @@ func (s *Supervisor) checkHealth(ctx context.Context, inst *instance) {
 		}
 		s.mu.Unlock()
 
-		// Poll fast until the first success so dependents start promptly.
+		// Poll fast until the first success, so dependents start as soon as the service is up
+		// (containerd, etcd and apid answer within a second or two of starting), then every
+		// second while it is unhealthy.
+		everHealthy = everHealthy || healthy
+
 		next := settings.Period
-		if !healthy {
+
+		switch {
+		case !everHealthy:
+			next = min(settings.Period, startPoll)
+		case !healthy:
 			next = min(settings.Period, time.Second)
 		}
 
