@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
@@ -311,7 +312,7 @@ func writeNew(path string, data []byte, force bool) error {
 }
 
 func genSecretsCmd(force *bool) *cobra.Command {
-	var out, fromPKI, token, talosVersion string
+	var out, fromPKI, fromConfig, token, talosVersion string
 
 	cmd := &cobra.Command{
 		Use:   "secrets",
@@ -330,9 +331,24 @@ func genSecretsCmd(force *bool) *cobra.Command {
 				}
 			}
 
-			if fromPKI != "" {
+			switch {
+			case fromConfig != "":
+				// The cluster secrets of an existing control plane config: configs generated from
+				// this bundle join that cluster.
+				var cfg config.Provider
+
+				if cfg, err = configloader.NewFromFile(fromConfig); err != nil {
+					return fmt.Errorf("--from-controlplane-config %s: %w", fromConfig, err)
+				}
+
+				if cfg.Machine() == nil || !cfg.Machine().Type().IsControlPlane() {
+					return fmt.Errorf("--from-controlplane-config %s: not a control plane config (a worker's holds no CA keys): use controlplane.yaml", fromConfig)
+				}
+
+				bundle = secrets.NewBundleFromConfig(secrets.NewClock(), cfg)
+			case fromPKI != "":
 				bundle, err = secrets.NewBundleFromKubernetesPKI(fromPKI, token, contract)
-			} else {
+			default:
 				bundle, err = secrets.NewBundle(secrets.NewClock(), contract)
 			}
 
@@ -357,6 +373,7 @@ func genSecretsCmd(force *bool) *cobra.Command {
 
 	cmd.Flags().StringVarP(&out, "output-file", "o", "secrets.yaml", "path of the output file")
 	cmd.Flags().StringVarP(&fromPKI, "from-kubernetes-pki", "p", "", "use a Kubernetes PKI directory (e.g. /etc/kubernetes/pki) as input")
+	cmd.Flags().StringVar(&fromConfig, "from-controlplane-config", "", "use the provided controlplane Talos machine configuration as input")
 	cmd.Flags().StringVarP(&token, "kubernetes-bootstrap-token", "t", "", "use the provided bootstrap token as input")
 	cmd.Flags().StringVar(&talosVersion, "talos-version", "", "the desired Talos version to generate secrets bundle for (backwards compatibility, e.g. v1.10)")
 

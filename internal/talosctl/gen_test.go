@@ -171,6 +171,26 @@ func TestGenSecretsThenConfigShareTheCA(t *testing.T) {
 	if cas[0] == "" || cas[0] != cas[1] {
 		t.Error("configs generated from the same secrets have different CAs")
 	}
+
+	// The secrets of a control plane config make configs of the same cluster; a worker's holds
+	// no CA keys and is refused.
+	fromCfg := filepath.Join(dir, "from-config.yaml")
+	if code, _, stderr := run(t, "gen", "secrets", "-o", fromCfg, "--from-controlplane-config", filepath.Join(dir, "a", "controlplane.yaml")); code != 0 {
+		t.Fatal(stderr)
+	}
+
+	out := filepath.Join(dir, "c")
+	if code, _, stderr := run(t, "gen", "config", "c", "https://1.2.3.4:6443", "--with-secrets", fromCfg, "-o", out); code != 0 {
+		t.Fatal(stderr)
+	}
+
+	if cfg, err := configloader.NewFromFile(filepath.Join(out, "controlplane.yaml")); err != nil || string(cfg.Machine().Security().IssuingCA().Crt) != cas[0] {
+		t.Errorf("a config from --from-controlplane-config secrets has another CA: %v", err)
+	}
+
+	if code, _, stderr := run(t, "gen", "secrets", "-o", filepath.Join(dir, "w.yaml"), "--from-controlplane-config", filepath.Join(dir, "a", "worker.yaml")); code == 0 || !strings.Contains(stderr, "not a control plane config") {
+		t.Errorf("secrets from a worker config: exit %d %s", code, stderr)
+	}
 }
 
 func TestGenConfigRejectsBadEndpoint(t *testing.T) {

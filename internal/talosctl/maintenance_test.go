@@ -75,6 +75,16 @@ func TestGetInsecure(t *testing.T) {
 		t.Errorf("meta delete --insecure of a deleted key: exit %d\n%s", code, errOut)
 	}
 
+	// Upgrade and reset reach maintenance mode too: this node has no A/B slots, and maintenance
+	// mode resets the whole system or nothing. Neither changes the node.
+	if _, errOut, code := talosctl("-n", addr, "upgrade", "--insecure", "--image", "/nonexistent.img"); code == 0 || !strings.Contains(errOut, "A/B slots") {
+		t.Errorf("upgrade --insecure of a node with no slots: exit %d\n%s", code, errOut)
+	}
+
+	if _, errOut, code := talosctl("-n", addr, "reset", "--insecure", "--system-labels-to-wipe", "STATE"); code == 0 || !strings.Contains(errOut, "maintenance mode") {
+		t.Errorf("reset --insecure of one partition: exit %d\n%s", code, errOut)
+	}
+
 	checkCertFingerprint(t, talosctl, addr)
 }
 

@@ -101,8 +101,8 @@ func shutdownCmd(g *Global) *cobra.Command {
 
 func resetCmd(g *Global) *cobra.Command {
 	var (
-		graceful, reboot bool
-		labels, disks    []string
+		graceful, reboot, insecure bool
+		labels, disks              []string
 		wipeMode         string
 		wf               waitFlags
 	)
@@ -128,8 +128,11 @@ func resetCmd(g *Global) *cobra.Command {
 				req.SystemPartitionsToWipe = append(req.SystemPartitionsToWipe, &machineapi.ResetPartitionSpec{Label: l, Wipe: true})
 			}
 
-			return g.run(cmd, func(ctx context.Context, s *session) error {
-				boots := bootIDs(ctx, s)
+			return runMaybeInsecure(cmd, g, insecure, &wf, func(ctx context.Context, s *session) error {
+				boots := map[string]string{}
+				if !insecure {
+					boots = bootIDs(ctx, s)
+				}
 
 				resp, err := s.c.ResetGenericWithResponse(s.ctx(ctx), req)
 				if err := renderReply(cmd, resp, err, func(*machineapi.ResetResponse) error { return nil }); err != nil {
@@ -151,6 +154,7 @@ func resetCmd(g *Global) *cobra.Command {
 	f.StringSliceVar(&labels, "system-labels-to-wipe", nil, "if set, just wipe selected system disk partitions by label but keep other partitions intact")
 	f.StringSliceVar(&disks, "user-disks-to-wipe", nil, "if set, wipes defined devices in the list")
 	f.StringVar(&wipeMode, "wipe-mode", "all", "disk reset mode: all, system-disk, user-disks")
+	f.BoolVar(&insecure, "insecure", false, "reset using the insecure (encrypted with no auth) maintenance service (does not wait)")
 	wf.register(cmd)
 
 	return cmd
@@ -248,4 +252,17 @@ func probe(ctx context.Context, c *client.Client) (string, error) {
 	id, _ := readBootID(ctx, c)
 
 	return id, nil
+}
+
+// runMaybeInsecure runs fn through apid, or with insecure through each node's maintenance API
+// (a node without a config), where there is nothing to follow the operation with: it does not
+// wait.
+func runMaybeInsecure(cmd *cobra.Command, g *Global, insecure bool, wf *waitFlags, fn func(ctx context.Context, s *session) error) error {
+	if !insecure {
+		return g.run(cmd, fn)
+	}
+
+	wf.wait = false
+
+	return getInsecure(cmd, g.Nodes, fn)
 }

@@ -16,8 +16,8 @@ import (
 
 func upgradeCmd(g *Global) *cobra.Command {
 	var (
-		image                  string
-		preserve, stage, force bool
+		image                            string
+		preserve, stage, force, insecure bool
 		rebootMode             string
 		wf                     waitFlags
 	)
@@ -51,7 +51,7 @@ func upgradeCmd(g *Global) *cobra.Command {
 				return fmt.Errorf("unknown --reboot-mode %q: use default or powercycle", rebootMode)
 			}
 
-			return g.run(cmd, func(ctx context.Context, s *session) error {
+			return runMaybeInsecure(cmd, g, insecure, &wf, func(ctx context.Context, s *session) error {
 				resp, err := s.c.UpgradeWithOptions(s.ctx(ctx), client.WithUpgradeImage(image), client.WithUpgradePreserve(preserve),
 					client.WithUpgradeStage(stage), client.WithUpgradeForce(force), client.WithUpgradeRebootMode(mode))
 				if err := renderReply(cmd, resp, err, func(r *machineapi.UpgradeResponse) error {
@@ -79,6 +79,7 @@ func upgradeCmd(g *Global) *cobra.Command {
 	f.BoolVarP(&stage, "stage", "s", false, "stage the upgrade to perform it after a reboot")
 	f.BoolVarP(&force, "force", "f", false, "force the upgrade (skip etcd health and member checks)")
 	f.StringVarP(&rebootMode, "reboot-mode", "m", "default", "select the reboot mode during upgrade: default, powercycle")
+	f.BoolVar(&insecure, "insecure", false, "upgrade using the insecure (encrypted with no auth) maintenance service (does not wait)")
 	wf.register(cmd)
 
 	return cmd
