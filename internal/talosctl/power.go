@@ -103,8 +103,8 @@ func resetCmd(g *Global) *cobra.Command {
 	var (
 		graceful, reboot, insecure bool
 		labels, disks              []string
-		wipeMode         string
-		wf               waitFlags
+		wipeMode                   string
+		wf                         waitFlags
 	)
 
 	cmd := &cobra.Command{

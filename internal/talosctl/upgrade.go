@@ -18,8 +18,8 @@ func upgradeCmd(g *Global) *cobra.Command {
 	var (
 		image                            string
 		preserve, stage, force, insecure bool
-		rebootMode             string
-		wf                     waitFlags
+		rebootMode                       string
+		wf                               waitFlags
 	)
 
 	cmd := &cobra.Command{
