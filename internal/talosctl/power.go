@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -14,13 +15,69 @@ import (
 
 // waitFlags are the --wait/--timeout pair of the power commands.
 type waitFlags struct {
-	wait    bool
-	timeout time.Duration
+	wait, debug bool
+	timeout     time.Duration
 }
 
 func (f *waitFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.wait, "wait", true, "wait for the operation to complete, tracking its progress")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Minute, "time to wait for the operation to complete")
+	cmd.Flags().BoolVar(&f.debug, "debug", false, "debug operation from kernel logs. --wait is set to true when this flag is set")
+}
+
+// waits tells whether to wait for the operation: --wait, or --debug (which needs the wait).
+func (f *waitFlags) waits() bool { return f.wait || f.debug }
+
+// waiting runs the wait of an operation; with --debug the nodes' kernel logs are printed to w
+// while it runs (each node's until its log stream ends, as it does when the node goes down).
+func (f *waitFlags) waiting(ctx context.Context, w io.Writer, s *session, wait func() error) error {
+	if !f.debug {
+		return wait()
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+
+	for _, node := range s.nodes {
+		stream, err := s.c.Dmesg(s.nodeCtx(ctx, node), true, true)
+		if err != nil {
+			fmt.Fprintf(w, "%s: kernel log: %v\n", node, err)
+
+			continue
+		}
+
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+
+			for {
+				msg, err := stream.Recv()
+				if err != nil {
+					return
+				}
+
+				mu.Lock()
+				for _, line := range strings.SplitAfter(string(msg.GetBytes()), "\n") {
+					if line != "" {
+						fmt.Fprintf(w, "%s: %s", node, line)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+
+	err := wait()
+
+	cancel()
+	wg.Wait()
+
+	return err
 }
 
 func rebootCmd(g *Global) *cobra.Command {
@@ -52,11 +109,11 @@ func rebootCmd(g *Global) *cobra.Command {
 					return err
 				}
 
-				if !wf.wait {
+				if !wf.waits() {
 					return nil
 				}
 
-				return waitNodes(ctx, cmd.ErrOrStderr(), s, boots, true, wf.timeout)
+				return wf.waiting(ctx, cmd.ErrOrStderr(), s, func() error { return waitNodes(ctx, cmd.ErrOrStderr(), s, boots, true, wf.timeout) })
 			})
 		},
 	}
@@ -84,11 +141,11 @@ func shutdownCmd(g *Global) *cobra.Command {
 					return err
 				}
 
-				if !wf.wait {
+				if !wf.waits() {
 					return nil
 				}
 
-				return waitNodes(ctx, cmd.ErrOrStderr(), s, nil, false, wf.timeout)
+				return wf.waiting(ctx, cmd.ErrOrStderr(), s, func() error { return waitNodes(ctx, cmd.ErrOrStderr(), s, nil, false, wf.timeout) })
 			})
 		},
 	}
@@ -139,11 +196,11 @@ func resetCmd(g *Global) *cobra.Command {
 					return err
 				}
 
-				if !wf.wait {
+				if !wf.waits() {
 					return nil
 				}
 
-				return waitNodes(ctx, cmd.ErrOrStderr(), s, boots, reboot, wf.timeout)
+				return wf.waiting(ctx, cmd.ErrOrStderr(), s, func() error { return waitNodes(ctx, cmd.ErrOrStderr(), s, boots, reboot, wf.timeout) })
 			})
 		},
 	}
@@ -262,7 +319,7 @@ func runMaybeInsecure(cmd *cobra.Command, g *Global, insecure bool, wf *waitFlag
 		return g.run(cmd, fn)
 	}
 
-	wf.wait = false
+	wf.wait, wf.debug = false, false
 
 	return getInsecure(cmd, g.Nodes, fn)
 }

@@ -64,11 +64,11 @@ func upgradeCmd(g *Global) *cobra.Command {
 					return err
 				}
 
-				if !wf.wait || stage {
+				if !wf.waits() || stage {
 					return nil
 				}
 
-				return waitUpgraded(ctx, cmd, s, resp, wf.timeout)
+				return wf.waiting(ctx, cmd.ErrOrStderr(), s, func() error { return waitUpgraded(ctx, cmd, s, resp, wf.timeout) })
 			})
 		},
 	}

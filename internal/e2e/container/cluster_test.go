@@ -167,7 +167,13 @@ func bootID(t *testing.T, node string) string {
 // A reboot ends the node's namespaces and starts it again with a fresh root; STATE stays.
 func TestReboot(t *testing.T) {
 	id := bootID(t, w)
-	must(t, "-n", w, "reboot", "--timeout", "3m")
+
+	// --debug follows the kernel log and waits, even with --wait=false, as upstream's.
+	_, errOut, code := talosctl(t, "-n", w, "reboot", "--timeout", "3m", "--wait=false", "--debug")
+	if code != 0 || !strings.Contains(errOut, w+": back up") {
+		t.Fatalf("reboot --debug: exit %d, no wait for the node:\n%s", code, errOut)
+	}
+
 	rebooted := time.Now() // the node is back: its old kubelet is gone
 
 	if after := bootID(t, w); after == id || after == "" {
