@@ -126,22 +126,15 @@ func runConformance(ctx context.Context, out io.Writer, s *session, mode string)
 		return err
 	}
 
-	info, err := cs.Discovery().ServerVersion()
+	image, v, err := conformanceImage(cs)
 	if err != nil {
-		return fmt.Errorf("the API server's version: %w", err)
-	}
-
-	v, err := version.ParseGeneric(info.GitVersion)
-	if err != nil {
-		return fmt.Errorf("the API server's version %q: %w", info.GitVersion, err)
+		return err
 	}
 
 	runs, err := conformanceRuns(mode, v)
 	if err != nil {
 		return err
 	}
-
-	image := fmt.Sprintf("%s:v%d.%d.%d", conformanceImageRepo, v.Major(), v.Minor(), v.Patch())
 
 	for i, run := range runs {
 		fmt.Fprintf(out, "conformance pass %d of %d: focus %s, skip %q, parallel %v, image %s\n", i+1, len(runs), run.focus, run.skip, run.parallel, image)
@@ -154,6 +147,46 @@ func runConformance(ctx context.Context, out io.Writer, s *session, mode string)
 	fmt.Fprintln(out, "conformance tests passed")
 
 	return nil
+}
+
+// conformanceImage is the upstream conformance image of the API server's version.
+func conformanceImage(cs kubernetes.Interface) (string, *version.Version, error) {
+	info, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return "", nil, fmt.Errorf("the API server's version: %w", err)
+	}
+
+	v, err := version.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return "", nil, fmt.Errorf("the API server's version %q: %w", info.GitVersion, err)
+	}
+
+	return fmt.Sprintf("%s:v%d.%d.%d", conformanceImageRepo, v.Major(), v.Minor(), v.Patch()), v, nil
+}
+
+// quickE2ETests are the e2e tests of `health --run-e2e`, as upstream's: basic pod and service
+// operations.
+var quickE2ETests = []string{
+	"Pods should be submitted and removed",
+	"Services should serve a basic endpoint from pods",
+	"Services should be able to change the type from ExternalName to ClusterIP",
+}
+
+// quickE2E runs the quick e2e tests after a successful health check (health --run-e2e).
+func quickE2E(ctx context.Context, out io.Writer, s *session) error {
+	cfg, cs, err := kubeClient(ctx, s, "health --run-e2e")
+	if err != nil {
+		return err
+	}
+
+	image, _, err := conformanceImage(cs)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "running the e2e tests %q with %s\n", quickE2ETests, image)
+
+	return conformancePass(ctx, out, cfg, cs, image, conformanceRun{focus: strings.Join(quickE2ETests, "|"), timeout: 10 * time.Minute})
 }
 
 // conformancePass runs one pass and deletes what it created, whatever the outcome.

@@ -26,7 +26,7 @@ import (
 
 func healthCmd(g *Global) *cobra.Command {
 	var (
-		server                  bool
+		server, runE2E          bool
 		waitTimeout             time.Duration
 		controlPlanes, workers  []string
 		initNode, forceEndpoint string
@@ -37,7 +37,7 @@ func healthCmd(g *Global) *cobra.Command {
 		Short: "Check cluster health",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.run(cmd, func(ctx context.Context, s *session) error {
+			check := func(ctx context.Context, s *session) error {
 				ctx, cancel := context.WithTimeout(ctx, waitTimeout)
 				defer cancel()
 
@@ -85,12 +85,21 @@ func healthCmd(g *Global) *cobra.Command {
 				}
 
 				return nil
+			}
+
+			return g.run(cmd, func(ctx context.Context, s *session) error {
+				if err := check(ctx, s); err != nil || !runE2E {
+					return err
+				}
+
+				return quickE2E(ctx, cmd.OutOrStdout(), s)
 			})
 		},
 	}
 
 	f := cmd.Flags()
 	f.BoolVar(&server, "server", true, "run server-side check")
+	f.BoolVar(&runE2E, "run-e2e", false, "run Kubernetes e2e test")
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.StringSliceVar(&controlPlanes, "control-plane-nodes", nil, "specify IPs of control plane nodes")
 	f.StringSliceVar(&workers, "worker-nodes", nil, "specify IPs of worker nodes")

@@ -430,4 +430,10 @@ func TestConformanceSaysWhatIsMissing(t *testing.T) {
 	if _, errOut, code = talosctl(t, "-n", cp, "conformance", "k8s", "--mode", "quick"); code == 0 || !strings.Contains(errOut, `unsupported conformance mode "quick"`) {
 		t.Errorf("an unknown mode: exit %d\n%s", code, errOut)
 	}
+
+	// health --run-e2e: the cluster is healthy, then the quick e2e tests need the same image.
+	out, errOut, code = talosctl(t, "-n", cp, "health", "--run-e2e", "--wait-timeout", "5m")
+	if code == 0 || !strings.Contains(out, "Pods should be submitted and removed") || !strings.Contains(errOut, "cannot pull registry.k8s.io/conformance:") {
+		t.Errorf("health --run-e2e without registry access: exit %d\n%s%s", code, out, errOut)
+	}
 }
