@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"time"
@@ -199,13 +200,25 @@ func (ctrl *KubePrismController) endpoints(ctx context.Context, r controller.Run
 		return 0, nil, err
 	}
 
+	// A member's addresses include its CNI interfaces' (flannel.1, cni0): pod and service
+	// subnet addresses are no way to a control plane for a node whose pod network is not up.
+	var clusterNets []netip.Prefix
+
+	for _, cidr := range slices.Concat(c.Cluster().Network().PodCIDRs(), c.Cluster().Network().ServiceCIDRs()) {
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			clusterNets = append(clusterNets, p)
+		}
+	}
+
 	for m := range members.All() {
 		if !m.TypedSpec().MachineType.IsControlPlane() {
 			continue
 		}
 
 		for _, a := range m.TypedSpec().Addresses {
-			add(a.String(), port)
+			if !slices.ContainsFunc(clusterNets, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				add(a.String(), port)
+			}
 		}
 	}
 

@@ -38,7 +38,7 @@ func TestKubePrism(t *testing.T) {
 
 	member := cluster.NewMember(cluster.NamespaceName, "cp2")
 	member.TypedSpec().MachineType = machine.TypeControlPlane
-	member.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("10.5.0.3")}
+	member.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("10.5.0.3"), netip.MustParseAddr("10.244.1.0")} // and its flannel.1
 	worker := cluster.NewMember(cluster.NamespaceName, "w1")
 	worker.TypedSpec().MachineType = machine.TypeWorker
 	worker.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("10.5.0.9")}
