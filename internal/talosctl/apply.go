@@ -199,6 +199,7 @@ func patchCmd(g *Global) *cobra.Command {
 	var (
 		patches   []string
 		patchFile string
+		namespace string
 		af        applyFlags
 	)
 
@@ -207,8 +208,8 @@ func patchCmd(g *Global) *cobra.Command {
 		Short: "Update field(s) of a resource using a JSON patch or a strategic merge patch (only machineconfig)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "machineconfig" && args[0] != "mc" && args[0] != "machineconfigs" && args[0] != config.MachineConfigType {
-				return fmt.Errorf("patching %q is not supported: only machineconfig can be patched", args[0])
+			if err := machineConfigTarget(args[0], namespace, "patched"); err != nil {
+				return err
 			}
 
 			if patchFile != "" {
@@ -241,6 +242,7 @@ func patchCmd(g *Global) *cobra.Command {
 
 	cmd.Flags().StringArrayVarP(&patches, "patch", "p", nil, "the patch to be applied to the resource (inline YAML/JSON or @file)")
 	cmd.Flags().StringVar(&patchFile, "patch-file", "", "a file containing a patch to be applied to the resource")
+	cmd.Flags().StringVar(&namespace, "namespace", "", "resource namespace (default is to use default namespace per resource)")
 	af.register(cmd)
 
 	return cmd
@@ -280,6 +282,20 @@ func patchNode(cmd *cobra.Command, ctx context.Context, c *client.Client, node s
 
 	fmt.Fprintf(cmd.OutOrStdout(), "patched %s/%s at the node %s\n", config.MachineConfigType, config.ActiveID, node)
 	renderApply(cmd.OutOrStdout(), cmd.ErrOrStderr(), resp, node)
+
+	return nil
+}
+
+// machineConfigTarget accepts the resource edit and patch work on: the machine config, in its
+// namespace (upstream's commands take any type and refuse all but the machine config too).
+func machineConfigTarget(typ, namespace, verb string) error {
+	if typ != "machineconfig" && typ != "mc" && typ != "machineconfigs" && typ != config.MachineConfigType {
+		return fmt.Errorf("%s is not supported: only machineconfig can be %s", typ, verb)
+	}
+
+	if namespace != "" && namespace != config.NamespaceName {
+		return fmt.Errorf("--namespace %q: the machine config is in namespace %s", namespace, config.NamespaceName)
+	}
 
 	return nil
 }

@@ -20,7 +20,10 @@ const editHeader = "# Edit the machine config of %s. Lines starting with '#' at 
 	"# an unchanged file applies nothing. Save and quit to apply (mode %s).\n"
 
 func editCmd(g *Global) *cobra.Command {
-	var af applyFlags
+	var (
+		af        applyFlags
+		namespace string
+	)
 
 	cmd := &cobra.Command{
 		Use:   "edit <type> [<id>]",
@@ -29,8 +32,8 @@ func editCmd(g *Global) *cobra.Command {
 set) and applies the saved result with --mode. With several nodes, each is edited in turn.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "machineconfig" && args[0] != "mc" && args[0] != "machineconfigs" && args[0] != config.MachineConfigType {
-				return fmt.Errorf("editing %q is not supported: only machineconfig can be edited", args[0])
+			if err := machineConfigTarget(args[0], namespace, "edited"); err != nil {
+				return err
 			}
 
 			if _, err := af.request(nil); err != nil {
@@ -58,6 +61,7 @@ set) and applies the saved result with --mode. With several nodes, each is edite
 	}
 
 	af.register(cmd)
+	cmd.Flags().StringVar(&namespace, "namespace", "", "resource namespace (default is to use default namespace per resource)")
 
 	return cmd
 }
