@@ -1,6 +1,8 @@
 package talosctl
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +25,8 @@ func clusterCmd(g *Global) *cobra.Command {
 	}
 
 	var (
-		name  string
-		state string
+		name, state string
+		provisioner string
 	)
 
 	cmd.PersistentFlags().StringVar(&name, "name", "talos-default", "the name of the cluster")
@@ -38,7 +40,9 @@ func clusterCmd(g *Global) *cobra.Command {
 		return provision.DefaultStateRoot()
 	}
 
-	cmd.AddCommand(clusterCreateCmd(g, &name, root), clusterDestroyCmd(&name, root), clusterShowCmd(&name, root))
+	cmd.PersistentFlags().StringVar(&provisioner, "provisioner", provision.ProvisionerProcess, "Talos cluster provisioner to use: process (no root) or container (root: namespaces, a bridge, the node image)")
+
+	cmd.AddCommand(clusterCreateCmd(g, &name, &provisioner, root), clusterDestroyCmd(&name, &provisioner, root), clusterShowCmd(&name, &provisioner, root))
 
 	return cmd
 }
@@ -63,11 +67,10 @@ func nodeBinary(flag string) (string, error) {
 	return "", errors.New("node binary `machined` not found next to talosctl or on PATH: build it with `go build -o _out/ ./cmd/...` or pass --machined-path")
 }
 
-func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cobra.Command {
+func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (string, error)) *cobra.Command {
 	var (
 		req            provision.Request
 		cidr           string
-		provisioner    string
 		binary         string
 		wait           bool
 		waitTimeout    time.Duration
@@ -80,6 +83,7 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 		Short: "Creates a local cluster: machined processes on loopback addresses (process), or nodes in their own namespaces on a bridge (container, root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			provisioner := *provisionerFlag
 			req.Provisioner = provisioner
 			if provisioner == provision.ProvisionerContainer && !cmd.Flags().Changed("cidr") {
 				cidr = provision.DefaultContainerCIDR
@@ -164,7 +168,6 @@ func clusterCreateCmd(g *Global, name *string, root func() (string, error)) *cob
 	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
-	f.StringVar(&provisioner, "provisioner", provision.ProvisionerProcess, "Talos cluster provisioner to use: process (no root) or container (root: namespaces, a bridge, the node image)")
 	f.StringVar(&imageKeys, "image-keys", "", "public key (from `imager keygen`) the nodes trust for upgrade images")
 	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
 	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")
@@ -202,43 +205,159 @@ func mergeClusterContext(g *Global, cfgs *provision.Configs, c *provision.Cluste
 	return nil
 }
 
-func clusterDestroyCmd(name *string, root func() (string, error)) *cobra.Command {
-	return &cobra.Command{
+func clusterDestroyCmd(name, provisioner *string, root func() (string, error)) *cobra.Command {
+	var (
+		force                bool
+		logsPath, supportDir string
+	)
+
+	cmd := &cobra.Command{
 		Use:   "destroy",
 		Short: "Destroys a local cluster: stops its nodes and removes their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := root()
+			c, err := loadCluster(cmd, *name, *provisioner, root)
 			if err != nil {
 				return err
 			}
 
-			return provision.Destroy(r, *name, cmd.OutOrStdout())
+			if supportDir != "" {
+				saveSupport(cmd, c, supportDir)
+			}
+
+			if logsPath != "" {
+				if err = saveClusterLogs(c, logsPath); err != nil {
+					return fmt.Errorf("--save-cluster-logs-archive-path: %w (nothing was destroyed)", err)
+				}
+
+				fmt.Fprintf(cmd.OutOrStdout(), "saved the cluster logs to %s\n", logsPath)
+			}
+
+			err = provision.Destroy(filepath.Dir(c.Dir), *name, cmd.OutOrStdout())
+			if err != nil && force {
+				fmt.Fprintf(cmd.ErrOrStderr(), "destroy failed: %v; --force: removing %s\n", err, c.Dir)
+
+				return os.RemoveAll(c.Dir)
+			}
+
+			return err
 		},
+	}
+
+	f := cmd.Flags()
+	f.BoolVarP(&force, "force", "f", false, "force deletion of cluster directory if there were errors")
+	f.StringVar(&logsPath, "save-cluster-logs-archive-path", "", "save cluster logs archive to the specified file on destroy")
+	f.StringVar(&supportDir, "save-support-archive-path", "", "save support archive to the specified file on destroy")
+
+	return cmd
+}
+
+// loadCluster loads the named cluster and checks it was made by --provisioner when that is set.
+func loadCluster(cmd *cobra.Command, name, provisioner string, root func() (string, error)) (*provision.Cluster, error) {
+	r, err := root()
+	if err != nil {
+		return nil, err
+	}
+
+	c, err := provision.Load(r, name)
+	if err != nil {
+		return nil, err
+	}
+
+	prov := c.Provisioner
+	if prov == "" {
+		prov = provision.ProvisionerProcess
+	}
+
+	if cmd.Flags().Changed("provisioner") && provisioner != prov {
+		return nil, fmt.Errorf("cluster %q was created by --provisioner %s, not %s: drop --provisioner or name that one", name, prov, provisioner)
+	}
+
+	c.Provisioner = prov
+
+	return c, nil
+}
+
+// saveClusterLogs writes the cluster's node logs (the *.log files of its state folder) into a
+// tar.gz archive.
+func saveClusterLogs(c *provision.Cluster, path string) error {
+	logs, err := filepath.Glob(filepath.Join(c.Dir, "*.log"))
+	if err != nil {
+		return err
+	}
+
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	gz := gzip.NewWriter(f)
+	tw := tar.NewWriter(gz)
+
+	for _, l := range logs {
+		data, err := os.ReadFile(l)
+		if err != nil {
+			return err
+		}
+
+		if err = tw.WriteHeader(&tar.Header{Name: filepath.Base(l), Mode: 0o644, Size: int64(len(data)), ModTime: time.Now()}); err != nil {
+			return err
+		}
+
+		if _, err = tw.Write(data); err != nil {
+			return err
+		}
+	}
+
+	if err = tw.Close(); err != nil {
+		return err
+	}
+
+	if err = gz.Close(); err != nil {
+		return err
+	}
+
+	return f.Close()
+}
+
+// saveSupport collects a support archive from the cluster's nodes with its own talosconfig; a
+// failure is reported and does not stop the destroy.
+func saveSupport(cmd *cobra.Command, c *provision.Cluster, path string) {
+	g := &Global{Talosconfig: filepath.Join(c.Dir, "talosconfig")}
+
+	for _, n := range c.Nodes {
+		if n.Type == "controlplane" && len(g.Endpoints) == 0 {
+			g.Endpoints = []string{n.Address}
+		}
+
+		g.Nodes = append(g.Nodes, n.Address)
+	}
+
+	s, err := g.connect(cmd.Context())
+	if err == nil {
+		err = collectSupport(cmd.Context(), s, path, 4, false, cmd.ErrOrStderr())
+		s.c.Close()
+	}
+
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "support archive: %v (destroying anyway)\n", err)
 	}
 }
 
-func clusterShowCmd(name *string, root func() (string, error)) *cobra.Command {
+func clusterShowCmd(name, provisioner *string, root func() (string, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show",
 		Short: "Shows info about a local cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := root()
-			if err != nil {
-				return err
-			}
-
-			c, err := provision.Load(r, *name)
+			c, err := loadCluster(cmd, *name, *provisioner, root)
 			if err != nil {
 				return err
 			}
 
 			w := cmd.OutOrStdout()
 			prov := c.Provisioner
-			if prov == "" {
-				prov = provision.ProvisionerProcess
-			}
 
 			fmt.Fprintf(w, "PROVISIONER       %s\nNAME              %s\nNETWORK CIDR      %s\n", prov, c.Name, c.CIDR)
 

@@ -1,6 +1,8 @@
 package container
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"os"
@@ -332,8 +334,25 @@ func TestResetToMaintenance(t *testing.T) {
 
 // Runs last: destroy removes everything the create made.
 func TestZDestroyLeavesNothing(t *testing.T) {
-	must(t, "cluster", "destroy", "--name", clusterName)
+	// A --provisioner that is not the cluster's is refused before anything is done.
+	if _, errOut, code := talosctl(t, "cluster", "destroy", "--name", clusterName, "--provisioner", "process"); code == 0 || !strings.Contains(errOut, "created by --provisioner container") {
+		t.Fatalf("destroy with the wrong provisioner: exit %d\n%s", code, errOut)
+	}
+
+	// The logs and a support archive are saved first, as upstream's flags ask.
+	dir := t.TempDir()
+	logs, support := filepath.Join(dir, "logs.tar.gz"), filepath.Join(dir, "support.zip")
+	must(t, "cluster", "destroy", "--name", clusterName, "--provisioner", "container",
+		"--save-cluster-logs-archive-path", logs, "--save-support-archive-path", support)
 	destroyed = true
+
+	if names := tarNames(t, logs); !slices.Contains(names, clusterName+"-controlplane-1.log") {
+		t.Errorf("the logs archive holds %v, no control plane log", names)
+	}
+
+	if fi, err := os.Stat(support); err != nil || fi.Size() == 0 {
+		t.Errorf("no support archive: %v", err)
+	}
 
 	testenv.WaitFor(t, "nothing left after destroy", 30*time.Second, func() error {
 		after, err := snapshot()
@@ -434,4 +453,33 @@ func (s hostState) diff(after hostState) error {
 	}
 
 	return nil
+}
+
+// tarNames lists the files of a tar.gz archive.
+func tarNames(t *testing.T, path string) []string {
+	t.Helper()
+
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var names []string
+
+	for tr := tar.NewReader(gz); ; {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+
+		names = append(names, h.Name)
+	}
+
+	return names
 }
