@@ -146,6 +146,10 @@ func (ctrl *ManifestApplyController) reconcile(ctx context.Context, r controller
 	}
 
 	failed, applyErr := applyObjects(ctx, kube.TypedSpec().LocalhostAdminKubeconfig, objects)
+	if errors.Is(applyErr, errAPINotReady) {
+		// No status until the API server was ready once: the static pods wait for it.
+		return applyErr
+	}
 
 	// The status lists the manifests whose every object is applied; the others are retried.
 	applied := slices.DeleteFunc(ids, func(id string) bool { return failed[id] })

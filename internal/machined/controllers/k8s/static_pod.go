@@ -51,6 +51,13 @@ type StaticPodController struct {
 	SecretsDir  string // host folder of the Kubernetes secrets (/system/secrets/kubernetes)
 	ConfigDir   string // host folder of the components' config files (/system/config/kubernetes)
 	AuditLogDir string // host folder of the API server's audit log (/var/log/audit/kube)
+
+	// AfterAPIReady holds kube-controller-manager and kube-scheduler back until the bootstrap
+	// manifests have been applied once (ManifestStatus), that is until the local API server was
+	// ready: started before its RBAC roles exist, kube-controller-manager exits ("forbidden"),
+	// and kubelet's restart backoff then kept it down 10-20 s, and with it every node's
+	// certificate signing.
+	AfterAPIReady bool
 }
 
 // Name implements controller.Controller.
@@ -71,6 +78,7 @@ func (ctrl *StaticPodController) Inputs() []controller.Input {
 		in(k8s.ControlPlaneNamespaceName, k8s.AuthorizationConfigType, k8s.AuthorizationConfigID),
 		in(secrets.NamespaceName, secrets.KubernetesDynamicCertsType, secrets.KubernetesDynamicCertsID),
 		in(secrets.NamespaceName, secrets.KubernetesType, secrets.KubernetesID),
+		in(k8s.ControlPlaneNamespaceName, k8s.ManifestStatusType, k8s.ManifestStatusID),
 	}
 }
 
@@ -166,6 +174,16 @@ func (ctrl *StaticPodController) reconcile(ctx context.Context, r controller.Run
 	ready := certsVer != "" && kcV != "" && in.admission != nil && in.audit != nil && in.authz != nil
 	in.secretsVer = certsVer + "-" + kcV
 
+	apiReady := !ctrl.AfterAPIReady
+
+	if !apiReady {
+		if _, statusVer, err := get[*k8s.ManifestStatus](ctx, r, k8s.ManifestStatusID); err != nil {
+			return err
+		} else if statusVer != "" {
+			apiReady = true
+		}
+	}
+
 	if ready {
 		if err = ctrl.writeConfigs(in); err != nil {
 			return err
@@ -177,11 +195,11 @@ func (ctrl *StaticPodController) reconcile(ctx context.Context, r controller.Run
 			pods[k8s.APIServerID] = ctrl.apiServerPod(in)
 		}
 
-		if in.cm != nil && in.cm.Enabled {
+		if in.cm != nil && in.cm.Enabled && apiReady {
 			pods[k8s.ControllerManagerID] = ctrl.controllerManagerPod(in)
 		}
 
-		if in.sched != nil && in.sched.Enabled {
+		if in.sched != nil && in.sched.Enabled && apiReady {
 			pods[k8s.SchedulerID] = ctrl.schedulerPod(in)
 		}
 

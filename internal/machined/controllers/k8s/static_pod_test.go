@@ -110,3 +110,29 @@ func TestStaticPods(t *testing.T) {
 	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
 	ctest.AssertIDs[*k8s.StaticPod](env)
 }
+
+// TestStaticPodsAfterAPIReady: with AfterAPIReady, the API server's pod comes first and the
+// controller manager's and scheduler's once the manifests were applied (the API was ready).
+func TestStaticPodsAfterAPIReady(t *testing.T) {
+	dir := t.TempDir()
+	env := ctest.Start(t,
+		secretsctrl.NewKubernetesRootController(),
+		secretsctrl.NewKubernetesCertSANsController(),
+		&secretsctrl.KubernetesDynamicCertsController{},
+		&secretsctrl.KubernetesController{},
+		controlplane.NewAPIServerConfigController(),
+		controlplane.NewControllerManagerConfigController(),
+		controlplane.NewSchedulerConfigController(),
+		controlplane.NewAdmissionControlConfigController(),
+		controlplane.NewAuditPolicyConfigController(),
+		controlplane.NewAuthorizationConfigController(),
+		k8sctrl.NewNodeIPConfigController(),
+		&k8sctrl.StaticPodController{SecretsDir: filepath.Join(dir, "secrets"), ConfigDir: filepath.Join(dir, "config"), AuditLogDir: filepath.Join(dir, "audit"), AfterAPIReady: true},
+	)
+
+	env.Create(append(node("cp1", "10.0.0.1"), ctest.MachineConfig(t, machine.TypeControlPlane))...)
+	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver")
+
+	env.Create(k8s.NewManifestStatus(k8s.ControlPlaneNamespaceName))
+	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+}
