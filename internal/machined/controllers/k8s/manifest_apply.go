@@ -145,9 +145,17 @@ func (ctrl *ManifestApplyController) reconcile(ctx context.Context, r controller
 		objects = append(objects, manifestObjects(m)...)
 	}
 
-	failed, applyErr := applyObjects(ctx, kube.TypedSpec().LocalhostAdminKubeconfig, objects)
+	failed, applyErr := applyObjects(ctx, kube.TypedSpec().LocalhostAdminKubeconfig, objects, func() error {
+		// The API server is ready: the status exists from now on (the controller manager's and
+		// scheduler's static pods wait for it), the applied manifests are listed after.
+		_, err := safe.ReaderGetByID[*k8s.ManifestStatus](ctx, r, k8s.ManifestStatusID)
+		if state.IsNotFoundError(err) {
+			return safe.WriterModify(ctx, r, k8s.NewManifestStatus(k8s.ControlPlaneNamespaceName), func(*k8s.ManifestStatus) error { return nil })
+		}
+
+		return err
+	})
 	if errors.Is(applyErr, errAPINotReady) {
-		// No status until the API server was ready once: the static pods wait for it.
 		return applyErr
 	}
 
@@ -174,7 +182,7 @@ func ApplyManifests(ctx context.Context, kubeconfig string, manifests ...*k8s.Ma
 		objects = append(objects, manifestObjects(m)...)
 	}
 
-	_, err := applyObjects(ctx, kubeconfig, objects)
+	_, err := applyObjects(ctx, kubeconfig, objects, nil)
 
 	return err
 }
@@ -210,7 +218,7 @@ func applyRank(o namedObject) int {
 
 // applyObjects server-side applies the objects with the kubeconfig, namespaces and CRDs first;
 // it returns the manifests with an object that failed, and errors naming manifest, kind and name.
-func applyObjects(ctx context.Context, kubeconfig string, objects []namedObject) (map[string]bool, error) {
+func applyObjects(ctx context.Context, kubeconfig string, objects []namedObject, onReady func() error) (map[string]bool, error) {
 	failed := map[string]bool{}
 	for _, o := range objects {
 		failed[o.manifest] = true
@@ -240,6 +248,12 @@ func applyObjects(ctx context.Context, kubeconfig string, objects []namedObject)
 
 	if _, err = dc.RESTClient().Get().AbsPath("/readyz").DoRaw(readyCtx); err != nil {
 		return failed, fmt.Errorf("%w: %w", errAPINotReady, err)
+	}
+
+	if onReady != nil {
+		if err = onReady(); err != nil {
+			return failed, err
+		}
 	}
 
 	clear(failed)
