@@ -37,20 +37,7 @@ func TestStaticPods(t *testing.T) {
 	dir := t.TempDir()
 	ctrl := &k8sctrl.StaticPodController{SecretsDir: filepath.Join(dir, "secrets"), ConfigDir: filepath.Join(dir, "config"), AuditLogDir: filepath.Join(dir, "audit")}
 
-	env := ctest.Start(t,
-		secretsctrl.NewKubernetesRootController(),
-		secretsctrl.NewKubernetesCertSANsController(),
-		&secretsctrl.KubernetesDynamicCertsController{},
-		&secretsctrl.KubernetesController{},
-		controlplane.NewAPIServerConfigController(),
-		controlplane.NewControllerManagerConfigController(),
-		controlplane.NewSchedulerConfigController(),
-		controlplane.NewAdmissionControlConfigController(),
-		controlplane.NewAuditPolicyConfigController(),
-		controlplane.NewAuthorizationConfigController(),
-		k8sctrl.NewNodeIPConfigController(),
-		ctrl,
-	)
+	env := staticPodEnv(t, ctrl)
 
 	env.Create(append(node("cp1", "10.0.0.1"), ctest.MachineConfig(t, machine.TypeControlPlane, func(c *v1alpha1.Config) {
 		c.ClusterConfig.APIServerConfig.ExtraArgsConfig = map[string]string{"tls-min-version": "VersionTLS12", "v": "3"}
@@ -115,7 +102,21 @@ func TestStaticPods(t *testing.T) {
 // controller manager's and scheduler's once the manifests were applied (the API was ready).
 func TestStaticPodsAfterAPIReady(t *testing.T) {
 	dir := t.TempDir()
-	env := ctest.Start(t,
+	env := staticPodEnv(t, &k8sctrl.StaticPodController{SecretsDir: filepath.Join(dir, "secrets"), ConfigDir: filepath.Join(dir, "config"),
+		AuditLogDir: filepath.Join(dir, "audit"), AfterAPIReady: true})
+
+	env.Create(append(node("cp1", "10.0.0.1"), ctest.MachineConfig(t, machine.TypeControlPlane))...)
+	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver")
+
+	env.Create(k8s.NewManifestStatus(k8s.ControlPlaneNamespaceName))
+	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+}
+
+// staticPodEnv runs ctrl with the controllers that make its inputs from a machine config.
+func staticPodEnv(t *testing.T, ctrl *k8sctrl.StaticPodController) *ctest.Env {
+	t.Helper()
+
+	return ctest.Start(t,
 		secretsctrl.NewKubernetesRootController(),
 		secretsctrl.NewKubernetesCertSANsController(),
 		&secretsctrl.KubernetesDynamicCertsController{},
@@ -127,12 +128,6 @@ func TestStaticPodsAfterAPIReady(t *testing.T) {
 		controlplane.NewAuditPolicyConfigController(),
 		controlplane.NewAuthorizationConfigController(),
 		k8sctrl.NewNodeIPConfigController(),
-		&k8sctrl.StaticPodController{SecretsDir: filepath.Join(dir, "secrets"), ConfigDir: filepath.Join(dir, "config"), AuditLogDir: filepath.Join(dir, "audit"), AfterAPIReady: true},
+		ctrl,
 	)
-
-	env.Create(append(node("cp1", "10.0.0.1"), ctest.MachineConfig(t, machine.TypeControlPlane))...)
-	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver")
-
-	env.Create(k8s.NewManifestStatus(k8s.ControlPlaneNamespaceName))
-	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 }
