@@ -168,6 +168,21 @@ func etcdVoters(out string) []string {
 	return peers
 }
 
+// awaitStage waits until the node's MachineStatus stage is stage (an upgrade or a reset sets
+// upgrading or resetting while it runs).
+func awaitStage(t *testing.T, node, stage string, bound time.Duration) {
+	t.Helper()
+
+	testenv.WaitFor(t, node+" in stage "+stage, bound, func() error {
+		out, stderr, code := talosctl(t, "-n", node, "get", "machinestatus", "-o", "jsonpath={.spec.stage}")
+		if got := strings.TrimSpace(out); code != 0 || got != stage {
+			return fmt.Errorf("stage %q (exit %d %s)", got, code, strings.TrimSpace(stderr))
+		}
+
+		return nil
+	})
+}
+
 // awaitHealthy polls clusterHealthy for up to bound and returns how long it took since since.
 func awaitHealthy(t *testing.T, since time.Time, bound time.Duration) time.Duration {
 	t.Helper()

@@ -37,6 +37,9 @@ func TestKillDuringEtcdJoin(t *testing.T) {
 				tryKill9(t, svc, node) // the node may be rebooting: then there is nothing to kill
 
 				recordRecovery("kill "+svc+" during etcd join", awaitHealthy(t, killed, healthyBound))
+				// The cluster can look healthy before a slow reset has left etcd: the next case
+				// resets a node again, so this one's reset must be over (or cut short by the kill).
+				awaitStage(t, node, "running", healthyBound)
 				t.Logf("%s rejoined: healthy %v after the reset", node, time.Since(reset).Round(100*time.Millisecond))
 
 				out, stderr, code = talosctl(t, "-n", cp1, "etcd", "members")

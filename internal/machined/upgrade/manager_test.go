@@ -12,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
+	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/etcd"
@@ -119,7 +124,8 @@ func newEnv(t *testing.T, cp bool) *env {
 	}
 
 	rec := &recorder{cp: cp, done: make(chan struct{})}
-	m := New(&runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, Events: events.NewBus()}, rec)
+	st := state.WrapCore(namespaced.NewState(inmem.Build))
+	m := New(&runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, Events: events.NewBus(), State: st}, rec)
 	m.Slot = bootloader.SlotA
 	m.Etcd = rec
 
@@ -304,6 +310,12 @@ func TestRollbackAndReset(t *testing.T) {
 
 	if err := e.m.Reset(context.Background(), &machine.ResetRequest{Reboot: true, SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}}, "a"); err != nil {
 		t.Fatal(err)
+	}
+
+	// The stage says so as soon as the reset is accepted: `get machinestatus` shows resetting.
+	ms, err := safe.StateGetByID[*runtimeres.MachineStatus](context.Background(), e.m.R.State, runtimeres.MachineStatusID)
+	if err != nil || ms.TypedSpec().Stage != runtimeres.MachineStageResetting || ms.TypedSpec().Status.Ready {
+		t.Fatalf("machine status during the reset: %v %v", ms, err)
 	}
 
 	<-e.rec.done

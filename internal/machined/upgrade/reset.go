@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/bootloader"
@@ -70,11 +71,16 @@ func (m *Manager) Reset(ctx context.Context, req *machine.ResetRequest, actor st
 	rr := &resetRun{m: m, log: log, wipe: wipe, leave: leave}
 	seq := sequencer.Reset(rr, sequencer.ResetOptions{Graceful: req.Graceful, ControlPlane: cp, Reboot: req.Reboot})
 
+	m.setStage(runtimeres.MachineStageResetting, false)
+
 	m.spawn(func(ctx context.Context) {
 		defer m.busy.Unlock()
 
 		log.Info("reset started")
-		seq.Run(ctx, m.R.Events, log, actor) //nolint:errcheck // logged and published by Run
+
+		if err := seq.Run(ctx, m.R.Events, log, actor); err != nil { // logged and published by Run
+			m.setStage(runtimeres.MachineStageRunning, true)
+		}
 	})
 
 	return nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -249,10 +250,19 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 
 	release = false
 
+	if !req.Stage {
+		m.setStage(runtimeres.MachineStageUpgrading, false)
+	}
+
 	m.spawn(func(ctx context.Context) {
 		defer m.busy.Unlock()
 
-		in.finish(seq.Run(ctx, m.R.Events, log, actor))
+		err := seq.Run(ctx, m.R.Events, log, actor)
+		if err != nil && !req.Stage {
+			m.setStage(runtimeres.MachineStageRunning, true)
+		}
+
+		in.finish(err)
 	})
 
 	if req.Stage {
