@@ -10,8 +10,11 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"golang.org/x/sys/unix"
+
+	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 )
 
 // Files of the node's root that Init writes on each boot.
@@ -341,26 +344,20 @@ func writeEtc(root string, spec Spec) error {
 	return os.WriteFile(dst, cfg, 0o600)
 }
 
-// defaultNameservers are upstream's resolvers for a node whose config names none.
-var defaultNameservers = []string{"1.1.1.1", "8.8.8.8"}
-
-// resolvConf lists the config's machine.network.nameservers, or upstream's defaults when it
-// names none (or the node has no config yet): CoreDNS forwards to the node's resolvers and
-// refuses to start without any.
+// resolvConf is the boot-time resolv.conf: the node's resolvers, until machined's resolver
+// controller takes over (and points it at the host DNS when that is enabled).
 func resolvConf(cfg []byte) string {
-	servers := defaultNameservers
+	var c config.Config
 
 	if len(cfg) > 0 {
-		if c, err := configloader.NewFromBytes(cfg); err == nil && c.Machine() != nil {
-			if ns := c.Machine().Network().Resolvers(); len(ns) > 0 {
-				servers = ns
-			}
+		if p, err := configloader.NewFromBytes(cfg); err == nil {
+			c = p
 		}
 	}
 
 	var b strings.Builder
 
-	for _, s := range servers {
+	for _, s := range networkctrl.Nameservers(c) {
 		fmt.Fprintf(&b, "nameserver %s\n", s)
 	}
 

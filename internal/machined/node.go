@@ -46,6 +46,7 @@ type node struct {
 	opts Options
 	r    *runtime.Runtime
 
+	dnsLog      *zap.Logger      // the host DNS log (dns-resolve-cache)
 	power       chan powerAction // reboot/shutdown requests from the API
 	configReady chan struct{}    // closed once maintenance mode gets a config
 	readyOnce   sync.Once
@@ -126,6 +127,14 @@ func (n *node) setupLogging() error {
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(io.MultiWriter(os.Stderr, w)), zap.InfoLevel)
 	n.r.Log = zap.New(core).With(zap.String("node", n.opts.Address))
+
+	// The host DNS logs on its own, as upstream's: `talosctl logs dns-resolve-cache`.
+	dnsLog, err := logs.Writer("dns-resolve-cache")
+	if err != nil {
+		return err
+	}
+
+	n.dnsLog = zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(dnsLog), zap.InfoLevel))
 
 	return nil
 }
@@ -263,6 +272,8 @@ func (n *node) StartResources(ctx context.Context) error {
 		AuditLogDir:          n.r.Paths.KubernetesAuditLogs(),
 		Etcd:                 services.EtcdManager(n.r),
 		RunsKubernetes:       services.RunsKubernetes(),
+		Root:                 n.r.Paths.Root,
+		DNSLog:               n.dnsLog,
 	}); err != nil {
 		return err
 	}

@@ -11,14 +11,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/talos-go/talos/internal/images"
+	"github.com/talos-go/talos/internal/machined/hostdns"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -177,11 +182,7 @@ func TestKubernetesServiceAcrossNodes(t *testing.T) {
 
 	// The probe runs from a hostPath, which the cluster's default Pod Security level
 	// (baseline, as upstream's admission config) refuses: the suite's namespace is privileged.
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ensureNamespace(ctx, t, cs)
 
 	labels := map[string]string{"app": "web"}
 	replicas := int32(1)
@@ -294,6 +295,100 @@ func execIn(ctx context.Context, cs *kubernetes.Clientset, cfg *rest.Config, pod
 	}
 
 	return stdout.String(), nil
+}
+
+// The host DNS (machine.features.hostDNS with forwardKubeDNSToHost, on in generated configs):
+// the nodes resolve through 127.0.0.53, and a pod's lookup of a name outside the cluster goes
+// to CoreDNS, then to the host DNS on 169.254.116.108, then to the node's resolver: here a DNS
+// server the suite runs on the bridge's address, which the nodes name as their resolver.
+func TestHostDNS(t *testing.T) {
+	for _, node := range []string{cp, w} {
+		if out := must(t, "-n", node, "read", "/etc/resolv.conf"); strings.TrimSpace(out) != "nameserver 127.0.0.53" {
+			t.Fatalf("%s's /etc/resolv.conf:\n%s", node, out)
+		}
+
+		if out := must(t, "-n", node, "get", "dnsupstreams"); !strings.Contains(out, "10.5.0.1:53") {
+			t.Fatalf("%s's DNS upstreams:\n%s", node, out)
+		}
+
+		if out := must(t, "-n", node, "get", "hostdnsconfig", "-o", "yaml"); !strings.Contains(out, "serviceHostDNSAddress: 169.254.116.108") {
+			t.Fatalf("%s's host DNS config:\n%s", node, out)
+		}
+	}
+
+	if out := must(t, "-n", w, "logs", "dns-resolve-cache"); !strings.Contains(out, "host DNS listening") {
+		t.Fatalf("the host DNS's log:\n%s", out)
+	}
+
+	cs, cfg := kube(t)
+	ctx := testenv.Context(t, 4*time.Minute)
+
+	var queries atomic.Int32
+
+	resolver, err := hostdns.Listen(netip.MustParseAddrPort("10.5.0.1:53"), dns.HandlerFunc(func(rw dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+
+		if q := req.Question[0]; q.Name == "outside.e2e.test." {
+			queries.Add(1)
+
+			if q.Qtype == dns.TypeA {
+				m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(192, 0, 2, 55)}}
+			}
+		}
+
+		rw.WriteMsg(m)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resolver.Close()
+
+	putProbe(t)
+	ensureNamespace(ctx, t, cs)
+
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "resolver"}, Spec: probePod("resolver", nil, clusterName+"-worker-1", "sleep")}
+	if _, err = cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	testenv.WaitFor(t, "the resolver pod running", 3*time.Minute, func() error {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, "resolver", metav1.GetOptions{})
+		switch {
+		case err != nil:
+			return err
+		case p.Status.Phase != corev1.PodRunning:
+			return fmt.Errorf("pod %s", p.Status.Phase)
+		}
+
+		return nil
+	})
+
+	var got string
+
+	testenv.WaitFor(t, "outside.e2e.test resolved in a pod", 2*time.Minute, func() error {
+		out, err := execIn(ctx, cs, cfg, "resolver", "/probe/probe", "resolve", "outside.e2e.test")
+		got = strings.TrimSpace(out)
+
+		return err
+	})
+
+	if got != "192.0.2.55" || queries.Load() == 0 {
+		t.Fatalf("the pod resolved outside.e2e.test to %q; the node's resolver got %d queries for it", got, queries.Load())
+	}
+}
+
+// ensureNamespace makes the suite's namespace, privileged (the probe runs from a hostPath),
+// unless a test before made it.
+func ensureNamespace(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) {
+	t.Helper()
+
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"},
+	}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }
 
 // A kube-apiserver killed with SIGKILL is started again (kubelet runs the static pod that

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
+	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/container"
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
@@ -46,6 +47,9 @@ type Options struct {
 	// RunsKubernetes: the node runs kubelet, so the controllers that talk to it and to the API
 	// server run too (the resources they build on are computed on every node).
 	RunsKubernetes bool
+	// Root is the node's root folder; DNSLog is where its host DNS logs.
+	Root   string
+	DNSLog *zap.Logger
 }
 
 // List is every controller of the node.
@@ -80,7 +84,6 @@ func List(opts Options) []controller.Controller {
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},
 		&networkctrl.RouteStatusController{},
-		&networkctrl.ResolverStatusController{},
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
 		&clusterctrl.MemberController{},
 		&etcdctrl.MemberController{Etcd: opts.Etcd},
@@ -112,6 +115,14 @@ func List(opts Options) []controller.Controller {
 		k8sctrl.NewNodenameController(),
 		k8sctrl.NewNodeIPConfigController(),
 		k8sctrl.NewNodeIPController(),
+	}
+
+	// A node in its own network namespace runs its resolvers and host DNS; one that shares the
+	// host's reports the host's resolvers.
+	if container.InNode() {
+		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog})
+	} else {
+		list = append(list, &networkctrl.ResolverStatusController{})
 	}
 
 	if opts.RunsKubernetes {

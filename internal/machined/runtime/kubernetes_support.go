@@ -41,6 +41,11 @@ func KubernetesSupport(cfg config.Config) error {
 		}
 	}
 
+	if m := cfg.Machine(); m != nil && m.Features().HostDNS().ResolveMemberNames() {
+		refuse("machine.features.hostDNS.resolveMemberNames", "the host DNS does not answer for the cluster members' names yet",
+			"remove it (or set it to false); the members are reached by address")
+	}
+
 	if m := cfg.Machine(); m != nil && len(m.Kubelet().CredentialProviderConfig()) > 0 {
 		refuse("machine.kubelet.credentialProviderConfig", "no credential provider plugins are in this node image, and this node pulls no images",
 			"remove it: images come from the node image's cache")

@@ -43,6 +43,9 @@ func TestKubernetesSupport(t *testing.T) {
 				KubeletCredentialProviderConfig: v1alpha1.Unstructured{Object: map[string]any{"kind": "CredentialProviderConfig"}},
 			}
 		}, want: []string{"machine.kubelet.credentialProviderConfig"}},
+		{name: "host DNS resolving member names", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.MachineConfig.MachineFeatures.HostDNSSupport.HostDNSResolveMemberNames = new(true)
+		}, want: []string{"machine.features.hostDNS.resolveMemberNames"}},
 		{name: "two at once, both named", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ExtraManifests = []string{"https://example.org/a.yaml"}
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}

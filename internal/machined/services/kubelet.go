@@ -137,6 +137,8 @@ func KubeletMounts(p runtime.Paths) []specs.Mount {
 		bind("/var/lib/kubelet", "/var/lib/kubelet", "rshared", "rw"),
 		bind("/var/log/containers", "/var/log/containers", "rshared", "rw"),
 		bind("/var/log/pods", "/var/log/pods", "rshared", "rw"),
+		// The pods' resolv.conf (network.ResolverController writes it).
+		bind("/system/resolved", "/system/resolved", "ro"),
 		// The node's identity: kubelet reports it as the node's OS image.
 		bind("/etc/os-release", "/etc/os-release", "ro"),
 	}

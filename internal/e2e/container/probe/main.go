@@ -1,21 +1,24 @@
 // Command probe is the container end-to-end suite's workload, a static binary the suite puts
 // on the nodes and runs in pods (no image is pulled): `probe serve ADDR` answers every HTTP
 // request with "probe <hostname>" and logs it, `probe get URL` prints a URL's body, `probe
-// sleep` waits forever (a pod to exec into).
+// resolve NAME` prints the addresses the pod's resolver gives for a name, `probe sleep` waits
+// forever (a pod to exec into).
 package main
 
 import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		log.Fatal("usage: probe serve ADDR | get URL | sleep")
+		log.Fatal("usage: probe serve ADDR | get URL | resolve NAME | sleep")
 	}
 
 	switch os.Args[1] {
@@ -39,6 +42,13 @@ func main() {
 		if _, err = io.Copy(os.Stdout, resp.Body); err != nil {
 			log.Fatal(err)
 		}
+	case "resolve":
+		addrs, err := net.LookupHost(os.Args[2]) //nolint:gosec // resolving the name it is given is its job
+		if err != nil {
+			log.Fatal(err)
+		}
+
+		fmt.Println(strings.Join(addrs, " "))
 	case "sleep":
 		for { // not select{}: with no other goroutine the runtime calls that a deadlock
 			time.Sleep(time.Hour)

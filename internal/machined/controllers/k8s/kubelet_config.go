@@ -77,6 +77,7 @@ func NewKubeletConfigController() *KubeletConfigController {
 					DisableManifestsDirectory:     kubelet.DisableManifestsDirectory(),
 					CredentialProviderConfig:      kubelet.CredentialProviderConfig(),
 					AllowSchedulingOnControlPlane: cluster.ScheduleOnControlPlanes(),
+					EnableFSQuotaMonitoring:       cfg.Config().Machine().Features().DiskQuotaSupportEnabled(),
 				}
 
 				return nil

@@ -152,9 +152,11 @@ func KubeletConfiguration(cs *k8s.KubeletConfigSpec) map[string]any {
 		"shutdownGracePeriodCriticalPods": "10s",
 		"registerNode":                    !cs.SkipNodeRegistration,
 		"seccompDefault":                  cs.DefaultRuntimeSeccompEnabled,
-		"resolvConf":                      "/etc/resolv.conf",
-		"systemReserved":                  map[string]any{"cpu": "50m", "memory": "192Mi", "pid": "100", "ephemeral-storage": "256Mi"},
-		"logging":                         map[string]any{"format": "json"},
+		// The pods' resolv.conf, as upstream's: the host DNS's pod address with
+		// machine.features.hostDNS.forwardKubeDNSToHost, the node's resolvers otherwise.
+		"resolvConf":     constants.PodResolvConfPath,
+		"systemReserved": map[string]any{"cpu": "50m", "memory": "192Mi", "pid": "100", "ephemeral-storage": "256Mi"},
+		"logging":        map[string]any{"format": "json"},
 		// A control plane's kubelet registers as soon as the API server it runs answers, before
 		// the API server has made its priority classes, so its first mirror pods are refused;
 		// kubelet tries again at its next sync: every 10 s rather than every minute.
@@ -172,6 +174,12 @@ func KubeletConfiguration(cs *k8s.KubeletConfigSpec) map[string]any {
 
 	if !cs.DisableManifestsDirectory {
 		cfg["staticPodPath"] = KubeletManifestsDir
+	}
+
+	// machine.features.diskQuotaSupport: kubelet measures the pods' ephemeral storage with
+	// project quotas where the filesystem has them (XFS with prjquota), by walking it otherwise.
+	if cs.EnableFSQuotaMonitoring {
+		cfg["featureGates"] = map[string]any{"LocalStorageCapacityIsolationFSQuotaMonitoring": true}
 	}
 
 	maps.Copy(cfg, cs.ExtraConfig)
