@@ -311,7 +311,7 @@ func TestHostDNS(t *testing.T) {
 			t.Fatalf("%s's DNS upstreams:\n%s", node, out)
 		}
 
-		if out := must(t, "-n", node, "get", "hostdnsconfig", "-o", "yaml"); !strings.Contains(out, "serviceHostDNSAddress: 169.254.116.108") {
+		if out := must(t, "-n", node, "get", "hostdnsconfig", "-o", "yaml"); !strings.Contains(out, "- 169.254.116.108:53") {
 			t.Fatalf("%s's host DNS config:\n%s", node, out)
 		}
 	}
