@@ -62,6 +62,10 @@ func TestKubelet(t *testing.T) {
 		a.Equal(int64(3), s.Config["maxParallelImagePulls"])
 		a.Nil(s.Config["staticPodURL"])
 		a.Len(s.ExtraMounts, 1)
+		// The pods' resolv.conf (the host DNS's), and machine.features.diskQuotaSupport
+		// (on in generated configs) as kubelet's quota monitoring.
+		a.Equal("/system/resolved/resolv.conf", s.Config["resolvConf"])
+		a.Equal(map[string]any{"LocalStorageCapacityIsolationFSQuotaMonitoring": true}, s.Config["featureGates"])
 	})
 
 	// The static pod server says where it serves.
