@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Container mode next to process mode in one run: cluster create time (3 control planes + 1
-# worker, to healthy), idle RSS per node, and the ratio (goal: container create under 2x process).
+# worker, to healthy; the median of RUNS creates per mode), idle RSS per node, and the ratio
+# (goal: container create under 2x process).
 # Needs root and mksquashfs; runs itself in a private network namespace, so the container
 # cluster's bridge and both clusters' addresses stay off the host's network.
 set -euo pipefail
@@ -57,26 +58,43 @@ rss() {
   done
 }
 
-s=$(date +%s%N)
-"$out/talosctl" cluster create --name bench-process --controlplanes 3 --workers 1 --cidr 127.5.61.0/24 >/dev/null
-e=$(date +%s%N); process_ms=$(ms "$s" "$e")
+# The machine is noisy (one create in several takes twice as long in either mode): RUNS pairs
+# (default 5), each mode once per pair, and the ratio of the medians. Each cluster is alone on
+# the machine while it is created (the other mode's is destroyed first: its idle load would
+# slow the create measured); the idle RSS is read from the last run's, 5 s after it is healthy.
+runs=${RUNS:-5}
+process_all=() container_all=()
+create() { # MODE ARGS...: time one create, in ms
+  local s e
+  s=$(date +%s%N)
+  "$out/talosctl" cluster create --name "bench-$1" --controlplanes 3 --workers 1 "${@:2}" >/dev/null
+  e=$(date +%s%N)
+  ms "$s" "$e"
+}
+for i in $(seq "$runs"); do
+  "$out/talosctl" cluster destroy --name bench-container >/dev/null 2>&1 || true
+  process_all+=("$(create process --cidr 127.5.61.0/24)")
+  if [ "$i" = "$runs" ]; then sleep 5; rss bench-process >"$out/rss-process"; fi
+  "$out/talosctl" cluster destroy --name bench-process >/dev/null
 
-s=$(date +%s%N)
-"$out/talosctl" cluster create --provisioner container --name bench-container --controlplanes 3 --workers 1 --image "$image" >/dev/null
-e=$(date +%s%N); container_ms=$(ms "$s" "$e")
-
-sleep 5
+  container_all+=("$(create container --provisioner container --image "$image")")
+  if [ "$i" = "$runs" ]; then sleep 5; rss bench-container >"$out/rss-container"; fi
+  echo "run $i/$runs: process ${process_all[-1]} ms, container ${container_all[-1]} ms" >&2
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : int((v[NR/2] + v[NR/2+1]) / 2)}'; }
+process_ms=$(median "${process_all[@]}")
+container_ms=$(median "${container_all[@]}")
 
 echo "node image: $(du -h "$image" | cut -f1) ($image)"
-echo "cluster create, 3 control planes + 1 worker, to healthy:"
-echo "  process:   ${process_ms} ms"
-echo "  container: ${container_ms} ms"
+echo "cluster create, 3 control planes + 1 worker, to healthy (median of $runs runs each):"
+echo "  process:   ${process_ms} ms (${process_all[*]})"
+echo "  container: ${container_ms} ms (${container_all[*]})"
 echo "  ratio container/process: $(awk "BEGIN {printf \"%.2f\", $container_ms / $process_ms}") (goal: under 2)"
 echo
 echo "idle RSS per node (MB):"
 for mode in process container; do
-  rss "bench-$mode" | while read -r name kb; do echo "  $mode $name: $((kb / 1024))"; done
+  while read -r name kb; do echo "  $mode $name: $((kb / 1024))"; done <"$out/rss-$mode"
 done
-p=$(rss bench-process | awk '{s+=$2} END {print s}')
-c=$(rss bench-container | awk '{s+=$2} END {print s}')
+p=$(awk '{s+=$2} END {print s}' "$out/rss-process")
+c=$(awk '{s+=$2} END {print s}' "$out/rss-container")
 echo "  total: process $((p / 1024)) MB, container $((c / 1024)) MB, ratio $(awk "BEGIN {printf \"%.2f\", $c / $p}")"
