@@ -45,6 +45,16 @@ func Kubernetes(cfg *rest.Config, nodes Nodes) ([]Check, error) {
 	}, nil
 }
 
+// componentChecks is how many of Kubernetes's checks are about the control plane's components
+// (nodes registered, static pods running and ready): upstream's checks when node readiness is
+// skipped.
+const componentChecks = 3
+
+// ComponentsOnly keeps the checks of the control plane's components from Kubernetes's list, as
+// upstream's --skip-k8s-node-readiness-check does: nodes need not be Ready, nor the pods that
+// wait for them (kube-proxy, CoreDNS).
+func ComponentsOnly(checks []Check) []Check { return checks[:min(componentChecks, len(checks))] }
+
 type kube struct {
 	core  corev1client.CoreV1Interface
 	apps  appsv1client.AppsV1Interface

@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
@@ -42,6 +45,21 @@ type Request struct {
 
 	Provisioner string // ProvisionerProcess (default) or ProvisionerContainer
 	Container   ContainerRequest
+
+	// Generate are the choices made when the configs are generated (not with InputDir).
+	Generate GenerateOptions
+}
+
+// GenerateOptions are `cluster create`'s config choices, as upstream's flags make them.
+type GenerateOptions struct {
+	// KubernetesVersion without its v (default: the version the node image carries).
+	KubernetesVersion string
+	// TalosVersion is the config's version contract, e.g. v1.10 (default: the current one).
+	TalosVersion string
+	// ControlPlanePort is the API server's port in the cluster endpoint (default 6443).
+	ControlPlanePort int
+	// Options are more generate options (DNS domain, KubePrism port, discovery...).
+	Options []generate.Option
 }
 
 func (r *Request) check() error {
@@ -80,7 +98,7 @@ type Configs struct {
 }
 
 // GenerateConfigs makes configs as `talosctl gen config` does, or reads them from inputDir.
-func GenerateConfigs(name string, endpoint netip.Addr, inputDir string) (*Configs, error) {
+func GenerateConfigs(name string, endpoint netip.Addr, inputDir string, opts GenerateOptions) (*Configs, error) {
 	if inputDir != "" {
 		cp, err := os.ReadFile(filepath.Join(inputDir, "controlplane.yaml"))
 		if err != nil {
@@ -106,7 +124,21 @@ func GenerateConfigs(name string, endpoint netip.Addr, inputDir string) (*Config
 		return &Configs{ControlPlane: cp, Worker: w, Talosconfig: tc}, nil
 	}
 
-	in, err := generate.NewInput(name, fmt.Sprintf("https://%s:6443", endpoint), constants.DefaultKubernetesVersion)
+	version := cmp.Or(opts.KubernetesVersion, constants.DefaultKubernetesVersion)
+	genOpts := slices.Clone(opts.Options)
+
+	if opts.TalosVersion != "" {
+		contract, err := config.ParseContractFromVersion(opts.TalosVersion)
+		if err != nil {
+			return nil, fmt.Errorf("--talos-version %q: %w (give a version like v1.10)", opts.TalosVersion, err)
+		}
+
+		genOpts = append(genOpts, generate.WithVersionContract(contract))
+	}
+
+	port := cmp.Or(opts.ControlPlanePort, constants.DefaultControlPlanePort)
+
+	in, err := generate.NewInput(name, fmt.Sprintf("https://%s", netip.AddrPortFrom(endpoint, uint16(port))), version, genOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("generating secrets: %w", err)
 	}
@@ -185,7 +217,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 
 	fmt.Fprintf(progress, "generating PKI and tokens\n")
 
-	cfgs, err := GenerateConfigs(req.Name, addrs[0], req.InputDir)
+	cfgs, err := GenerateConfigs(req.Name, addrs[0], req.InputDir, req.Generate)
 	if err != nil {
 		return nil, nil, err
 	}

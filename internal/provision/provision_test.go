@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+
 	"github.com/talos-go/talos/internal/provision"
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -119,7 +122,7 @@ func TestCreateRefusesBadInput(t *testing.T) {
 func TestInputDir(t *testing.T) {
 	endpoint := netip.MustParseAddr("127.5.21.2")
 
-	gen, err := provision.GenerateConfigs("in", endpoint, "")
+	gen, err := provision.GenerateConfigs("in", endpoint, "", provision.GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +135,7 @@ func TestInputDir(t *testing.T) {
 		}
 	}
 
-	if _, err = provision.GenerateConfigs("in", endpoint, dir); err == nil || !strings.Contains(err.Error(), "--input-dir") {
+	if _, err = provision.GenerateConfigs("in", endpoint, dir, provision.GenerateOptions{}); err == nil || !strings.Contains(err.Error(), "--input-dir") {
 		t.Fatalf("a missing talosconfig must name --input-dir: %v", err)
 	}
 
@@ -140,7 +143,7 @@ func TestInputDir(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := provision.GenerateConfigs("in", endpoint, dir)
+	got, err := provision.GenerateConfigs("in", endpoint, dir, provision.GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,5 +151,42 @@ func TestInputDir(t *testing.T) {
 	// The given files are used as they are: same secrets, not new ones.
 	if !bytes.Equal(got.ControlPlane, gen.ControlPlane) || !bytes.Equal(got.Worker, gen.Worker) || got.Talosconfig.Context != gen.Talosconfig.Context {
 		t.Fatal("--input-dir configs were not used as given")
+	}
+}
+
+// The create flags' choices are in the generated configs.
+func TestGenerateOptions(t *testing.T) {
+	endpoint := netip.MustParseAddr("127.5.21.2")
+
+	gen, err := provision.GenerateConfigs("opts", endpoint, "", provision.GenerateOptions{
+		KubernetesVersion: "1.34.0",
+		TalosVersion:      "v1.6",
+		ControlPlanePort:  7443,
+		Options:           []generate.Option{generate.WithDNSDomain("example.test"), generate.WithLocalAPIServerPort(7443), generate.WithKubePrismPort(0)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := configloader.NewFromBytes(gen.ControlPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if got := cfg.Cluster().Endpoint().String(); got != "https://127.5.21.2:7443" {
+		t.Errorf("endpoint %s", got)
+	}
+
+	if cfg.Cluster().LocalAPIServerPort() != 7443 || cfg.Cluster().Network().DNSDomain() != "example.test" || cfg.Machine().Features().KubePrism().Enabled() {
+		t.Errorf("port %d, domain %s, KubePrism %v", cfg.Cluster().LocalAPIServerPort(), cfg.Cluster().Network().DNSDomain(), cfg.Machine().Features().KubePrism().Enabled())
+	}
+
+	// The v1.6 contract's defaults: no host DNS (generated configs have it from v1.7 on).
+	if strings.Contains(string(gen.ControlPlane), "forwardKubeDNSToHost") {
+		t.Error("the v1.6 config has the host DNS of later versions")
+	}
+
+	if _, err = provision.GenerateConfigs("opts", endpoint, "", provision.GenerateOptions{TalosVersion: "banana"}); err == nil || !strings.Contains(err.Error(), "--talos-version") {
+		t.Errorf("a bad --talos-version: %v", err)
 	}
 }

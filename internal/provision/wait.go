@@ -116,17 +116,26 @@ func Bootstrap(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progre
 	return etcd, err
 }
 
+// WaitOptions are how far Wait follows the cluster.
+type WaitOptions struct {
+	// SkipNodeReadiness stops the Kubernetes checks once the control plane's components are
+	// ready (upstream's --skip-k8s-node-readiness-check): nodes need not be Ready.
+	SkipNodeReadiness bool
+}
+
 // Wait bootstraps etcd (see Bootstrap) and follows the cluster to health: apid answers on every
-// node, every control plane is a voting etcd member, every service is healthy.
-func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io.Writer) error {
+// node, every control plane is a voting etcd member, every service is healthy, and, when the
+// nodes run kubelet, upstream's Kubernetes checks pass. It returns the admin kubeconfig then
+// (nil when the cluster runs no Kubernetes).
+func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io.Writer, opts WaitOptions) ([]byte, error) {
 	etcd, err := Bootstrap(ctx, c, cfg, progress)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	cl, err := c.Client(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cl.Close()
 
@@ -142,7 +151,7 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 
 			return err
 		}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
@@ -170,7 +179,7 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 
 		return nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
 
 	kubelet := false
@@ -190,20 +199,20 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 
 			return Unhealthy(resp)
 		}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
 	if !kubelet {
-		return nil // process mode, or an image without Kubernetes
+		return nil, nil // process mode, or an image without Kubernetes
 	}
 
-	return waitKubernetes(ctx, c, cl, progress)
+	return waitKubernetes(ctx, c, cl, progress, opts)
 }
 
 // waitKubernetes follows Kubernetes to health with upstream's checks, through the admin
 // kubeconfig of the first control plane.
-func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress io.Writer) error {
+func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress io.Writer, opts WaitOptions) ([]byte, error) {
 	var (
 		cps   = c.controlPlanes()
 		data  []byte
@@ -215,12 +224,12 @@ func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress
 
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
 
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	if err != nil {
-		return fmt.Errorf("the node's kubeconfig: %w", err)
+		return nil, fmt.Errorf("the node's kubeconfig: %w", err)
 	}
 
 	for _, n := range c.Nodes {
@@ -233,14 +242,18 @@ func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress
 
 	checks, err := health.Kubernetes(cfg, nodes)
 	if err != nil {
-		return err
+		return nil, err
+	}
+
+	if opts.SkipNodeReadiness {
+		checks = health.ComponentsOnly(checks)
 	}
 
 	if err = health.Run(ctx, checks, time.Second, func(line string) { fmt.Fprintln(progress, "  "+line) }); err != nil {
-		return fmt.Errorf("%w (node logs are in the cluster folder; `talosctl logs kubelet` and `talosctl containers -k` tell more)", err)
+		return nil, fmt.Errorf("%w (node logs are in the cluster folder; `talosctl logs kubelet` and `talosctl containers -k` tell more)", err)
 	}
 
-	return nil
+	return data, nil
 }
 
 // Unhealthy fails when a service of any node in resp is neither running (with a passing or not

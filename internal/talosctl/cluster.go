@@ -10,11 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/spf13/cobra"
 
+	"github.com/talos-go/talos/internal/images"
 	"github.com/talos-go/talos/internal/provision"
 )
 
@@ -76,6 +80,12 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		waitTimeout    time.Duration
 		skipKubeconfig bool
 		imageKeys      string
+		waitOpts       provision.WaitOptions
+		k8sVersion     string
+		dnsDomain      string
+		kubePrismPort  int
+		cpPort         int
+		talosVersion   string
 	)
 
 	cmd := &cobra.Command{
@@ -93,6 +103,12 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			if err != nil {
 				return fmt.Errorf("--cidr %q: %w (use a prefix like 127.5.0.0/24)", cidr, err)
 			}
+
+			if req.Generate, err = generateOptions(provisioner, k8sVersion, dnsDomain, kubePrismPort, cpPort); err != nil {
+				return err
+			}
+
+			req.Generate.TalosVersion = talosVersion
 
 			if req.StateRoot, err = root(); err != nil {
 				return err
@@ -144,13 +160,28 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 				return nil
 			}
 
-			if err = provision.Wait(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout()); err != nil {
+			kubeconfig, err := provision.Wait(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout(), waitOpts)
+			if err != nil {
 				return fmt.Errorf("%w\nthe nodes keep running: inspect with `talosctl cluster show --name %s`, remove with `talosctl cluster destroy --name %s`", err, *name, *name)
 			}
 
 			fmt.Fprintf(cmd.OutOrStdout(), "cluster %q is healthy (%s)\n", *name, time.Since(start).Round(10*time.Millisecond))
 
-			_ = skipKubeconfig // Kubernetes is not part of this build yet: there is no kubeconfig to merge.
+			// As upstream: the cluster's admin kubeconfig is merged into the default one.
+			if kubeconfig == nil || skipKubeconfig {
+				return nil
+			}
+
+			path, err := kubeconfigPath(nil)
+			if err != nil {
+				return err
+			}
+
+			if err = mergeKubeconfigFile(path, kubeconfig, "", false, cmd.OutOrStdout()); err != nil {
+				return fmt.Errorf("merging the kubeconfig into %s: %w (get it later with `talosctl kubeconfig`)", path, err)
+			}
+
+			fmt.Fprintf(cmd.OutOrStdout(), "merged the kubeconfig of cluster %q into %s\n", *name, path)
 
 			return nil
 		},
@@ -164,7 +195,13 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringArrayVar(&req.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
 	f.StringArrayVar(&req.CPPatches, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'init' and 'controlplane' types)")
 	f.StringArrayVar(&req.WorkerPatches, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
-	f.StringVar(&req.InputDir, "input-dir", "", "location of pre-generated config files")
+	f.StringVarP(&req.InputDir, "input-dir", "i", "", "location of pre-generated config files")
+	f.StringVar(&k8sVersion, "kubernetes-version", constants.DefaultKubernetesVersion, "desired kubernetes version to run (--provisioner container: the version the node image carries)")
+	f.StringVar(&talosVersion, "talos-version", "", "the desired Talos version to generate config for (default: the current one)")
+	f.StringVar(&dnsDomain, "dns-domain", "cluster.local", "the dns domain to use for cluster")
+	f.IntVar(&kubePrismPort, "kubeprism-port", constants.DefaultKubePrismPort, "KubePrism port (set to 0 to disable)")
+	f.IntVar(&cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
+	f.BoolVar(&waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
 	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
@@ -178,6 +215,29 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.Int64Var(&req.Container.MemoryWorker, "memory-workers", 2048, "the limit on memory usage in MB (each worker) (container)")
 
 	return cmd
+}
+
+// generateOptions are the config choices of the create flags. A Kubernetes version other than
+// the node image's is refused for container nodes: they pull no images.
+func generateOptions(provisioner, k8sVersion, dnsDomain string, kubePrismPort, cpPort int) (provision.GenerateOptions, error) {
+	k8sVersion = strings.TrimPrefix(k8sVersion, "v")
+
+	if carried := strings.TrimPrefix(images.KubernetesVersion, "v"); provisioner == provision.ProvisionerContainer && k8sVersion != carried {
+		return provision.GenerateOptions{}, fmt.Errorf("--kubernetes-version %s: the node image carries Kubernetes %s, and nodes pull no images: use %s", k8sVersion, carried, carried)
+	}
+
+	if cpPort < 1 || cpPort > 65535 {
+		return provision.GenerateOptions{}, fmt.Errorf("--control-plane-port %d: give a TCP port (1-65535)", cpPort)
+	}
+
+	opts := []generate.Option{generate.WithDNSDomain(dnsDomain), generate.WithLocalAPIServerPort(cpPort)}
+
+	// Port 0 turns KubePrism off, as upstream's flag does.
+	if kubePrismPort != constants.DefaultKubePrismPort {
+		opts = append(opts, generate.WithKubePrismPort(kubePrismPort))
+	}
+
+	return provision.GenerateOptions{KubernetesVersion: k8sVersion, ControlPlanePort: cpPort, Options: opts}, nil
 }
 
 // mergeClusterContext saves the cluster's talosconfig beside its state and merges its context
