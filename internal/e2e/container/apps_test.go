@@ -174,6 +174,16 @@ func probePod(name string, labels map[string]string, node string, args ...string
 	}
 }
 
+// cluster create merged the cluster's admin kubeconfig into the user's default one, as upstream.
+func TestKubeconfigMerged(t *testing.T) {
+	kube(t) // skips without Kubernetes
+
+	data, err := os.ReadFile(filepath.Join(home, ".kube", "config"))
+	if err != nil || !strings.Contains(string(data), "admin@"+clusterName) {
+		t.Fatalf("~/.kube/config after cluster create (%v):\n%s", err, data)
+	}
+}
+
 func TestKubernetesServiceAcrossNodes(t *testing.T) {
 	cs, cfg := kube(t)
 	ctx := testenv.Context(t, 6*time.Minute)
