@@ -274,6 +274,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		RunsKubernetes:       services.RunsKubernetes(),
 		Root:                 n.r.Paths.Root,
 		DNSLog:               n.dnsLog,
+		RegistryHostsDir:     services.NewContainerdPaths(n.r.Paths).RegistryHosts,
 	}); err != nil {
 		return err
 	}

@@ -55,10 +55,10 @@ func kubeconfigCmd(g *Global) *cobra.Command {
 				}
 
 				if merge {
-					if _, err := os.Stat(path); err == nil {
-						return mergeKubeconfigFile(path, data, contextName, force, cmd.ErrOrStderr())
-					}
-				} else if err := refuseOverwrite(path, force); err != nil {
+					return mergeKubeconfigFile(path, data, contextName, force, cmd.ErrOrStderr())
+				}
+
+				if err := refuseOverwrite(path, force); err != nil {
 					return err
 				}
 
@@ -155,8 +155,14 @@ func renameContext(kc *kubeconfig, name string) {
 	kc.CurrentContext = name
 }
 
+// mergeKubeconfigFile merges data into the kubeconfig at path, or writes it there when there is
+// none yet.
 func mergeKubeconfigFile(path string, data []byte, contextName string, force bool, log interface{ Write([]byte) (int, error) }) error {
 	existing, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return writeKubeconfig(path, data, contextName)
+	}
+
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}

@@ -5,12 +5,15 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,6 +167,57 @@ func bootID(t *testing.T, node string) string {
 	t.Helper()
 
 	return strings.TrimSpace(must(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id"))
+}
+
+// machine.registries mirrors, applied without a reboot, take a pull to the mirror: here an HTTP
+// server of the suite's on the bridge, which records the registry API requests it gets (and
+// has no images, so the pull fails, naming the reference).
+func TestRegistryMirror(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+
+	ln, err := net.Listen("tcp", "10.5.0.1:5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+
+		http.NotFound(w, r)
+	})}
+
+	go srv.Serve(ln) // ends with Close
+
+	defer srv.Close()
+
+	must(t, "-n", w, "patch", "machineconfig", "--mode", "no-reboot", "-p",
+		`{"machine": {"registries": {"mirrors": {"mirror.e2e.test": {"endpoints": ["http://10.5.0.1:5000"]}}}}}`)
+
+	testenv.WaitFor(t, "the mirror in the registry hosts folder", time.Minute, func() error {
+		out, errOut, code := talosctl(t, "-n", w, "read", "/system/etc/containerd/certs.d/mirror.e2e.test/hosts.toml")
+		if code != 0 || !strings.Contains(out, `[host."http://10.5.0.1:5000"]`) {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
+
+	_, errOut, code := talosctl(t, "-n", w, "image", "pull", "mirror.e2e.test/probe:v1")
+	if code == 0 || !strings.Contains(errOut, "mirror.e2e.test/probe:v1") {
+		t.Fatalf("pull of an image the mirror does not have: exit %d, %s", code, errOut)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+
+	if !slices.ContainsFunc(seen, func(s string) bool { return strings.HasSuffix(s, "/v2/probe/manifests/v1") }) {
+		t.Fatalf("the mirror got %q, want the manifest request of probe:v1", seen)
+	}
 }
 
 // A reboot ends the node's namespaces and starts it again with a fresh root; STATE stays.

@@ -16,6 +16,7 @@ import (
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
 	controlplanectrl "github.com/talos-go/talos/internal/machined/controllers/controlplane"
+	crictrl "github.com/talos-go/talos/internal/machined/controllers/cri"
 	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
 	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
@@ -50,6 +51,8 @@ type Options struct {
 	// Root is the node's root folder; DNSLog is where its host DNS logs.
 	Root   string
 	DNSLog *zap.Logger
+	// RegistryHostsDir is containerd's registry hosts folder (its config_path).
+	RegistryHostsDir string
 }
 
 // List is every controller of the node.
@@ -120,7 +123,8 @@ func List(opts Options) []controller.Controller {
 	// A node in its own network namespace runs its resolvers and host DNS; one that shares the
 	// host's reports the host's resolvers.
 	if container.InNode() {
-		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog})
+		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog},
+			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir})
 	} else {
 		list = append(list, &networkctrl.ResolverStatusController{})
 	}

@@ -3,6 +3,8 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -38,6 +40,15 @@ func KubernetesSupport(cfg config.Config) error {
 		if cluster.ExternalCloudProvider().Enabled() {
 			refuse("cluster.externalCloudProvider.enabled", "no cloud controller manager is built into this node image",
 				"set it to false (or remove cluster.externalCloudProvider)")
+		}
+	}
+
+	if m := cfg.Machine(); m != nil {
+		for _, host := range slices.Sorted(maps.Keys(m.Registries().Config())) {
+			if a := m.Registries().Config()[host].Auth(); a != nil && (a.Username() != "" || a.Password() != "" || a.Auth() != "" || a.IdentityToken() != "") {
+				refuse("machine.registries.config."+host+".auth", "registry credentials are not passed to containerd yet",
+					"remove them and pull from a registry (or mirror) that allows anonymous pulls")
+			}
 		}
 	}
 

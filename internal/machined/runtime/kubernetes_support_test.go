@@ -46,6 +46,17 @@ func TestKubernetesSupport(t *testing.T) {
 		{name: "host DNS resolving member names", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
 			c.MachineConfig.MachineFeatures.HostDNSSupport.HostDNSResolveMemberNames = new(true)
 		}, want: []string{"machine.features.hostDNS.resolveMemberNames"}},
+		{name: "registry mirrors and TLS are honoured", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.MachineConfig.MachineRegistries = v1alpha1.RegistriesConfig{
+				RegistryMirrors: map[string]*v1alpha1.RegistryMirrorConfig{"docker.io": {MirrorEndpoints: []string{"http://10.5.0.1:5000"}}},
+				RegistryConfig:  map[string]*v1alpha1.RegistryConfig{"10.5.0.1:5000": {RegistryTLS: &v1alpha1.RegistryTLSConfig{TLSInsecureSkipVerify: new(true)}}},
+			}
+		}},
+		{name: "registry credentials", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.MachineConfig.MachineRegistries = v1alpha1.RegistriesConfig{
+				RegistryConfig: map[string]*v1alpha1.RegistryConfig{"registry.local": {RegistryAuth: &v1alpha1.RegistryAuthConfig{RegistryUsername: "u", RegistryPassword: "p"}}},
+			}
+		}, want: []string{"machine.registries.config.registry.local.auth"}},
 		{name: "two at once, both named", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ExtraManifests = []string{"https://example.org/a.yaml"}
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	registryconfig "github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/errdefs"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -156,7 +158,8 @@ func (s *Machine) ImageList(req *machine.ImageListRequest, srv grpc.ServerStream
 }
 
 // ImagePull imports nothing from the internet by itself: a pull goes to the registry the
-// reference names, and fails with the reason when the node cannot reach it.
+// reference names (through its machine.registries mirrors, as CRI's pulls), and fails with the
+// reason when the node cannot reach it.
 func (s *Machine) ImagePull(ctx context.Context, req *machine.ImagePullRequest) (*machine.ImagePullResponse, error) {
 	if req.Reference == "" {
 		return nil, status.Error(codes.InvalidArgument, "reference is empty: give an image reference like registry.local/etcd:v3.6.13")
@@ -173,7 +176,12 @@ func (s *Machine) ImagePull(ctx context.Context, req *machine.ImagePullRequest) 
 	}
 	defer client.Close()
 
-	if _, err = client.Pull(ctx, req.Reference, containerd.WithPullUnpack); err != nil {
+	hosts := registryconfig.ConfigureHosts(ctx, registryconfig.HostOptions{
+		HostDir: registryconfig.HostDirFromRoot(services.NewContainerdPaths(s.R.Paths).RegistryHosts),
+	})
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+
+	if _, err = client.Pull(ctx, req.Reference, containerd.WithPullUnpack, containerd.WithResolver(resolver)); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, status.FromContextError(err).Err()
 		}
