@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -135,6 +136,16 @@ func waitNodeReady(t *testing.T, cs kubernetes.Interface, name string, since tim
 // putProbe puts the probe binary (a static Go program of this suite) on each node's /var, for
 // pods to run from a hostPath: nothing is pulled from a registry.
 func putProbe(t *testing.T) {
+	t.Helper()
+
+	probeOnce.Do(func() { placeProbe(t) })
+}
+
+// probeOnce: the probe is placed once; a second write would fail on the nodes where pods run it
+// (text file busy).
+var probeOnce sync.Once
+
+func placeProbe(t *testing.T) {
 	t.Helper()
 
 	bin := filepath.Join(binDir, "probe")
