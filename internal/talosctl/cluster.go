@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,6 +87,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		kubePrismPort  int
 		cpPort         int
 		talosVersion   string
+		mirrors        []string
+		insecure       []string
 	)
 
 	cmd := &cobra.Command{
@@ -109,6 +112,10 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Generate.TalosVersion = talosVersion
+
+			if req.Generate.Options, err = registryOptions(req.Generate.Options, mirrors, insecure); err != nil {
+				return err
+			}
 
 			if req.StateRoot, err = root(); err != nil {
 				return err
@@ -202,6 +209,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.IntVar(&kubePrismPort, "kubeprism-port", constants.DefaultKubePrismPort, "KubePrism port (set to 0 to disable)")
 	f.IntVar(&cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
 	f.BoolVar(&waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
+	f.StringSliceVar(&mirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
+	f.StringSliceVar(&insecure, "registry-insecure-skip-verify", nil, "list of registry hostnames to skip TLS verification for")
 	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
@@ -238,6 +247,28 @@ func generateOptions(provisioner, k8sVersion, dnsDomain string, kubePrismPort, c
 	}
 
 	return provision.GenerateOptions{KubernetesVersion: k8sVersion, ControlPlanePort: cpPort, Options: opts}, nil
+}
+
+// registryOptions adds --registry-mirror and --registry-insecure-skip-verify to opts.
+func registryOptions(opts []generate.Option, mirrors, insecure []string) ([]generate.Option, error) {
+	for _, m := range mirrors {
+		host, endpoint, ok := strings.Cut(m, "=")
+		if !ok || host == "" || endpoint == "" {
+			return nil, fmt.Errorf("--registry-mirror %q: give it as <registry host>=<mirror URL>, e.g. docker.io=http://10.5.0.1:5000", m)
+		}
+
+		if u, err := url.Parse(endpoint); err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, fmt.Errorf("--registry-mirror %q: the mirror %q is not a URL like http://10.5.0.1:5000", m, endpoint)
+		}
+
+		opts = append(opts, generate.WithRegistryMirror(host, endpoint))
+	}
+
+	for _, host := range insecure {
+		opts = append(opts, generate.WithRegistryInsecureSkipVerify(host))
+	}
+
+	return opts, nil
 }
 
 // mergeClusterContext saves the cluster's talosconfig beside its state and merges its context

@@ -1,8 +1,13 @@
 package talosctl
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+
+	"github.com/talos-go/talos/internal/provision"
 )
 
 // Bad create flags are refused before anything is made, naming the flag and the fix.
@@ -13,6 +18,8 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 	}{
 		{[]string{"--provisioner", "container", "--kubernetes-version", "1.33.2"}, []string{"--kubernetes-version 1.33.2", "carries Kubernetes 1.34.0", "use 1.34.0"}},
 		{[]string{"--control-plane-port", "70000"}, []string{"--control-plane-port 70000", "1-65535"}},
+		{[]string{"--registry-mirror", "docker.io"}, []string{`--registry-mirror "docker.io"`, "<registry host>=<mirror URL>"}},
+		{[]string{"--registry-mirror", "docker.io=10.5.0.1:5000"}, []string{"is not a URL"}},
 	} {
 		home := t.TempDir()
 		args := append([]string{"--talosconfig", home + "/config", "cluster", "create", "--state", home, "--name", "refused"}, tc.args...)
@@ -27,5 +34,32 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 				t.Errorf("%v: %q not in %q", tc.args, w, errOut)
 			}
 		}
+	}
+}
+
+// --registry-mirror and --registry-insecure-skip-verify end up in machine.registries.
+func TestClusterCreateRegistryFlags(t *testing.T) {
+	opts, err := registryOptions(nil, []string{"docker.io=http://10.5.0.1:5000"}, []string{"10.5.0.1:5000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	gen, err := provision.GenerateConfigs("reg", netip.MustParseAddr("127.5.22.2"), "", provision.GenerateOptions{Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := configloader.NewFromBytes(gen.Worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	regs := cfg.Machine().Registries()
+	if m := regs.Mirrors()["docker.io"]; m == nil || len(m.Endpoints()) != 1 || m.Endpoints()[0].Endpoint() != "http://10.5.0.1:5000" {
+		t.Fatalf("docker.io mirror: %+v", m)
+	}
+
+	if c := regs.Config()["10.5.0.1:5000"]; c == nil || !c.TLS().InsecureSkipVerify() {
+		t.Fatal("10.5.0.1:5000 does not skip TLS verification")
 	}
 }
