@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -204,8 +205,21 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 		OperatingSystem: fmt.Sprintf("%s (%s)", version.Name, version.Tag),
 	}
 
+	// Addresses in the pod and service subnets (flannel's and the CNI bridge's) reach the node
+	// only from inside the cluster network: the others are not given them, as upstream's
+	// affiliates leave them out (etcd joins and KubePrism would try them in vain).
+	var clusterNets []netip.Prefix
+
+	for _, cidr := range slices.Concat(c.Cluster().Network().PodCIDRs(), c.Cluster().Network().ServiceCIDRs()) {
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			clusterNets = append(clusterNets, p)
+		}
+	}
+
 	for _, p := range addrs.TypedSpec().Addresses {
-		self.Addresses = append(self.Addresses, p.Addr().String())
+		if !slices.ContainsFunc(clusterNets, func(n netip.Prefix) bool { return n.Contains(p.Addr()) }) {
+			self.Addresses = append(self.Addresses, p.Addr().String())
+		}
 	}
 
 	endpoints := []string{c.Cluster().Endpoint().Hostname()}

@@ -38,7 +38,7 @@ func testAddr(host int) string {
 }
 
 // node is what the network controllers publish about a node: its hostname and addresses.
-func node(hostname, addr string) []resource.Resource {
+func node(hostname, addr string, more ...string) []resource.Resource {
 	status := network.NewHostnameStatus(network.NamespaceName, network.HostnameID)
 	status.TypedSpec().Hostname = hostname
 
@@ -46,7 +46,10 @@ func node(hostname, addr string) []resource.Resource {
 
 	for _, id := range []resource.ID{network.NodeAddressCurrentID, network.NodeAddressAccumulativeID} {
 		res := network.NewNodeAddress(network.NamespaceName, id)
-		res.TypedSpec().Addresses = []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr(addr), 32)}
+		for _, a := range append([]string{addr}, more...) {
+			res.TypedSpec().Addresses = append(res.TypedSpec().Addresses, netip.PrefixFrom(netip.MustParseAddr(a), 32))
+		}
+
 		out = append(out, res)
 	}
 
@@ -95,7 +98,8 @@ func TestMembers(t *testing.T) {
 		u.Host = net.JoinHostPort(cpAddr, "6443")
 		c.ClusterConfig.ControlPlane.Endpoint.URL = &u
 	})
-	env.Create(append(node("cp1", cpAddr), cfg)...)
+	// Its flannel and CNI bridge addresses (pod subnet) are not given to the others.
+	env.Create(append(node("cp1", cpAddr, "10.244.0.0", "10.244.0.1"), cfg)...)
 
 	env.WaitFile(filepath.Join(trustdDir, trustd.ServerCrt))
 	ctest.ServeTrustd(t, trustdDir, cpAddr)
