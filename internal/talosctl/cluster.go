@@ -89,6 +89,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		talosVersion   string
 		mirrors        []string
 		insecure       []string
+		discovery      bool
 	)
 
 	cmd := &cobra.Command{
@@ -112,6 +113,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Generate.TalosVersion = talosVersion
+			req.Generate.Options = append(req.Generate.Options, generate.WithClusterDiscovery(discovery))
 
 			if req.Generate.Options, err = registryOptions(req.Generate.Options, mirrors, insecure); err != nil {
 				return err
@@ -209,6 +211,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.IntVar(&kubePrismPort, "kubeprism-port", constants.DefaultKubePrismPort, "KubePrism port (set to 0 to disable)")
 	f.IntVar(&cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
 	f.BoolVar(&waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
+	f.BoolVar(&discovery, "with-cluster-discovery", true, "enable cluster discovery")
 	f.StringSliceVar(&mirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
 	f.StringSliceVar(&insecure, "registry-insecure-skip-verify", nil, "list of registry hostnames to skip TLS verification for")
 	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")

@@ -57,6 +57,15 @@ func TestKubernetesSupport(t *testing.T) {
 				RegistryConfig: map[string]*v1alpha1.RegistryConfig{"registry.local": {RegistryAuth: &v1alpha1.RegistryAuthConfig{RegistryUsername: "u", RegistryPassword: "p"}}},
 			}
 		}, want: []string{"machine.registries.config.registry.local.auth"}},
+		{name: "discovery off", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryEnabled = new(false)
+		}},
+		{name: "kubernetes discovery registry", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryKubernetes.RegistryDisabled = new(false)
+		}, want: []string{"cluster.discovery.registries.kubernetes.disabled"}},
+		{name: "outside discovery service", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryService.RegistryEndpoint = "https://discovery.example/"
+		}, want: []string{"cluster.discovery.registries.service.endpoint", "discovery.example"}},
 		{name: "two at once, both named", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ExtraManifests = []string{"https://example.org/a.yaml"}
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -79,6 +80,17 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 		}
 
 		self, endpoints, dial, err := ctrl.local(ctx, r)
+		if errors.Is(err, errDiscoveryOff) {
+			// As upstream: without discovery the node lists no members, itself included.
+			known = nil
+
+			if err = ctrl.writeMembers(ctx, r, nil); err != nil {
+				return err
+			}
+
+			continue
+		}
+
 		if err != nil {
 			return err
 		}
@@ -145,6 +157,9 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 	}
 }
 
+// errDiscoveryOff: cluster.discovery is disabled, or its service registry is.
+var errDiscoveryOff = errors.New("cluster discovery is disabled")
+
 func appendUnique(list []string, s string) []string {
 	for _, x := range list {
 		if x == s {
@@ -196,6 +211,11 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 	c := cfg.Config()
 	if c.Machine() == nil || c.Cluster() == nil || c.Cluster().Endpoint() == nil {
 		return nil, nil, nil, nil
+	}
+
+	// The control planes' registry stands for upstream's discovery service.
+	if d := c.Cluster().Discovery(); !d.Enabled() || !d.Registries().Service().Enabled() {
+		return nil, nil, nil, errDiscoveryOff
 	}
 
 	self := &discovery.Affiliate{

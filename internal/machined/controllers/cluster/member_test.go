@@ -185,3 +185,35 @@ func TestMembersWithoutRegistry(t *testing.T) {
 	})
 	ctest.AssertNoResource[*cluster.Member](env, "old")
 }
+
+// TestMembersDiscoveryDisabled: cluster.discovery.enabled false (or its service registry
+// disabled) lists no members, as upstream; enabling it again lists the node.
+func TestMembersDiscoveryDisabled(t *testing.T) {
+	env := ctest.Start(t,
+		&clusterctrl.IdentityController{StateDir: t.TempDir()},
+		&clusterctrl.MemberController{},
+	)
+
+	cfg := func(enabled, service bool) resource.Resource {
+		return ctest.MachineConfig(t, machine.TypeWorker, func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterDiscoveryConfig = &v1alpha1.ClusterDiscoveryConfig{
+				DiscoveryEnabled: new(enabled),
+				DiscoveryRegistries: v1alpha1.DiscoveryRegistriesConfig{
+					RegistryService: v1alpha1.RegistryServiceConfig{RegistryDisabled: new(!service)},
+				},
+			}
+		})
+	}
+
+	env.Create(append(node("w1", testAddr(3)), cfg(true, true))...)
+	ctest.AssertIDs[*cluster.Member](env, "w1")
+
+	env.Put(cfg(false, true))
+	ctest.AssertIDs[*cluster.Member](env)
+
+	env.Put(cfg(true, true))
+	ctest.AssertIDs[*cluster.Member](env, "w1")
+
+	env.Put(cfg(true, false))
+	ctest.AssertIDs[*cluster.Member](env)
+}
