@@ -124,11 +124,30 @@ func TestEveryNodeDefinition(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		if err = tw.WriteResource("n1", r.(resource.Resource), state.Created); err != nil {
+		res := r.(resource.Resource)
+
+		// A DNSUpstream carries its connection, which machinery's YAML asks for its health:
+		// the node never publishes one without it.
+		if _, ok := res.(*network.DNSUpstream); ok {
+			up := network.NewDNSUpstream("1.1.1.1:53")
+			up.TypedSpec().Value.Conn = network.NewDNSConn(stillProxy{})
+			res = up
+		}
+
+		if err = tw.WriteResource("n1", res, state.Created); err != nil {
 			t.Errorf("%s: %v", rd.TypedSpec().Type, err)
 		}
 	}
 }
+
+// stillProxy is a DNS upstream connection that is never used: what a DNSUpstream row needs.
+type stillProxy struct{}
+
+func (stillProxy) Addr() string        { return "1.1.1.1:53" }
+func (stillProxy) Fails() uint32       { return 0 }
+func (stillProxy) Healthcheck()        {}
+func (stillProxy) Close()              {}
+func (stillProxy) Start(time.Duration) {}
 
 func TestHostname(t *testing.T) {
 	rd := definition(t, &network.HostnameStatus{})
