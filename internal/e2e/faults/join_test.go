@@ -37,9 +37,11 @@ func TestKillDuringEtcdJoin(t *testing.T) {
 				tryKill9(t, svc, node) // the node may be rebooting: then there is nothing to kill
 
 				recordRecovery("kill "+svc+" during etcd join", awaitHealthy(t, killed, healthyBound))
-				// The cluster can look healthy before a slow reset has left etcd: the next case
-				// resets a node again, so this one's reset must be over (or cut short by the kill).
+				// The cluster can look healthy before a slow reset has left etcd: wait until the
+				// reset is over (or was cut short by the kill), then for the cluster to be healthy
+				// again, before the members are checked and the next case resets a node.
 				awaitStage(t, node, "running", healthyBound)
+				awaitHealthy(t, time.Now(), healthyBound)
 				t.Logf("%s rejoined: healthy %v after the reset", node, time.Since(reset).Round(100*time.Millisecond))
 
 				out, stderr, code = talosctl(t, "-n", cp1, "etcd", "members")
