@@ -4,7 +4,7 @@
 OUT ?= _out
 KUBERNETES ?= 1
 
-.PHONY: image imager rootfs rootfs-repro
+.PHONY: image imager rootfs rootfs-repro boot
 image:
 	VERSION=$(VERSION) OUT=$(OUT) ROOTFS=$(ROOTFS) ./hack/image.sh
 
@@ -17,3 +17,8 @@ rootfs:
 # Builds the rootfs twice from nothing cached (tools, Go build cache) and compares the bytes.
 rootfs-repro:
 	OUT=$(OUT) ./hack/rootfs-repro.sh
+
+# The metal boot assets, _out/boot/vmlinuz and _out/boot/initramfs.img (Debian's cloud kernel;
+# machined as /init with the node image): boots under QEMU (see internal/e2e/metal).
+boot:
+	OUT=$(OUT) ./hack/boot.sh

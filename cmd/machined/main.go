@@ -14,6 +14,11 @@ func main() {
 	name := filepath.Base(os.Args[0])
 	args := os.Args[1:]
 
+	// The kernel runs the initramfs's /init as PID 1: the metal boot, before the node image.
+	if os.Getpid() == 1 && os.Args[0] == "/init" {
+		name = "metal-init"
+	}
+
 	// A subcommand wins over argv[0], so "machined trustd ..." runs trustd even though the
 	// binary itself is named machined.
 	if len(args) > 0 {

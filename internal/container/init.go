@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -64,14 +65,7 @@ func InitMain(args []string) error {
 		return fmt.Errorf("setting hostname: %w", err)
 	}
 
-	argv := []string{initPath, "--platform", "container", "--state", "/", "--address", spec.Address.Addr().String()}
-	if spec.Config != "" {
-		argv = append(argv, "--config", NodeConfig)
-	}
-
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", EnvNode + "=1"}
-
-	return fmt.Errorf("running the image's init: %w", syscall.Exec(initPath, argv, env))
+	return ExecInit("container", spec.Address.Addr(), spec.Config != "", EnvNode+"=1")
 }
 
 // mnt is one mount of the node's root; target is inside the new root.
@@ -92,12 +86,25 @@ func buildRoot(spec Spec) error {
 
 	root := spec.rootDir()
 
-	err := mountImage(spec.Image, root)
-	if err != nil {
+	if err := mountImage(spec.Image, root); err != nil {
 		return err
 	}
 
+	if err := mountLayers(spec, root, false); err != nil {
+		return err
+	}
+
+	return pivot(root)
+}
+
+// mountLayers mounts the node's layers over its image at root: tmpfs for /dev /proc /run /sys
+// /tmp /system, the overlay /var on EPHEMERAL, and the partitions under /system. On metal, /dev
+// is the kernel's devtmpfs and the cgroups are the kernel's own cgroup2.
+func mountLayers(spec Spec, root string, metal bool) error {
 	eph := filepath.Join(spec.Disk, "EPHEMERAL")
+
+	var err error
+
 	for _, d := range []string{"upper", "work", "containerd"} {
 		if err = os.MkdirAll(filepath.Join(eph, d), 0o755); err != nil {
 			return err
@@ -106,8 +113,13 @@ func buildRoot(spec Spec) error {
 
 	const nosuid = unix.MS_NOSUID | unix.MS_NODEV
 
+	dev := mnt{"tmpfs", "/dev", "tmpfs", unix.MS_NOSUID, "mode=755,size=65536k"}
+	if metal {
+		dev = mnt{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=755"}
+	}
+
 	mounts := []mnt{
-		{"tmpfs", "/dev", "tmpfs", unix.MS_NOSUID, "mode=755,size=65536k"},
+		dev,
 		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620"},
 		{"shm", "/dev/shm", "tmpfs", nosuid | unix.MS_NOEXEC, "mode=1777,size=65536k"},
 		{"proc", "/proc", "proc", nosuid | unix.MS_NOEXEC, ""},
@@ -157,21 +169,22 @@ func buildRoot(spec Spec) error {
 		}
 	}
 
-	if spec.Cgroup != "" {
+	switch {
+	case metal:
+		if err = unix.Mount("cgroup2", filepath.Join(root, "sys", "fs", "cgroup"), "cgroup2", nosuid|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mounting cgroup2 on /sys/fs/cgroup: %w", err)
+		}
+	case spec.Cgroup != "":
 		if err = mountCgroups(filepath.Join(root, "sys", "fs", "cgroup")); err != nil {
 			return err
 		}
 	}
 
-	if err = makeDevices(root); err != nil {
+	if err = makeDevices(root, !metal); err != nil {
 		return err
 	}
 
-	if err = writeEtc(root, spec); err != nil {
-		return err
-	}
-
-	return pivot(root)
+	return writeEtc(root, spec)
 }
 
 // mountCgroups mounts the node's cgroups at target (its /sys/fs/cgroup), writable for containerd,
@@ -268,8 +281,9 @@ func partitionDir(label string) string {
 	}
 }
 
-// makeDevices fills the /dev tmpfs with the character devices a node's programs use.
-func makeDevices(root string) error {
+// makeDevices fills the /dev tmpfs with the character devices a node's programs use (nodes:
+// false on metal, whose devtmpfs has them) and the links every /dev has.
+func makeDevices(root string, nodes bool) error {
 	for _, d := range []struct {
 		name         string
 		major, minor uint32
@@ -279,13 +293,17 @@ func makeDevices(root string) error {
 		// The kernel log: kubelet's OOM watcher reads it (the node shares the host's kernel).
 		{"kmsg", 1, 11, 0o644},
 	} {
+		if !nodes {
+			break
+		}
+
 		if err := unix.Mknod(filepath.Join(root, "dev", d.name), unix.S_IFCHR|d.mode, int(unix.Mkdev(d.major, d.minor))); err != nil {
 			return fmt.Errorf("creating /dev/%s: %w", d.name, err)
 		}
 	}
 
 	for link, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
-		if err := os.Symlink(target, filepath.Join(root, "dev", link)); err != nil {
+		if err := os.Symlink(target, filepath.Join(root, "dev", link)); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
@@ -386,4 +404,54 @@ func pivot(root string) error {
 	}
 
 	return unix.Chdir("/")
+}
+
+// BuildMetalRoot is buildRoot for a node on its own kernel (the initramfs's /init): the image
+// at spec.Image, the layers over it with spec.Disk standing for the disk, then switch_root, as
+// pivot_root cannot leave the initramfs.
+func BuildMetalRoot(spec Spec) error {
+	root := spec.rootDir()
+
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+
+	if err := mountImage(spec.Image, root); err != nil {
+		return err
+	}
+
+	if err := mountLayers(spec, root, true); err != nil {
+		return err
+	}
+
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving the node's root over the initramfs: %w", err)
+	}
+
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot into the node's root: %w", err)
+	}
+
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("making the node's mounts shared: %w", err)
+	}
+
+	return unix.Chdir("/")
+}
+
+// ExecInit runs the image's init as the node's machined: platform, the node's address and
+// its first-boot config (empty: maintenance mode).
+func ExecInit(platform string, address netip.Addr, config bool, env ...string) error {
+	argv := []string{initPath, "--platform", platform, "--state", "/", "--address", address.String()}
+	if config {
+		argv = append(argv, "--config", NodeConfig)
+	}
+
+	env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, env...)
+
+	return fmt.Errorf("running the image's init: %w", syscall.Exec(initPath, argv, env))
 }

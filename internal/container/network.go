@@ -46,7 +46,7 @@ func CreateBridge(name string, gateway netip.Prefix, mtu int) error {
 		return fmt.Errorf("bridge %s: %w", name, err)
 	}
 
-	return setUp(c, idx)
+	return SetLinkUp(c, idx)
 }
 
 // DeleteLink removes a link by name; a link that is not there is not an error.
@@ -119,7 +119,7 @@ func (nn NodeNetwork) Attach(pid int) error {
 		return fmt.Errorf("adding %s to bridge %s: %w", nn.HostEnd, nn.Bridge, err)
 	}
 
-	if err = setUp(host, hostEnd); err != nil {
+	if err = SetLinkUp(host, hostEnd); err != nil {
 		return err
 	}
 
@@ -139,30 +139,43 @@ func (nn NodeNetwork) configureInside(pid int) error {
 	}
 	defer c.Close()
 
-	for _, name := range []string{"lo", NodeInterface} {
-		idx, err := linkIndex(c, name)
-		if err != nil {
-			return err
-		}
+	lo, err := linkIndex(c, "lo")
+	if err != nil {
+		return err
+	}
 
-		if name == NodeInterface {
-			if err = addAddress(c, idx, nn.Address); err != nil {
-				return fmt.Errorf("node %s: %w", name, err)
-			}
-		}
+	if err = SetLinkUp(c, lo); err != nil {
+		return err
+	}
 
-		if err = setUp(c, idx); err != nil {
-			return err
-		}
+	return ConfigureStatic(c, NodeInterface, nn.Address, nn.Gateway)
+}
 
-		if name == NodeInterface {
-			if err = c.Route.Add(&rtnetlink.RouteMessage{
-				Family: unix.AF_INET, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST,
-				Attributes: rtnetlink.RouteAttributes{Gateway: nn.Gateway.AsSlice(), OutIface: idx},
-			}); err != nil {
-				return fmt.Errorf("adding the default route via %s: %w", nn.Gateway, err)
-			}
-		}
+// ConfigureStatic gives link the address, brings it up and, with a gateway, adds the default
+// route through it.
+func ConfigureStatic(c *rtnetlink.Conn, link string, address netip.Prefix, gateway netip.Addr) error {
+	idx, err := linkIndex(c, link)
+	if err != nil {
+		return err
+	}
+
+	if err = addAddress(c, idx, address); err != nil {
+		return fmt.Errorf("node %s: %w", link, err)
+	}
+
+	if err = SetLinkUp(c, idx); err != nil {
+		return err
+	}
+
+	if !gateway.IsValid() {
+		return nil
+	}
+
+	if err = c.Route.Add(&rtnetlink.RouteMessage{
+		Family: unix.AF_INET, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST,
+		Attributes: rtnetlink.RouteAttributes{Gateway: gateway.AsSlice(), OutIface: idx},
+	}); err != nil {
+		return fmt.Errorf("adding the default route via %s: %w", gateway, err)
 	}
 
 	return nil
@@ -185,7 +198,8 @@ func linkIndex(c *rtnetlink.Conn, name string) (uint32, error) {
 
 var errNoLink = errors.New("no such link")
 
-func setUp(c *rtnetlink.Conn, idx uint32) error {
+// SetLinkUp brings the link with index idx up.
+func SetLinkUp(c *rtnetlink.Conn, idx uint32) error {
 	if err := c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Flags: unix.IFF_UP, Change: unix.IFF_UP}); err != nil {
 		return fmt.Errorf("setting link %d up: %w", idx, err)
 	}

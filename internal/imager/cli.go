@@ -31,12 +31,16 @@ type Options struct {
 	Image    string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE [--rootfs FILE] --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh")
+var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE [--rootfs FILE] --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
 
-// Main is the imager command: keygen, pubkey, build, verify, rootfs.
+// Main is the imager command: keygen, pubkey, build, verify, rootfs, boot.
 func Main(args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "rootfs" {
 		return rootfsMain(args[1:], stdout)
+	}
+
+	if len(args) > 0 && args[0] == "boot" {
+		return bootMain(args[1:], stdout)
 	}
 
 	opts, err := parseArgs(args)

@@ -6,6 +6,7 @@ import (
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined"
+	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -17,5 +18,7 @@ var Commands = map[string]func(args []string) error{
 	// container runs a node in its own namespaces (host side); container-init builds its root.
 	"container":      container.Main,
 	"container-init": container.InitMain,
-	"trustd":         trustd.Main,
+	// metal-init is the initramfs's /init on a kernel (metal mode).
+	"metal-init": metal.InitMain,
+	"trustd":     trustd.Main,
 }

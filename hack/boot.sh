@@ -1,0 +1,49 @@
+#!/bin/sh
+# Builds the metal boot assets in _out/boot: vmlinuz, Debian's cloud kernel, and initramfs.img
+# with machined as /init, the node image (_out/rootfs.sqsh, built first when missing) and the
+# boot's kernel modules (internal/imager/boot.go). The kernel package is downloaded with apt and
+# extracted under _out/cache/kernel; the host's own /boot is not touched.
+set -eu
+
+OUT=${OUT:-_out}
+KERNEL_PACKAGE=${KERNEL_PACKAGE:-linux-image-cloud-amd64}
+
+if [ ! -f "$OUT/rootfs.sqsh" ] || [ ! -f "$OUT/cache/node/machined" ]; then
+	echo "[1/3] the node image is missing: building it (make rootfs)"
+	OUT=$OUT ./hack/rootfs.sh
+else
+	echo "[1/3] node image $OUT/rootfs.sqsh"
+fi
+
+# The meta package names the kernel's versioned package; both come from Debian's archive.
+pkg=$(apt-cache depends "$KERNEL_PACKAGE" 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1)
+if [ -z "$pkg" ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "boot: apt knows no $KERNEL_PACKAGE: run apt-get update as root" >&2
+		exit 1
+	fi
+	apt-get update -qq
+	pkg=$(apt-cache depends "$KERNEL_PACKAGE" | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1)
+fi
+ver=$(apt-cache policy "$pkg" | sed -n 's/^ *Candidate: //p')
+kdir=$OUT/cache/kernel/$pkg-$ver
+if [ ! -d "$kdir/boot" ]; then
+	echo "[2/3] downloading $pkg $ver from Debian"
+	tmp=$(mktemp -d)
+	chmod 777 "$tmp" # apt's _apt user writes the download
+	(cd "$tmp" && apt-get download -qq "$pkg=$ver")
+	mkdir -p "$kdir.tmp"
+	dpkg-deb -x "$tmp"/*.deb "$kdir.tmp"
+	# The package leaves the module index to depmod, run on install.
+	for m in "$kdir.tmp"/lib/modules/*; do
+		depmod -b "$kdir.tmp" "$(basename "$m")"
+	done
+	rm -rf "$tmp" "$kdir"
+	mv "$kdir.tmp" "$kdir"
+else
+	echo "[2/3] kernel $pkg $ver (cached)"
+fi
+
+echo "[3/3] initramfs"
+go build -o "$OUT/imager" ./cmd/imager
+"$OUT/imager" boot --kernel "$kdir" --machined "$OUT/cache/node/machined" --rootfs "$OUT/rootfs.sqsh" --out "$OUT/boot"

@@ -1,0 +1,239 @@
+// Package metal boots the metal boot assets of `make boot` under QEMU (KVM when /dev/kvm works,
+// TCG otherwise): machined is PID 1 on Debian's cloud kernel, and talosctl reaches its API
+// through QEMU's user network (restricted: the guest reaches nothing but the forwarded port).
+// The suite is skipped when QEMU or the assets are missing; .ci/run builds them.
+package metal
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/testenv"
+)
+
+var (
+	binDir, kernel, initramfs string
+	kvm                       bool // KVM works here: /dev/kvm is there and a guest runs on it
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if reason := skipReason(); reason != "" {
+		fmt.Fprintf(os.Stderr, "SKIP metal e2e suite: %s\n", reason)
+
+		return 0
+	}
+
+	var err error
+	if binDir, err = os.MkdirTemp("", "metal-e2e-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+
+	if out, err := testenv.GoBuild("-o", binDir+"/", "github.com/talos-go/talos/cmd/talosctl"); err != nil {
+		fmt.Fprintf(os.Stderr, "building talosctl: %v\n%s", err, out)
+
+		return 1
+	}
+
+	kvm = kvmWorks()
+	fmt.Fprintf(os.Stderr, "metal e2e: QEMU with KVM: %v\n", kvm)
+
+	return m.Run()
+}
+
+// kvmWorks boots the kernel on KVM for a few seconds: a /dev/kvm that opens may still fail a
+// guest (nested virtualization refusing the host CPU's registers), which QEMU aborts on.
+func kvmWorks() bool {
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err != nil {
+		return false
+	} else {
+		f.Close()
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	err := exec.CommandContext(ctx, "qemu-system-x86_64", "-enable-kvm", "-cpu", "host", "-m", "256", "-display", "none",
+		"-no-reboot", "-kernel", kernel, "-append", "panic=-1").Run()
+
+	return err == nil || ctx.Err() != nil // booting still, or ended by the kernel's reset
+}
+
+func skipReason() string {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return "no qemu-system-x86_64 (apt-get install qemu-system-x86)"
+	}
+
+	dir, err := filepath.Abs("../../../_out/boot")
+	if err != nil {
+		return err.Error()
+	}
+
+	kernel, initramfs = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.img")
+	for _, f := range []string{kernel, initramfs} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Sprintf("no %s: build the boot assets with `make boot`", f)
+		}
+	}
+
+	return ""
+}
+
+// machine is one QEMU guest booted from the boot assets.
+type machine struct {
+	cmd     *exec.Cmd
+	console string // the serial console's log
+	port    int    // the host port forwarded to the guest's apid
+	stderr  strings.Builder
+	exited  chan struct{} // closed when QEMU ends
+}
+
+// boot starts a guest with the kernel arguments args (talos.platform=metal and the console are
+// added) and stops it when the test ends.
+func boot(t *testing.T, args ...string) *machine {
+	t.Helper()
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+
+	m := &machine{console: filepath.Join(t.TempDir(), "console.log"), port: port, exited: make(chan struct{})}
+
+	qemu := []string{
+		"-m", "2048", "-smp", "2", "-display", "none", "-no-reboot",
+		"-serial", "file:" + m.console,
+		"-kernel", kernel, "-initrd", initramfs,
+		"-append", strings.Join(append([]string{"console=ttyS0", "talos.platform=metal", "panic=-1"}, args...), " "),
+		"-nic", fmt.Sprintf("user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:%d-:50000", port),
+	}
+	if kvm {
+		qemu = append(qemu, "-enable-kvm", "-cpu", "host")
+	}
+
+	m.cmd = exec.Command("qemu-system-x86_64", qemu...)
+	m.cmd.Stdout, m.cmd.Stderr = &m.stderr, &m.stderr
+
+	if err = m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	go func() {
+		_ = m.cmd.Wait()
+		close(m.exited)
+	}()
+
+	t.Cleanup(func() {
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+
+		if t.Failed() {
+			b, _ := os.ReadFile(m.console)
+			t.Logf("QEMU: %s\nconsole:\n%s", m.stderr.String(), b)
+		}
+	})
+
+	return m
+}
+
+func (m *machine) consoleText() string {
+	b, _ := os.ReadFile(m.console)
+
+	return string(b)
+}
+
+// talosctl runs talosctl against the guest's maintenance API.
+func (m *machine) talosctl(t *testing.T, args ...string) (string, string, int) {
+	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
+
+	return cli.Run(t, append([]string{"-e", ep, "-n", ep}, append(args, "--insecure")...)...)
+}
+
+// A node with no config boots as PID 1 from the initramfs into the node image, configures the
+// address of ip= and waits in maintenance mode, where talosctl reaches it.
+func TestBootToMaintenance(t *testing.T) {
+	start := time.Now()
+	m := boot(t, "ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off")
+
+	testenv.WaitFor(t, "the maintenance API", 4*time.Minute, func() error {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
+		default:
+		}
+
+		_, errOut, code := m.talosctl(t, "version")
+		if code != 0 {
+			return fmt.Errorf("%s", errOut)
+		}
+
+		return nil
+	})
+
+	t.Logf("booted to maintenance mode in %s", time.Since(start).Round(100*time.Millisecond))
+
+	console := m.consoleText()
+	for _, want := range []string{"Run /init as init process", "[talos] switched to the node image", "maintenance API serving"} {
+		if !strings.Contains(console, want) {
+			t.Errorf("the console has no %q", want)
+		}
+	}
+
+	// The boot's modules were loaded from the initramfs: virtio_net for the guest's network
+	// card, found by its modalias.
+	if !regexp.MustCompile(`\[talos\] kernel \S+: loaded .*for the devices, .*virtio_net`).MatchString(console) {
+		t.Errorf("no virtio_net loaded for the network card")
+	}
+
+	out, errOut, code := m.talosctl(t, "get", "addresses")
+	if code != 0 || !regexp.MustCompile(`(?m)eth0/10\.0\.2\.15/24\s`).MatchString(out) {
+		t.Fatalf("get addresses: exit %d, no eth0/10.0.2.15/24 of ip=:\n%s%s", code, out, errOut)
+	}
+
+	// The guest's own kernel, not the host's: its loop device holds the node image.
+	if out, _, _ = m.talosctl(t, "get", "disks"); !strings.Contains(out, "loop0") {
+		t.Errorf("get disks shows no loop0 for the node image:\n%s", out)
+	}
+}
+
+// A bad ip= stops the boot with a message naming it on the console; the kernel panics (the
+// init exited) and, with panic=-1, the machine resets, which ends QEMU under -no-reboot.
+func TestBadIPArgumentStopsTheBoot(t *testing.T) {
+	m := boot(t, "ip=10.0.2.15::10.0.2.999:255.255.255.0::eth0:off")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	select {
+	case <-m.exited:
+	case <-ctx.Done():
+		t.Fatal("QEMU still runs: the init did not stop on a bad ip=")
+	}
+
+	console := m.consoleText()
+	if !strings.Contains(console, `ip=: gateway "10.0.2.999" is not an IP address`) {
+		t.Fatalf("the console does not name the bad gateway of ip=")
+	}
+
+	if !strings.Contains(console, "Attempted to kill init") {
+		t.Errorf("no kernel panic for the init's exit")
+	}
+}

@@ -1,0 +1,238 @@
+package imager
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/talos-go/talos/internal/metal"
+)
+
+// BootOptions are the inputs of the metal boot assets.
+type BootOptions struct {
+	KernelRoot string // an extracted Debian linux-image package: boot/vmlinuz-*, lib/modules/*
+	Machined   string // the multi-call binary, the initramfs's /init
+	Rootfs     string // the node image, /rootfs.sqsh in the initramfs
+	Out        string // folder for vmlinuz and initramfs.img
+}
+
+// BootAssets is what BuildBoot wrote.
+type BootAssets struct {
+	Release             string // the kernel's release, e.g. 6.1.0-56-cloud-amd64
+	Kernel, Initramfs   string
+	KernelSize, InitrdN int64 // bytes
+	Modules             []string
+}
+
+// bootModules are the modules the initramfs carries: metal.BootModules and the drivers of
+// the devices a QEMU or cloud machine boots with, each with what it depends on.
+var bootModules = append(slices.Clone(metal.BootModules),
+	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod")
+
+// BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
+// is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node
+// image and the boot's modules. Same inputs give the same bytes.
+func BuildBoot(opts BootOptions) (BootAssets, error) {
+	var a BootAssets
+
+	kernels, _ := filepath.Glob(filepath.Join(opts.KernelRoot, "boot", "vmlinuz-*"))
+	if len(kernels) != 1 {
+		return a, fmt.Errorf("want one boot/vmlinuz-* in %s, found %d: extract one Debian linux-image package there (make boot does)", opts.KernelRoot, len(kernels))
+	}
+
+	a.Release = strings.TrimPrefix(filepath.Base(kernels[0]), "vmlinuz-")
+	modDir := filepath.Join(opts.KernelRoot, "lib", "modules", a.Release)
+
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return a, err
+	}
+
+	a.Kernel, a.Initramfs = filepath.Join(opts.Out, "vmlinuz"), filepath.Join(opts.Out, "initramfs.img")
+	if err := os.Remove(a.Kernel); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return a, err
+	}
+
+	if err := copyFile(kernels[0], a.Kernel); err != nil {
+		return a, err
+	}
+
+	deps, err := readModulesDep(filepath.Join(modDir, "modules.dep"))
+	if err != nil {
+		return a, err
+	}
+
+	var files []string // module paths under modDir
+
+	for _, name := range bootModules {
+		p, ok := deps.paths[name]
+		if !ok {
+			continue // built into this kernel
+		}
+
+		for _, f := range append([]string{p}, deps.deps[name]...) {
+			if !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+
+		a.Modules = append(a.Modules, name)
+	}
+
+	slices.Sort(files)
+
+	out, err := os.Create(a.Initramfs + ".tmp")
+	if err != nil {
+		return a, err
+	}
+	defer os.Remove(out.Name())
+
+	w := newCpio(bufio.NewWriterSize(out, 1<<20))
+	dir := path.Join(strings.TrimPrefix(metal.InitramfsModules, "/"), a.Release)
+
+	for _, d := range []string{"dev", "disk", "lib", "lib/modules", dir, "proc", "sys"} {
+		w.dir(d)
+	}
+
+	w.device("dev/console", 0o600, 5, 1)
+
+	for _, f := range files {
+		for _, parent := range parents(path.Dir(f)) {
+			w.dir(path.Join(dir, parent))
+		}
+
+		w.file(path.Join(dir, f), filepath.Join(modDir, f), 0o644)
+	}
+
+	// The index files for the carried modules only: modprobe's view of this initramfs.
+	w.bytes(path.Join(dir, "modules.dep"), deps.subset(files), 0o644)
+	w.bytes(path.Join(dir, "modules.alias"), aliasesFor(filepath.Join(modDir, "modules.alias"), files), 0o644)
+	w.file(path.Join(dir, "modules.builtin"), filepath.Join(modDir, "modules.builtin"), 0o644)
+
+	w.file("init", opts.Machined, 0o755)
+	w.file(strings.TrimPrefix(metal.InitramfsImage, "/"), opts.Rootfs, 0o644)
+
+	if err = w.close(); err != nil {
+		return a, err
+	}
+
+	if err = out.Close(); err != nil {
+		return a, err
+	}
+
+	if err = os.Rename(out.Name(), a.Initramfs); err != nil {
+		return a, err
+	}
+
+	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return a, err
+		}
+
+		*n = fi.Size()
+	}
+
+	return a, nil
+}
+
+// parents lists a relative folder and its parents, outermost first ("a/b" → "a", "a/b").
+func parents(dir string) []string {
+	if dir == "." || dir == "" {
+		return nil
+	}
+
+	return append(parents(path.Dir(dir)), dir)
+}
+
+type modulesDep struct {
+	paths map[string]string   // name → path
+	deps  map[string][]string // name → dependency paths
+	lines map[string]string   // path → its modules.dep line
+}
+
+func readModulesDep(file string) (modulesDep, error) {
+	d := modulesDep{paths: map[string]string{}, deps: map[string][]string{}, lines: map[string]string{}}
+
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return d, fmt.Errorf("the kernel package has no modules.dep: %w", err)
+	}
+
+	for line := range strings.Lines(string(b)) {
+		p, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+
+		name := strings.ReplaceAll(strings.TrimSuffix(path.Base(p), ".ko"), "-", "_")
+		d.paths[name], d.deps[name], d.lines[p] = p, strings.Fields(rest), strings.TrimSpace(line)
+	}
+
+	return d, nil
+}
+
+func (d modulesDep) subset(files []string) []byte {
+	var b strings.Builder
+
+	for _, f := range files {
+		b.WriteString(d.lines[f] + "\n")
+	}
+
+	return []byte(b.String())
+}
+
+// aliasesFor keeps the lines of modules.alias whose module is carried.
+func aliasesFor(file string, files []string) []byte {
+	names := map[string]bool{}
+	for _, f := range files {
+		names[strings.ReplaceAll(strings.TrimSuffix(path.Base(f), ".ko"), "-", "_")] = true
+	}
+
+	b, _ := os.ReadFile(file)
+
+	var out strings.Builder
+
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 3 && names[f[2]] {
+			out.WriteString(line)
+		}
+	}
+
+	return []byte(out.String())
+}
+
+// bootMain is `imager boot`.
+func bootMain(args []string, stdout io.Writer) error {
+	var opts BootOptions
+
+	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
+	fs.StringVar(&opts.KernelRoot, "kernel", "", "folder holding an extracted Debian linux-image package")
+	fs.StringVar(&opts.Machined, "machined", "", "the multi-call binary (static)")
+	fs.StringVar(&opts.Rootfs, "rootfs", "", "the node image (imager rootfs)")
+	fs.StringVar(&opts.Out, "out", "", "output folder")
+
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	if opts.KernelRoot == "" || opts.Machined == "" || opts.Rootfs == "" || opts.Out == "" {
+		return errors.New("usage: imager boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
+	}
+
+	a, err := BuildBoot(opts)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\n",
+		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "))
+
+	return nil
+}

@@ -1,0 +1,150 @@
+// Package metal is the node on its own kernel: the initramfs's /init, which reads the kernel
+// arguments, loads the modules the boot needs, configures the network of `ip=` and starts the
+// node image's machined on its own root.
+package metal
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Cmdline is the kernel command line: each argument's last value, as the kernel's own
+// parameters take the last one given.
+type Cmdline map[string]string
+
+// ParseCmdline splits /proc/cmdline into its arguments (a flag without "=" has value "").
+func ParseCmdline(line string) Cmdline {
+	c := Cmdline{}
+
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		c[k] = v
+	}
+
+	return c
+}
+
+// IPConfig is the kernel's `ip=` argument, in the nfsroot form
+// ip=<client>:<server>:<gateway>:<netmask>:<hostname>:<device>:<autoconf>:<dns0>:<dns1>:<ntp0>.
+type IPConfig struct {
+	Address  netip.Prefix // zero: none (DHCP)
+	Gateway  netip.Addr
+	Hostname string
+	Device   string // empty: the first link that is not loopback
+	DNS      []netip.Addr
+	NTP      []netip.Addr
+}
+
+// ParseIP parses an `ip=` value. The single-word forms (dhcp, on, any, ...) ask for DHCP: a
+// zero Address.
+func ParseIP(v string) (IPConfig, error) {
+	var c IPConfig
+
+	f := strings.Split(v, ":")
+	if len(f) == 1 {
+		switch v {
+		case "", "dhcp", "on", "any", "both":
+			return c, nil
+		case "off", "none":
+			return c, fmt.Errorf("ip=%s: a node needs a network: give ip=dhcp or ip=<address>::<gateway>:<netmask>:<hostname>:<device>:off", v)
+		}
+
+		return c, fmt.Errorf("ip=%s: unknown form: give ip=dhcp or ip=<address>::<gateway>:<netmask>:<hostname>:<device>:off", v)
+	}
+
+	field := func(i int) string {
+		if i < len(f) {
+			return f[i]
+		}
+
+		return ""
+	}
+
+	addr := func(i int, name string) (netip.Addr, error) {
+		if field(i) == "" {
+			return netip.Addr{}, nil
+		}
+
+		a, err := netip.ParseAddr(field(i))
+		if err != nil {
+			return a, fmt.Errorf("ip=: %s %q is not an IP address", name, field(i))
+		}
+
+		return a, nil
+	}
+
+	client, err := addr(0, "client address")
+	if err != nil {
+		return c, err
+	}
+
+	if c.Gateway, err = addr(2, "gateway"); err != nil {
+		return c, err
+	}
+
+	bits := 24
+	if client.Is6() {
+		bits = 64
+	}
+
+	if m := field(3); m != "" {
+		mask, err := netip.ParseAddr(m)
+		if err != nil {
+			return c, fmt.Errorf("ip=: netmask %q is not a mask like 255.255.255.0", m)
+		}
+
+		if bits, err = maskBits(mask); err != nil {
+			return c, err
+		}
+	}
+
+	if client.IsValid() {
+		c.Address = netip.PrefixFrom(client, bits)
+	}
+
+	c.Hostname, c.Device = field(4), field(5)
+
+	for _, x := range []struct {
+		i    int
+		name string
+	}{{7, "dns0"}, {8, "dns1"}, {9, "ntp0"}} {
+		a, err := addr(x.i, x.name)
+		if err != nil {
+			return c, err
+		}
+
+		switch {
+		case !a.IsValid():
+		case x.i == 9:
+			c.NTP = append(c.NTP, a)
+		default:
+			c.DNS = append(c.DNS, a)
+		}
+	}
+
+	return c, nil
+}
+
+// maskBits is the prefix length of a netmask.
+func maskBits(mask netip.Addr) (int, error) {
+	b := mask.AsSlice()
+	bits, done := 0, false
+
+	for _, x := range b {
+		for i := 7; i >= 0; i-- {
+			set := x&(1<<i) != 0
+			if set && done {
+				return 0, fmt.Errorf("ip=: netmask %s has a hole: give one like 255.255.255.0", mask)
+			}
+
+			if set {
+				bits++
+			} else {
+				done = true
+			}
+		}
+	}
+
+	return bits, nil
+}

@@ -1,0 +1,177 @@
+package metal
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/jsimonetti/rtnetlink/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/container"
+)
+
+// Paths inside the initramfs, as `imager boot` lays it out.
+const (
+	InitramfsImage   = "/rootfs.sqsh" // the node image
+	InitramfsModules = "/lib/modules" // <release>/ with the boot's modules and their index
+	diskDir          = "/disk"        // a tmpfs standing for the node's disk until it installs
+)
+
+// BootModules are loaded on every boot, before the devices' own: the node image's
+// filesystems and loop devices, and the virtio transport the devices of QEMU are on.
+var BootModules = []string{"loop", "squashfs", "overlay", "virtio_pci"}
+
+// InitMain is the initramfs's /init: PID 1 on the kernel, before the node image runs. It
+// logs to the kernel console; an error here leaves the machine with nothing to run, so
+// Main (cmd/machined) reports it and the kernel panics, as upstream's does.
+func InitMain([]string) error {
+	runtime.LockOSThread()
+
+	for _, m := range []struct{ src, dir, fs string }{{"devtmpfs", "/dev", "devtmpfs"}, {"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}} {
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			return err
+		}
+
+		if err := unix.Mount(m.src, m.dir, m.fs, unix.MS_NOSUID, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mounting %s: %w", m.dir, err)
+		}
+	}
+
+	b, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+
+	cmdline := ParseCmdline(string(b))
+
+	if p := cmdline["talos.platform"]; p != "metal" {
+		return fmt.Errorf("talos.platform=%q: this initramfs boots talos.platform=metal", p)
+	}
+
+	ip, err := ParseIP(cmdline["ip"])
+	if err != nil {
+		return err
+	}
+
+	if !ip.Address.IsValid() {
+		return errors.New("ip=: DHCP is not implemented yet: give a static address, ip=<address>::<gateway>:<netmask>:<hostname>:<device>:off")
+	}
+
+	var uts unix.Utsname
+	if err = unix.Uname(&uts); err != nil {
+		return err
+	}
+
+	release := unix.ByteSliceToString(uts.Release[:])
+
+	mods, err := OpenModules(filepath.Join(InitramfsModules, release))
+	if err != nil {
+		return fmt.Errorf("the initramfs has no modules for kernel %s: %w (rebuild the boot assets with `make boot`)", release, err)
+	}
+
+	for _, name := range BootModules {
+		if err = mods.Load(name); err != nil {
+			return err
+		}
+	}
+
+	loaded, err := mods.LoadForDevices("/sys")
+	if err != nil {
+		return err
+	}
+
+	log("kernel %s: loaded %s and, for the devices, %s", release, strings.Join(BootModules, ", "), strings.Join(loaded, ", "))
+
+	if err = configureNetwork(ip); err != nil {
+		return err
+	}
+
+	hostname := ip.Hostname
+	if hostname == "" {
+		hostname = "talos"
+	}
+
+	if err = unix.Sethostname([]byte(hostname)); err != nil {
+		return err
+	}
+
+	if err = unix.Mount("tmpfs", diskDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755"); err != nil {
+		return fmt.Errorf("mounting %s: %w", diskDir, err)
+	}
+
+	for _, p := range []string{"STATE", "META", "BOOT", "EPHEMERAL"} {
+		if err = os.MkdirAll(filepath.Join(diskDir, p), 0o700); err != nil {
+			return err
+		}
+	}
+
+	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address}
+	if err = container.BuildMetalRoot(spec); err != nil {
+		return err
+	}
+
+	log("switched to the node image; starting machined at %s", ip.Address)
+
+	return container.ExecInit("metal", ip.Address.Addr(), false)
+}
+
+// configureNetwork brings up lo and the `ip=` link with its address and default route.
+func configureNetwork(ip IPConfig) error {
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer c.Close()
+
+	links, err := c.Link.List()
+	if err != nil {
+		return err
+	}
+
+	device := ip.Device
+
+	for _, l := range links {
+		if l.Attributes == nil {
+			continue
+		}
+
+		if l.Attributes.Name == "lo" {
+			if err = container.SetLinkUp(c, l.Index); err != nil {
+				return err
+			}
+
+			continue
+		}
+
+		if device == "" && l.Type != unix.ARPHRD_LOOPBACK {
+			device = l.Attributes.Name
+		}
+	}
+
+	if device == "" {
+		return errors.New("ip=: the machine has no network link (is its driver in the initramfs?)")
+	}
+
+	var gw netip.Addr
+	if ip.Gateway.IsValid() {
+		gw = ip.Gateway
+	}
+
+	if err = container.ConfigureStatic(c, device, ip.Address, gw); err != nil {
+		return fmt.Errorf("ip=: %w", err)
+	}
+
+	log("%s: %s, gateway %s", device, ip.Address, gw)
+
+	return nil
+}
+
+// log writes to the kernel console, the init's stderr.
+func log(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[talos] "+format+"\n", args...)
+}
