@@ -1,0 +1,133 @@
+package imager
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// fakeKernel lays out an extracted linux-image package: a kernel and three modules, of which
+// the initramfs takes virtio_net with its dependency and leaves the sound driver.
+func fakeKernel(t *testing.T) string {
+	t.Helper()
+
+	root := t.TempDir()
+
+	files := map[string]string{
+		"boot/vmlinuz-6.1.0-9-cloud-amd64": "kernel",
+		"lib/modules/6.1.0-9-cloud-amd64/modules.dep": "kernel/drivers/net/virtio_net.ko: kernel/net/core/failover.ko\n" +
+			"kernel/net/core/failover.ko:\nkernel/sound/snd.ko:\n",
+		"lib/modules/6.1.0-9-cloud-amd64/modules.alias":                    "alias virtio:d00000001v* virtio_net\nalias snd-card-* snd\n",
+		"lib/modules/6.1.0-9-cloud-amd64/modules.builtin":                  "kernel/fs/ext4/ext4.ko\n",
+		"lib/modules/6.1.0-9-cloud-amd64/kernel/drivers/net/virtio_net.ko": "virtio_net",
+		"lib/modules/6.1.0-9-cloud-amd64/kernel/net/core/failover.ko":      "failover",
+		"lib/modules/6.1.0-9-cloud-amd64/kernel/sound/snd.ko":              "snd",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	return root
+}
+
+// cpioEntries reads a newc archive's names and contents.
+func cpioEntries(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+
+	out := map[string]string{}
+	hex := func(s []byte) int {
+		n, err := strconv.ParseUint(string(s), 16, 32)
+		if err != nil {
+			t.Fatalf("bad header field %q", s)
+		}
+
+		return int(n)
+	}
+	align := func(n int) int { return (n + 3) &^ 3 }
+
+	for off := 0; ; {
+		h := b[off:]
+		if string(h[:6]) != "070701" {
+			t.Fatalf("no newc magic at %d", off)
+		}
+
+		size, nameLen := hex(h[54:62]), hex(h[94:102])
+		name := string(h[110 : 110+nameLen-1])
+		data := align(off+110+nameLen) - off
+
+		if name == "TRAILER!!!" {
+			return out
+		}
+
+		out[name] = string(h[data : data+size])
+		off = align(off + data + size)
+	}
+}
+
+func TestBuildBootReproducible(t *testing.T) {
+	kernel := fakeKernel(t)
+	dir := t.TempDir()
+
+	for name, content := range map[string]string{"machined": "init binary", "rootfs.sqsh": "squashfs"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var images [2][]byte
+
+	for i := range images {
+		out := filepath.Join(t.TempDir(), "boot")
+
+		a, err := BuildBoot(BootOptions{KernelRoot: kernel, Machined: filepath.Join(dir, "machined"), Rootfs: filepath.Join(dir, "rootfs.sqsh"), Out: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if a.Release != "6.1.0-9-cloud-amd64" || !slices.Equal(a.Modules, []string{"virtio_net"}) {
+			t.Fatalf("release %q, modules %v", a.Release, a.Modules)
+		}
+
+		if images[i], err = os.ReadFile(a.Initramfs); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if !bytes.Equal(images[0], images[1]) {
+		t.Fatal("two builds of the same inputs differ")
+	}
+
+	e := cpioEntries(t, images[0])
+	mods := "lib/modules/6.1.0-9-cloud-amd64/"
+
+	for name, want := range map[string]string{
+		"init": "init binary", "rootfs.sqsh": "squashfs", "dev/console": "",
+		mods + "kernel/drivers/net/virtio_net.ko": "virtio_net", mods + "kernel/net/core/failover.ko": "failover",
+		mods + "modules.alias": "alias virtio:d00000001v* virtio_net\n",
+	} {
+		if got, ok := e[name]; !ok || got != want {
+			t.Errorf("%s: %q (present %v), want %q", name, got, ok, want)
+		}
+	}
+
+	if _, ok := e[mods+"kernel/sound/snd.ko"]; ok {
+		t.Error("the initramfs carries a module the boot does not need")
+	}
+}
+
+func TestBuildBootNeedsOneKernel(t *testing.T) {
+	_, err := BuildBoot(BootOptions{KernelRoot: t.TempDir(), Out: t.TempDir()})
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("make boot")) {
+		t.Fatalf("no kernel: %v", err)
+	}
+}

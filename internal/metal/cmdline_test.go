@@ -1,0 +1,109 @@
+package metal
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseCmdline(t *testing.T) {
+	c := ParseCmdline("console=ttyS0 talos.platform=metal quiet ip=dhcp ip=10.0.0.2::10.0.0.1:255.255.255.0::eth0:off\n")
+
+	if c["talos.platform"] != "metal" || c["console"] != "ttyS0" {
+		t.Fatalf("got %v", c)
+	}
+
+	if v, ok := c["quiet"]; !ok || v != "" {
+		t.Fatalf("a flag: %q %v", v, ok)
+	}
+
+	if c["ip"] != "10.0.0.2::10.0.0.1:255.255.255.0::eth0:off" {
+		t.Fatalf("the last ip= wins, as the kernel's: %q", c["ip"])
+	}
+}
+
+func TestParseIP(t *testing.T) {
+	c, err := ParseIP("10.0.2.15:10.0.2.2:10.0.2.1:255.255.240.0:node-1:eth1:off:1.1.1.1:8.8.8.8:10.0.0.9")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want := IPConfig{
+		Address: netip.MustParsePrefix("10.0.2.15/20"), Gateway: netip.MustParseAddr("10.0.2.1"), Hostname: "node-1", Device: "eth1",
+		DNS: []netip.Addr{netip.MustParseAddr("1.1.1.1"), netip.MustParseAddr("8.8.8.8")}, NTP: []netip.Addr{netip.MustParseAddr("10.0.0.9")},
+	}
+	if c.Address != want.Address || c.Gateway != want.Gateway || c.Hostname != want.Hostname || c.Device != want.Device ||
+		!slices.Equal(c.DNS, want.DNS) || !slices.Equal(c.NTP, want.NTP) {
+		t.Fatalf("got %+v, want %+v", c, want)
+	}
+
+	// Without a netmask, a /24; a short form with just the address.
+	if c, err = ParseIP("192.168.1.5:::::"); err != nil || c.Address != netip.MustParsePrefix("192.168.1.5/24") || c.Device != "" {
+		t.Fatalf("short form: %+v %v", c, err)
+	}
+
+	for _, dhcp := range []string{"", "dhcp", "on", "any"} {
+		if c, err = ParseIP(dhcp); err != nil || c.Address.IsValid() {
+			t.Fatalf("ip=%s: want DHCP, got %+v %v", dhcp, c, err)
+		}
+	}
+
+	for v, msg := range map[string]string{
+		"off":                                "a node needs a network",
+		"bogus":                              "unknown form",
+		"10.0.2.999::10.0.2.2:255.255.255.0": `client address "10.0.2.999"`,
+		"10.0.2.15::gw:255.255.255.0":        `gateway "gw"`,
+		"10.0.2.15::10.0.2.2:255.0.255.0":    "netmask 255.0.255.0 has a hole",
+		"10.0.2.15::10.0.2.2:mask":           `netmask "mask"`,
+		"10.0.2.15::10.0.2.2:255.255.255.0:::off:dns": `dns0 "dns"`,
+	} {
+		if _, err = ParseIP(v); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("ip=%s: want an error with %q, got %v", v, msg, err)
+		}
+	}
+}
+
+func TestModulesIndex(t *testing.T) {
+	dir := t.TempDir()
+
+	for name, content := range map[string]string{
+		"modules.dep": "kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/net/core/failover.ko\n" +
+			"kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko\nkernel/net/core/failover.ko:\n" +
+			"kernel/fs/fuse/cuse-x.ko:\n",
+		"modules.alias":   "alias virtio:d00000001v* virtio_net\nalias pci:v00001AF4d*sv*sd*bc*sc*i* virtio_pci\nalias fs-cuse cuse_x\n",
+		"modules.builtin": "kernel/fs/ext4/ext4.ko\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m, err := OpenModules(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if got := m.ForAlias("virtio:d00000001v00001AF4"); !slices.Equal(got, []string{"virtio_net"}) {
+		t.Fatalf("virtio net device: %v", got)
+	}
+
+	if got := m.ForAlias("pci:v00008086d00001237sv00001AF4sd00001100bc06sc00i00"); len(got) != 0 {
+		t.Fatalf("an Intel bridge matched %v", got)
+	}
+
+	if m.paths["cuse_x"] != "kernel/fs/fuse/cuse-x.ko" || moduleName("a/b/snd-hda.ko.xz") != "snd_hda" {
+		t.Fatalf("module names use underscores: %v", m.paths)
+	}
+
+	// Built in: nothing to load, no error; unknown: an error naming it.
+	if err = m.Load("ext4"); err != nil {
+		t.Fatalf("a built-in module: %v", err)
+	}
+
+	if err = m.Load("nosuch"); err == nil || !strings.Contains(err.Error(), "module nosuch") {
+		t.Fatalf("an unknown module: %v", err)
+	}
+}
