@@ -9,9 +9,8 @@ import (
 	"strings"
 )
 
-// Cmdline is the kernel command line: each argument's last value, as the kernel's own
-// parameters take the last one given.
-type Cmdline map[string]string
+// Cmdline is the kernel command line: every value of each argument, in order.
+type Cmdline map[string][]string
 
 // ParseCmdline splits /proc/cmdline into its arguments (a flag without "=" has value "").
 func ParseCmdline(line string) Cmdline {
@@ -19,10 +18,35 @@ func ParseCmdline(line string) Cmdline {
 
 	for _, f := range strings.Fields(line) {
 		k, v, _ := strings.Cut(f, "=")
-		c[k] = v
+		c[k] = append(c[k], v)
 	}
 
 	return c
+}
+
+// Get is an argument's last value, as the kernel's own parameters take the last one given.
+func (c Cmdline) Get(key string) string {
+	if v := c[key]; len(v) > 0 {
+		return v[len(v)-1]
+	}
+
+	return ""
+}
+
+// List is every value of an argument that may be repeated, each split at commas
+// (talos.network.interface.ignore=eth1 talos.network.interface.ignore=eth2,eth3).
+func (c Cmdline) List(key string) []string {
+	var out []string
+
+	for _, v := range c[key] {
+		for _, s := range strings.Split(v, ",") {
+			if s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+
+	return out
 }
 
 // IPConfig is the kernel's `ip=` argument, in the nfsroot form

@@ -10,18 +10,23 @@ import (
 )
 
 func TestParseCmdline(t *testing.T) {
-	c := ParseCmdline("console=ttyS0 talos.platform=metal quiet ip=dhcp ip=10.0.0.2::10.0.0.1:255.255.255.0::eth0:off\n")
+	c := ParseCmdline("console=ttyS0 talos.platform=metal quiet ip=dhcp ip=10.0.0.2::10.0.0.1:255.255.255.0::eth0:off " +
+		"talos.network.interface.ignore=eth1 talos.network.interface.ignore=eth2,eth3\n")
 
-	if c["talos.platform"] != "metal" || c["console"] != "ttyS0" {
+	if c.Get("talos.platform") != "metal" || c.Get("console") != "ttyS0" || c.Get("nosuch") != "" {
 		t.Fatalf("got %v", c)
 	}
 
-	if v, ok := c["quiet"]; !ok || v != "" {
+	if v, ok := c["quiet"]; !ok || c.Get("quiet") != "" {
 		t.Fatalf("a flag: %q %v", v, ok)
 	}
 
-	if c["ip"] != "10.0.0.2::10.0.0.1:255.255.255.0::eth0:off" {
-		t.Fatalf("the last ip= wins, as the kernel's: %q", c["ip"])
+	if c.Get("ip") != "10.0.0.2::10.0.0.1:255.255.255.0::eth0:off" {
+		t.Fatalf("the last ip= wins, as the kernel's: %q", c.Get("ip"))
+	}
+
+	if got := c.List("talos.network.interface.ignore"); !slices.Equal(got, []string{"eth1", "eth2", "eth3"}) {
+		t.Fatalf("ignored interfaces: %v", got)
 	}
 }
 

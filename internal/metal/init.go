@@ -1,6 +1,7 @@
 package metal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -49,17 +50,13 @@ func InitMain([]string) error {
 
 	cmdline := ParseCmdline(string(b))
 
-	if p := cmdline["talos.platform"]; p != "metal" {
+	if p := cmdline.Get("talos.platform"); p != "metal" {
 		return fmt.Errorf("talos.platform=%q: this initramfs boots talos.platform=metal", p)
 	}
 
-	ip, err := ParseIP(cmdline["ip"])
+	ip, err := ParseIP(cmdline.Get("ip"))
 	if err != nil {
 		return err
-	}
-
-	if !ip.Address.IsValid() {
-		return errors.New("ip=: DHCP is not implemented yet: give a static address, ip=<address>::<gateway>:<netmask>:<hostname>:<device>:off")
 	}
 
 	var uts unix.Utsname
@@ -87,7 +84,15 @@ func InitMain([]string) error {
 
 	log("kernel %s: loaded %s and, for the devices, %s", release, strings.Join(BootModules, ", "), strings.Join(loaded, ", "))
 
-	if err = configureNetwork(ip); err != nil {
+	// A static ip= configures its link; otherwise DHCPv4 runs on every link not ignored, and the
+	// first lease's address is the node's.
+	if ip.Address.IsValid() {
+		err = configureNetwork(ip)
+	} else {
+		ip, err = fromDHCP(cmdline.List("talos.network.interface.ignore"))
+	}
+
+	if err != nil {
 		return err
 	}
 
@@ -118,6 +123,37 @@ func InitMain([]string) error {
 	log("switched to the node image; starting machined at %s", ip.Address)
 
 	return container.ExecInit("metal", ip.Address.Addr(), false)
+}
+
+// fromDHCP runs DHCP on the links and returns the first lease as the node's network.
+func fromDHCP(ignore []string) (IPConfig, error) {
+	if err := loUp(); err != nil {
+		return IPConfig{}, err
+	}
+
+	leases, err := dhcpAll(context.Background(), ignore)
+	if err != nil {
+		return IPConfig{}, err
+	}
+
+	l := leases[0]
+
+	return IPConfig{Address: l.Address, Gateway: l.Gateway, Hostname: l.Hostname, Device: l.Link, DNS: l.DNS}, nil
+}
+
+func loUp() error {
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer c.Close()
+
+	idx, err := linkIndex(c, "lo")
+	if err != nil {
+		return err
+	}
+
+	return container.SetLinkUp(c, idx)
 }
 
 // configureNetwork brings up lo and the `ip=` link with its address and default route.

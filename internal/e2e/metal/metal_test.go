@@ -103,8 +103,14 @@ type machine struct {
 }
 
 // boot starts a guest with the kernel arguments args (talos.platform=metal and the console are
-// added) and stops it when the test ends.
+// added) and stops it when the test ends. Its first network card is on QEMU's user network
+// 10.0.2.0/24 (DHCP from 10.0.2.2), with the guest's port 50000 forwarded to the host.
 func boot(t *testing.T, args ...string) *machine {
+	return bootWith(t, nil, args...)
+}
+
+// bootWith is boot with more QEMU arguments (another network card, say).
+func bootWith(t *testing.T, qemuArgs []string, args ...string) *machine {
 	t.Helper()
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -123,10 +129,15 @@ func boot(t *testing.T, args ...string) *machine {
 		"-kernel", kernel, "-initrd", initramfs,
 		"-append", strings.Join(append([]string{"console=ttyS0", "talos.platform=metal", "panic=-1"}, args...), " "),
 		"-nic", fmt.Sprintf("user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:%d-:50000", port),
+		// The host's entropy: without it TCG's kernel takes long to seed its random numbers,
+		// which DHCP's transaction IDs and TLS wait for.
+		"-device", "virtio-rng-pci",
 	}
 	if kvm {
 		qemu = append(qemu, "-enable-kvm", "-cpu", "host")
 	}
+
+	qemu = append(qemu, qemuArgs...)
 
 	m.cmd = exec.Command("qemu-system-x86_64", qemu...)
 	m.cmd.Stdout, m.cmd.Stderr = &m.stderr, &m.stderr
@@ -173,21 +184,7 @@ func TestBootToMaintenance(t *testing.T) {
 	start := time.Now()
 	m := boot(t, "ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off")
 
-	testenv.WaitFor(t, "the maintenance API", 4*time.Minute, func() error {
-		select {
-		case <-m.exited:
-			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
-		default:
-		}
-
-		_, errOut, code := m.talosctl(t, "version")
-		if code != 0 {
-			return fmt.Errorf("%s", errOut)
-		}
-
-		return nil
-	})
-
+	waitMaintenance(t, m)
 	t.Logf("booted to maintenance mode in %s", time.Since(start).Round(100*time.Millisecond))
 
 	console := m.consoleText()
@@ -208,10 +205,56 @@ func TestBootToMaintenance(t *testing.T) {
 		t.Fatalf("get addresses: exit %d, no eth0/10.0.2.15/24 of ip=:\n%s%s", code, out, errOut)
 	}
 
+	// ip='s gateway is the default route.
+	if out, errOut, code = m.talosctl(t, "get", "routes"); code != 0 || !regexp.MustCompile(`(?m)\s10\.0\.2\.2\s`).MatchString(out) {
+		t.Errorf("get routes: exit %d, no route through ip='s gateway 10.0.2.2:\n%s%s", code, out, errOut)
+	}
+
 	// The guest's own kernel, not the host's: its loop device holds the node image.
 	if out, _, _ = m.talosctl(t, "get", "disks"); !strings.Contains(out, "loop0") {
 		t.Errorf("get disks shows no loop0 for the node image:\n%s", out)
 	}
+}
+
+// Without ip=, DHCPv4 runs on every link but the ignored ones: the first card gets QEMU's
+// lease, the second, on a network of its own, is ignored by talos.network.interface.ignore.
+func TestDHCPOnEveryLinkNotIgnored(t *testing.T) {
+	m := bootWith(t, []string{"-nic", "user,model=virtio-net-pci,restrict=on,net=10.0.3.0/24"}, "talos.network.interface.ignore=eth1")
+
+	waitMaintenance(t, m)
+
+	// QEMU's restricted network offers no router: the lease has none.
+	if !regexp.MustCompile(`\[talos\] DHCP on eth0: 10\.0\.2\.15/24, gateway none, lease 24h0m0s`).MatchString(m.consoleText()) {
+		t.Errorf("the console shows no lease for eth0")
+	}
+
+	out, errOut, code := m.talosctl(t, "get", "addresses")
+	if code != 0 || !regexp.MustCompile(`(?m)eth0/10\.0\.2\.15/24\s`).MatchString(out) {
+		t.Fatalf("get addresses: exit %d, no DHCP address on eth0:\n%s%s", code, out, errOut)
+	}
+
+	if strings.Contains(out, "10.0.3.") {
+		t.Fatalf("the ignored eth1 has an address:\n%s", out)
+	}
+}
+
+// waitMaintenance waits until the guest's maintenance API answers.
+func waitMaintenance(t *testing.T, m *machine) {
+	t.Helper()
+
+	testenv.WaitFor(t, "the maintenance API", 4*time.Minute, func() error {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
+		default:
+		}
+
+		if _, errOut, code := m.talosctl(t, "version"); code != 0 {
+			return fmt.Errorf("%s", errOut)
+		}
+
+		return nil
+	})
 }
 
 // A bad ip= stops the boot with a message naming it on the console; the kernel panics (the

@@ -1,0 +1,171 @@
+package metal
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"github.com/jsimonetti/rtnetlink/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/container"
+)
+
+// dhcpTimeout bounds the boot's wait for a lease on one link.
+const dhcpTimeout = 30 * time.Second
+
+// Lease is what a DHCPv4 server gave one link.
+type Lease struct {
+	Link     string
+	Address  netip.Prefix
+	Gateway  netip.Addr
+	DNS      []netip.Addr
+	Hostname string
+	Duration time.Duration
+}
+
+// dhcpLinks names the links DHCP runs on: every one that is not loopback and not in ignore
+// (talos.network.interface.ignore).
+func dhcpLinks(c *rtnetlink.Conn, ignore []string) ([]string, error) {
+	links, err := c.Link.List()
+	if err != nil {
+		return nil, err
+	}
+
+	var names []string
+
+	for _, l := range links {
+		if l.Attributes == nil || l.Type == unix.ARPHRD_LOOPBACK || slices.Contains(ignore, l.Attributes.Name) {
+			continue
+		}
+
+		names = append(names, l.Attributes.Name)
+	}
+
+	slices.Sort(names)
+
+	return names, nil
+}
+
+// acquire brings link up and asks for a lease on it (DISCOVER, OFFER, REQUEST, ACK over a
+// raw socket: the link has no address yet), then applies it.
+func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error) {
+	l := Lease{Link: link}
+
+	idx, err := linkIndex(c, link)
+	if err != nil {
+		return l, err
+	}
+
+	if err = container.SetLinkUp(c, idx); err != nil {
+		return l, err
+	}
+
+	client, err := nclient4.New(link, nclient4.WithTimeout(3*time.Second), nclient4.WithRetry(3))
+	if err != nil {
+		return l, fmt.Errorf("DHCP on %s: %w", link, err)
+	}
+	defer client.Close()
+
+	ctx, cancel := context.WithTimeout(ctx, dhcpTimeout)
+	defer cancel()
+
+	lease, err := client.Request(ctx, dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter,
+		dhcpv4.OptionDomainNameServer, dhcpv4.OptionHostName, dhcpv4.OptionNTPServers))
+	if err != nil {
+		return l, fmt.Errorf("DHCP on %s: no lease in %s: %w", link, dhcpTimeout, err)
+	}
+
+	ack := lease.ACK
+	addr, ok := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	bits, _ := ack.SubnetMask().Size()
+
+	if !ok || bits == 0 {
+		return l, fmt.Errorf("DHCP on %s: the server's ACK has no address or netmask", link)
+	}
+
+	l.Address, l.Hostname, l.Duration = netip.PrefixFrom(addr, bits), ack.HostName(), ack.IPAddressLeaseTime(0)
+
+	if r := ack.Router(); len(r) > 0 {
+		l.Gateway, _ = netip.AddrFromSlice(r[0].To4())
+	}
+
+	for _, d := range ack.DNS() {
+		if a, ok := netip.AddrFromSlice(d.To4()); ok {
+			l.DNS = append(l.DNS, a)
+		}
+	}
+
+	if err = container.ConfigureStatic(c, link, l.Address, l.Gateway); err != nil {
+		return l, fmt.Errorf("DHCP on %s: %w", link, err)
+	}
+
+	return l, nil
+}
+
+// dhcpAll runs DHCP on every link of dhcpLinks and returns the leases in link order; a link
+// without a lease is logged and left down. No lease at all is an error.
+func dhcpAll(ctx context.Context, ignore []string) ([]Lease, error) {
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return nil, fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer c.Close()
+
+	links, err := dhcpLinks(c, ignore)
+	if err != nil {
+		return nil, err
+	}
+
+	var (
+		leases []Lease
+		failed []string
+	)
+
+	for _, link := range links {
+		l, err := acquire(ctx, c, link)
+		if err != nil {
+			log("%v", err)
+
+			failed = append(failed, link)
+
+			continue
+		}
+
+		gw := "none"
+		if l.Gateway.IsValid() {
+			gw = l.Gateway.String()
+		}
+
+		log("DHCP on %s: %s, gateway %s, lease %s", link, l.Address, gw, l.Duration)
+
+		leases = append(leases, l)
+	}
+
+	if len(leases) == 0 {
+		return nil, fmt.Errorf("DHCP: no lease on any link (tried %s; ignored %s): give a static address with ip=<address>::<gateway>:<netmask>:<hostname>:<device>:off",
+			strings.Join(links, ", "), strings.Join(ignore, ", "))
+	}
+
+	return leases, nil
+}
+
+func linkIndex(c *rtnetlink.Conn, name string) (uint32, error) {
+	links, err := c.Link.List()
+	if err != nil {
+		return 0, err
+	}
+
+	for _, l := range links {
+		if l.Attributes != nil && l.Attributes.Name == name {
+			return l.Index, nil
+		}
+	}
+
+	return 0, fmt.Errorf("no link %s", name)
+}
