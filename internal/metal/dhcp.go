@@ -122,17 +122,12 @@ func dhcpAll(ctx context.Context, ignore []string) ([]Lease, error) {
 		return nil, err
 	}
 
-	var (
-		leases []Lease
-		failed []string
-	)
+	var leases []Lease
 
 	for _, link := range links {
 		l, err := acquire(ctx, c, link)
 		if err != nil {
-			log("%v", err)
-
-			failed = append(failed, link)
+			log("%v", err) // the link stays without an address
 
 			continue
 		}
