@@ -262,6 +262,7 @@ func (n *node) StartResources(ctx context.Context) error {
 	if err = controllers.Register(rt, controllers.Options{
 		Address:          n.opts.Address,
 		SharesHost:       n.r.SharesHost(),
+		OwnKernel:        n.opts.Platform == runtime.PlatformMetal,
 		StateDir:         n.r.Paths.State(),
 		APIDSecretsDir:   n.r.Paths.Secrets("apid"),
 		TrustdSecretsDir: n.r.Paths.Secrets("trustd"),

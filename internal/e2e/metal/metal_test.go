@@ -216,6 +216,53 @@ func TestBootToMaintenance(t *testing.T) {
 	}
 }
 
+// A config applied in maintenance mode starts the node on its kernel (kept in memory: installing
+// to a disk is not done yet): apid answers with mTLS, machined is PID 1, and it set the KSPP
+// kernel parameters, which `get kernelparamstatus` reports.
+func TestApplyConfigRunsTheNode(t *testing.T) {
+	m := boot(t, "ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off")
+	waitMaintenance(t, m)
+
+	dir := t.TempDir()
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
+	cli.Must(t, "gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir)
+
+	if out, errOut, code := m.talosctl(t, "apply-config", "-f", filepath.Join(dir, "controlplane.yaml")); code != 0 {
+		t.Fatalf("apply-config: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// From now on with the cluster's client certificate, to the node by its own address.
+	cli.TalosConfig = filepath.Join(dir, "talosconfig")
+	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
+
+	var params string
+
+	testenv.WaitFor(t, "apid with the config's certificates", 4*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-e", ep, "-n", "10.0.2.15", "get", "kernelparamstatus", "-o", "yaml")
+		if code != 0 {
+			return fmt.Errorf("%s", errOut)
+		}
+
+		params = out
+
+		return nil
+	})
+
+	for key, want := range map[string]string{"kernel.kptr_restrict": "1", "kernel.dmesg_restrict": "1", "net.core.bpf_jit_harden": "2", "vm.overcommit_memory": "1"} {
+		if !regexp.MustCompile(`(?s)id: ` + regexp.QuoteMeta(key) + `\n.*?current: "` + want + `"`).MatchString(params) {
+			t.Errorf("kernelparamstatus: %s is not %s:\n%.3000s", key, want, params)
+		}
+	}
+
+	if out := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/proc/sys/kernel/kptr_restrict"); strings.TrimSpace(out) != "1" {
+		t.Errorf("the guest's kernel.kptr_restrict is %q", out)
+	}
+
+	if out := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "processes"); !regexp.MustCompile(`(?m)^10\.0\.2\.15\s+1\s+.*/sbin/init --platform metal`).MatchString(out) {
+		t.Errorf("PID 1 is not machined on metal:\n%s", out)
+	}
+}
+
 // Without ip=, DHCPv4 runs on every link but the ignored ones: the first card gets QEMU's
 // lease, the second, on a network of its own, is ignored by talos.network.interface.ignore.
 func TestDHCPOnEveryLinkNotIgnored(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
+	runtimectrl "github.com/talos-go/talos/internal/machined/controllers/runtime"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 )
 
@@ -33,6 +34,8 @@ type Options struct {
 	// reached on its loopback address whatever the host's links hold, and its hostname is only
 	// recorded, as the kernel's is the host's.
 	SharesHost bool
+	// OwnKernel is a node on its own kernel (metal): it sets the kernel's parameters.
+	OwnKernel bool
 	// StateDir is the STATE folder, where the node id is kept.
 	StateDir string
 	// APIDSecretsDir and TrustdSecretsDir are the folders apid and trustd read their
@@ -127,6 +130,10 @@ func List(opts Options) []controller.Controller {
 			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir})
 	} else {
 		list = append(list, &networkctrl.ResolverStatusController{})
+	}
+
+	if opts.OwnKernel {
+		list = append(list, &runtimectrl.KernelParamController{})
 	}
 
 	if opts.RunsKubernetes {

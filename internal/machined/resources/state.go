@@ -57,6 +57,7 @@ var Definitions = []meta.ResourceWithRD{
 	&v1alpha1.Service{},
 	&runtimeres.MachineStatus{},
 	&runtimeres.MetaKey{},
+	&runtimeres.KernelParamStatus{},
 	&secrets.API{},
 	&secrets.Trustd{},
 	&secrets.OSRoot{},
