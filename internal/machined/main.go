@@ -17,6 +17,7 @@ import (
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined/reaper"
 	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/runtimestats"
 )
 
@@ -63,6 +64,12 @@ func Main(args []string) error {
 	action, err := n.run(ctx)
 	if err != nil {
 		return err
+	}
+
+	// On its own kernel, machined is the machine's init: it reboots or powers it off (an init
+	// that exits panics the kernel).
+	if opts.Platform == runtime.PlatformMetal && metal.OwnsMachine() {
+		return metal.Power(action == actionReboot)
 	}
 
 	if action == actionReboot {

@@ -261,6 +261,20 @@ func TestApplyConfigRunsTheNode(t *testing.T) {
 	if out := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "processes"); !regexp.MustCompile(`(?m)^10\.0\.2\.15\s+1\s+.*/sbin/init --platform metal`).MatchString(out) {
 		t.Errorf("PID 1 is not machined on metal:\n%s", out)
 	}
+
+	// Shutdown stops the services, then machined powers the machine off with reboot(2): QEMU
+	// ends.
+	cli.Must(t, "-e", ep, "-n", "10.0.2.15", "shutdown", "--wait=false")
+
+	select {
+	case <-m.exited:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the machine still runs 3 minutes after shutdown")
+	}
+
+	if console := m.consoleText(); !strings.Contains(console, "reboot: Power down") {
+		t.Errorf("the kernel did not power down:\n%s", console[max(0, len(console)-3000):])
+	}
 }
 
 // Without ip=, DHCPv4 runs on every link but the ignored ones: the first card gets QEMU's
