@@ -37,7 +37,7 @@ func CreateBridge(name string, gateway netip.Prefix, mtu int) error {
 		return fmt.Errorf("creating bridge %s: %w", name, err)
 	}
 
-	idx, err := linkIndex(c, name)
+	idx, err := LinkIndex(c, name)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func DeleteLink(name string) error {
 	}
 	defer c.Close()
 
-	idx, err := linkIndex(c, name)
+	idx, err := LinkIndex(c, name)
 	if err != nil {
 		return nil
 	}
@@ -87,13 +87,13 @@ func (nn NodeNetwork) Attach(pid int) error {
 	}
 	defer host.Close()
 
-	br, err := linkIndex(host, nn.Bridge)
+	br, err := LinkIndex(host, nn.Bridge)
 	if err != nil {
 		return err
 	}
 
 	// A host end left by a node whose namespace is still being torn down would block the name.
-	if old, err := linkIndex(host, nn.HostEnd); err == nil {
+	if old, err := LinkIndex(host, nn.HostEnd); err == nil {
 		host.Link.Delete(old) //nolint:errcheck // a leftover from a crashed run; the add below says if it stays
 	}
 
@@ -110,7 +110,7 @@ func (nn NodeNetwork) Attach(pid int) error {
 		return fmt.Errorf("creating veth %s: %w", nn.HostEnd, err)
 	}
 
-	hostEnd, err := linkIndex(host, nn.HostEnd)
+	hostEnd, err := LinkIndex(host, nn.HostEnd)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (nn NodeNetwork) configureInside(pid int) error {
 	}
 	defer c.Close()
 
-	lo, err := linkIndex(c, "lo")
+	lo, err := LinkIndex(c, "lo")
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (nn NodeNetwork) configureInside(pid int) error {
 // ConfigureStatic gives link the address, brings it up and, with a gateway, adds the default
 // route through it.
 func ConfigureStatic(c *rtnetlink.Conn, link string, address netip.Prefix, gateway netip.Addr) error {
-	idx, err := linkIndex(c, link)
+	idx, err := LinkIndex(c, link)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,8 @@ func ConfigureStatic(c *rtnetlink.Conn, link string, address netip.Prefix, gatew
 	return nil
 }
 
-func linkIndex(c *rtnetlink.Conn, name string) (uint32, error) {
+// LinkIndex is the index of the link named name.
+func LinkIndex(c *rtnetlink.Conn, name string) (uint32, error) {
 	links, err := c.Link.List()
 	if err != nil {
 		return 0, fmt.Errorf("listing links: %w", err)

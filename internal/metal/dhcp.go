@@ -57,7 +57,7 @@ func dhcpLinks(c *rtnetlink.Conn, ignore []string) ([]string, error) {
 func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error) {
 	l := Lease{Link: link}
 
-	idx, err := linkIndex(c, link)
+	idx, err := container.LinkIndex(c, link)
 	if err != nil {
 		return l, err
 	}
@@ -148,19 +148,4 @@ func dhcpAll(ctx context.Context, ignore []string) ([]Lease, error) {
 	}
 
 	return leases, nil
-}
-
-func linkIndex(c *rtnetlink.Conn, name string) (uint32, error) {
-	links, err := c.Link.List()
-	if err != nil {
-		return 0, err
-	}
-
-	for _, l := range links {
-		if l.Attributes != nil && l.Attributes.Name == name {
-			return l.Index, nil
-		}
-	}
-
-	return 0, fmt.Errorf("no link %s", name)
 }

@@ -148,7 +148,7 @@ func loUp() error {
 	}
 	defer c.Close()
 
-	idx, err := linkIndex(c, "lo")
+	idx, err := container.LinkIndex(c, "lo")
 	if err != nil {
 		return err
 	}
