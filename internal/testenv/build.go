@@ -7,11 +7,14 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,8 +48,13 @@ func built(name string, produce func(path string) error) (string, error) {
 	defer bins.Unlock()
 
 	if bins.dir == "" {
-		dir, err := os.MkdirTemp("", "talos-go-bin-")
-		if err != nil {
+		// Named by this process's pid: no hook runs when a test process ends, so each one
+		// removes the folders of those that are gone (about 240 MB each), which would otherwise
+		// fill the disk run after run.
+		removeStaleBinDirs()
+
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", binDirPrefix, os.Getpid()))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return "", err
 		}
 
@@ -62,6 +70,25 @@ func built(name string, produce func(path string) error) (string, error) {
 	}
 
 	return path, err
+}
+
+const binDirPrefix = "talos-go-bin-"
+
+// removeStaleBinDirs removes the binary folders of test processes that no longer run.
+func removeStaleBinDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), binDirPrefix))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+
+		if pid > 0 && pid <= 1<<22 && !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue // alive (or not ours to signal): in use
+		}
+
+		_ = os.RemoveAll(d)
+	}
 }
 
 // GoBuild runs `go build args...` with the Go caches of the user who started the tests, for a

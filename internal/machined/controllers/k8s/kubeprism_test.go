@@ -2,10 +2,12 @@ package k8s_test
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestKubePrism: a control plane with KubePrism balances over its own API server, the cluster
@@ -79,17 +82,23 @@ func TestKubePrism(t *testing.T) {
 		}
 	}()
 
-	c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(prismPort))
-	if err != nil {
-		t.Fatalf("KubePrism does not listen: %v", err)
-	}
+	// Polled: until the balancer has seen which upstreams answer, a connection may go to one
+	// that does not (10.5.0.x here) and be closed.
+	testenv.WaitFor(t, "the local API server's greeting through KubePrism", 10*time.Second, func() error {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(prismPort))
+		if err != nil {
+			return fmt.Errorf("KubePrism does not listen: %w", err)
+		}
 
-	greeting, _ := bufio.NewReader(c).ReadString('\n')
-	c.Close()
+		greeting, _ := bufio.NewReader(c).ReadString('\n')
+		c.Close()
 
-	if greeting != "api\n" {
-		t.Fatalf("through KubePrism: %q, want the local API server's greeting", greeting)
-	}
+		if greeting != "api\n" {
+			return fmt.Errorf("through KubePrism: %q, want the local API server's greeting", greeting)
+		}
+
+		return nil
+	})
 
 	// Disabled: the resources go and the port is released.
 	e.Put(ctest.MachineConfig(t, machine.TypeControlPlane, func(c *v1alpha1.Config) {
