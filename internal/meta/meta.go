@@ -174,7 +174,9 @@ func Parse(data []byte) (Values, error) {
 			return nil, fmt.Errorf("META line %d %q is not key=value: the file is damaged; remove it to start over with default slot A", line, text)
 		}
 
-		v[key] = value
+		// A line's CR is its CRLF ending: the scanner drops one, and a value never ends in
+		// one (writeLocked refuses it), so what is read is what the next write keeps.
+		v[key] = strings.TrimRight(value, "\r")
 	}
 
 	if err := sc.Err(); err != nil {
@@ -188,8 +190,8 @@ func (s *Store) writeLocked(v Values) error {
 	keys := make([]string, 0, len(v))
 
 	for k, val := range v {
-		if strings.ContainsAny(k, "=\n") || strings.Contains(val, "\n") {
-			return fmt.Errorf("META key %q or its value contains '=' or a newline: such values cannot be stored", k)
+		if strings.ContainsAny(k, "=\n") || strings.Contains(val, "\n") || strings.HasSuffix(val, "\r") {
+			return fmt.Errorf("META key %q or its value contains '=' or a newline, or the value ends in a carriage return: such values cannot be stored", k)
 		}
 
 		if val != "" {
