@@ -284,7 +284,7 @@ func partitionDir(label string) string {
 // makeDevices fills the /dev tmpfs with the character devices a node's programs use (nodes:
 // false on metal, whose devtmpfs has them) and the links every /dev has.
 func makeDevices(root string, nodes bool) error {
-	for _, d := range []struct {
+	devices := []struct {
 		name         string
 		major, minor uint32
 		mode         uint32
@@ -292,11 +292,12 @@ func makeDevices(root string, nodes bool) error {
 		{"null", 1, 3, 0o666}, {"zero", 1, 5, 0o666}, {"full", 1, 7, 0o666}, {"random", 1, 8, 0o666}, {"urandom", 1, 9, 0o666}, {"tty", 5, 0, 0o666},
 		// The kernel log: kubelet's OOM watcher reads it (the node shares the host's kernel).
 		{"kmsg", 1, 11, 0o644},
-	} {
-		if !nodes {
-			break
-		}
+	}
+	if !nodes {
+		devices = nil
+	}
 
+	for _, d := range devices {
 		if err := unix.Mknod(filepath.Join(root, "dev", d.name), unix.S_IFCHR|d.mode, int(unix.Mkdev(d.major, d.minor))); err != nil {
 			return fmt.Errorf("creating /dev/%s: %w", d.name, err)
 		}

@@ -27,7 +27,8 @@ type BootOptions struct {
 type BootAssets struct {
 	Release             string // the kernel's release, e.g. 6.1.0-56-cloud-amd64
 	Kernel, Initramfs   string
-	KernelSize, InitrdN int64 // bytes
+	Cmdline             string // the file of the default kernel arguments
+	KernelSize, InitrdN int64  // bytes
 	Modules             []string
 }
 
@@ -55,6 +56,11 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	}
 
 	a.Kernel, a.Initramfs = filepath.Join(opts.Out, "vmlinuz"), filepath.Join(opts.Out, "initramfs.img")
+
+	a.Cmdline = filepath.Join(opts.Out, "cmdline")
+	if err := os.WriteFile(a.Cmdline, []byte(strings.Join(metal.DefaultKernelArgs, " ")+"\n"), 0o644); err != nil {
+		return a, err
+	}
 	if err := os.Remove(a.Kernel); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return a, err
 	}
@@ -231,8 +237,9 @@ func bootMain(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\n",
-		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "))
+	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nkernel arguments %s: %s\n",
+		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "),
+		a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
 
 	return nil
 }

@@ -274,6 +274,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		Etcd:                 services.EtcdManager(n.r),
 		RunsKubernetes:       services.RunsKubernetes(),
 		Root:                 n.r.Paths.Root,
+		TimeLog:              n.r.Log.Named("time"),
 		DNSLog:               n.dnsLog,
 		RegistryHostsDir:     services.NewContainerdPaths(n.r.Paths).RegistryHosts,
 	}); err != nil {

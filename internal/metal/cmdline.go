@@ -172,3 +172,32 @@ func maskBits(mask netip.Addr) (int, error) {
 
 	return bits, nil
 }
+
+// KSPPKernelArgs are the kernel arguments the Kernel Self Protection Project recommends and
+// upstream requires on metal: memory zeroed on allocation, slab caches never merged, and page
+// table isolation on. A boot without them stops.
+var KSPPKernelArgs = []string{"init_on_alloc=1", "slab_nomerge", "pti=on"}
+
+// DefaultKernelArgs are the kernel arguments of a metal boot, as `make boot` writes them to
+// _out/boot/cmdline: the platform, the KSPP arguments and the serial console.
+var DefaultKernelArgs = append([]string{"talos.platform=metal"}, append(KSPPKernelArgs, "console=ttyS0", "printk.devkmsg=on")...)
+
+// CheckKSPP reports the KSPP arguments the command line lacks (or gives another value).
+func (c Cmdline) CheckKSPP() error {
+	var missing []string
+
+	for _, arg := range KSPPKernelArgs {
+		key, want, hasValue := strings.Cut(arg, "=")
+
+		_, present := c[key]
+		if !present || (hasValue && c.Get(key) != want) {
+			missing = append(missing, arg)
+		}
+	}
+
+	if len(missing) > 0 {
+		return fmt.Errorf("the kernel command line lacks the KSPP arguments %s: add them (_out/boot/cmdline has the defaults)", strings.Join(missing, " "))
+	}
+
+	return nil
+}

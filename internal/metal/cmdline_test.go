@@ -112,3 +112,14 @@ func TestModulesIndex(t *testing.T) {
 		t.Fatalf("an unknown module: %v", err)
 	}
 }
+
+func TestCheckKSPP(t *testing.T) {
+	if err := ParseCmdline(strings.Join(DefaultKernelArgs, " ")).CheckKSPP(); err != nil {
+		t.Fatalf("the defaults: %v", err)
+	}
+
+	err := ParseCmdline("talos.platform=metal init_on_alloc=1 init_on_alloc=0 pti=on").CheckKSPP()
+	if err == nil || !strings.Contains(err.Error(), "KSPP arguments init_on_alloc=1 slab_nomerge:") {
+		t.Fatalf("got %v, want init_on_alloc=1 (the last value counts) and slab_nomerge named", err)
+	}
+}

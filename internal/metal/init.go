@@ -21,6 +21,7 @@ const (
 	InitramfsImage   = "/rootfs.sqsh" // the node image
 	InitramfsModules = "/lib/modules" // <release>/ with the boot's modules and their index
 	diskDir          = "/disk"        // a tmpfs standing for the node's disk until it installs
+	downloadedConfig = "/config.yaml" // talos.config's download, copied into the node's root
 )
 
 // BootModules are loaded on every boot, before the devices' own: the node image's
@@ -52,6 +53,10 @@ func InitMain([]string) error {
 
 	if p := cmdline.Get("talos.platform"); p != "metal" {
 		return fmt.Errorf("talos.platform=%q: this initramfs boots talos.platform=metal", p)
+	}
+
+	if err = cmdline.CheckKSPP(); err != nil {
+		return err
 	}
 
 	ip, err := ParseIP(cmdline.Get("ip"))
@@ -116,13 +121,29 @@ func InitMain([]string) error {
 	}
 
 	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address}
+
+	// talos.config= is the first boot's config, downloaded now that the network is up.
+	if arg := cmdline.Get("talos.config"); arg != "" {
+		url, err := ConfigURL(arg, ConfigVars(ip.Address.Addr(), hostname))
+		if err != nil {
+			return err
+		}
+
+		spec.Config = downloadedConfig
+		if err = FetchConfig(context.Background(), url, spec.Config); err != nil {
+			return err
+		}
+
+		log("talos.config: downloaded the machine config from %s", url)
+	}
+
 	if err = container.BuildMetalRoot(spec); err != nil {
 		return err
 	}
 
 	log("switched to the node image; starting machined at %s", ip.Address)
 
-	return container.ExecInit("metal", ip.Address.Addr(), false)
+	return container.ExecInit("metal", ip.Address.Addr(), spec.Config != "")
 }
 
 // fromDHCP runs DHCP on the links and returns the first lease as the node's network.

@@ -8,14 +8,18 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -102,15 +106,22 @@ type machine struct {
 	exited  chan struct{} // closed when QEMU ends
 }
 
-// boot starts a guest with the kernel arguments args (talos.platform=metal and the console are
-// added) and stops it when the test ends. Its first network card is on QEMU's user network
-// 10.0.2.0/24 (DHCP from 10.0.2.2), with the guest's port 50000 forwarded to the host.
+// boot starts a guest with the kernel arguments args (after `make boot`'s defaults: the
+// platform, the KSPP arguments and the console) and stops it when the test ends. Its first
+// network card is on QEMU's user network 10.0.2.0/24 (DHCP from 10.0.2.2), with the guest's port
+// 50000 forwarded to the host; restricted, the guest reaches nothing else.
 func boot(t *testing.T, args ...string) *machine {
-	return bootWith(t, nil, args...)
+	return bootWith(t, qemuOptions{}, args...)
 }
 
-// bootWith is boot with more QEMU arguments (another network card, say).
-func bootWith(t *testing.T, qemuArgs []string, args ...string) *machine {
+// qemuOptions are what a test changes of the guest's machine.
+type qemuOptions struct {
+	args       []string // more QEMU arguments (another network card, say)
+	open       bool     // the guest reaches the host's loopback at 10.0.2.2 (the test's servers)
+	noDefaults bool     // only args as kernel arguments, not the defaults
+}
+
+func bootWith(t *testing.T, o qemuOptions, args ...string) *machine {
 	t.Helper()
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -123,12 +134,22 @@ func bootWith(t *testing.T, qemuArgs []string, args ...string) *machine {
 
 	m := &machine{console: filepath.Join(t.TempDir(), "console.log"), port: port, exited: make(chan struct{})}
 
+	cmdline := append([]string{"panic=-1"}, args...)
+	if !o.noDefaults {
+		cmdline = append(slices.Clone(metal.DefaultKernelArgs), cmdline...)
+	}
+
+	restrict := "on"
+	if o.open {
+		restrict = "off"
+	}
+
 	qemu := []string{
 		"-m", "2048", "-smp", "2", "-display", "none", "-no-reboot",
 		"-serial", "file:" + m.console,
 		"-kernel", kernel, "-initrd", initramfs,
-		"-append", strings.Join(append([]string{"console=ttyS0", "talos.platform=metal", "panic=-1"}, args...), " "),
-		"-nic", fmt.Sprintf("user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:%d-:50000", port),
+		"-append", strings.Join(cmdline, " "),
+		"-nic", fmt.Sprintf("user,model=virtio-net-pci,restrict=%s,hostfwd=tcp:127.0.0.1:%d-:50000", restrict, port),
 		// The host's entropy: without it TCG's kernel takes long to seed its random numbers,
 		// which DHCP's transaction IDs and TLS wait for.
 		"-device", "virtio-rng-pci",
@@ -137,7 +158,7 @@ func bootWith(t *testing.T, qemuArgs []string, args ...string) *machine {
 		qemu = append(qemu, "-enable-kvm", "-cpu", "host")
 	}
 
-	qemu = append(qemu, qemuArgs...)
+	qemu = append(qemu, o.args...)
 
 	m.cmd = exec.Command("qemu-system-x86_64", qemu...)
 	m.cmd.Stdout, m.cmd.Stderr = &m.stderr, &m.stderr
@@ -218,14 +239,16 @@ func TestBootToMaintenance(t *testing.T) {
 
 // A config applied in maintenance mode starts the node on its kernel (kept in memory: installing
 // to a disk is not done yet): apid answers with mTLS, machined is PID 1, and it set the KSPP
-// kernel parameters, which `get kernelparamstatus` reports.
+// kernel parameters, which `get kernelparamstatus` reports. The guest reaches no NTP server, so
+// the config disables time sync (the services wait for it otherwise, as upstream's).
 func TestApplyConfigRunsTheNode(t *testing.T) {
 	m := boot(t, "ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off")
 	waitMaintenance(t, m)
 
 	dir := t.TempDir()
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
-	cli.Must(t, "gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir)
+	cli.Must(t, "gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir,
+		"--config-patch", `[{"op":"add","path":"/machine/time","value":{"disabled":true}}]`)
 
 	if out, errOut, code := m.talosctl(t, "apply-config", "-f", filepath.Join(dir, "controlplane.yaml")); code != 0 {
 		t.Fatalf("apply-config: exit %d\n%s%s", code, out, errOut)
@@ -280,7 +303,7 @@ func TestApplyConfigRunsTheNode(t *testing.T) {
 // Without ip=, DHCPv4 runs on every link but the ignored ones: the first card gets QEMU's
 // lease, the second, on a network of its own, is ignored by talos.network.interface.ignore.
 func TestDHCPOnEveryLinkNotIgnored(t *testing.T) {
-	m := bootWith(t, []string{"-nic", "user,model=virtio-net-pci,restrict=on,net=10.0.3.0/24"}, "talos.network.interface.ignore=eth1")
+	m := bootWith(t, qemuOptions{args: []string{"-nic", "user,model=virtio-net-pci,restrict=on,net=10.0.3.0/24"}}, "talos.network.interface.ignore=eth1")
 
 	waitMaintenance(t, m)
 
@@ -339,5 +362,124 @@ func TestBadIPArgumentStopsTheBoot(t *testing.T) {
 
 	if !strings.Contains(console, "Attempted to kill init") {
 		t.Errorf("no kernel panic for the init's exit")
+	}
+}
+
+// A boot without the KSPP kernel arguments stops with a message naming the missing ones.
+func TestMissingKSPPArgumentsStopTheBoot(t *testing.T) {
+	m := bootWith(t, qemuOptions{noDefaults: true}, "console=ttyS0", "talos.platform=metal", "init_on_alloc=1")
+
+	select {
+	case <-m.exited:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("QEMU still runs: the init did not stop without the KSPP arguments")
+	}
+
+	if console := m.consoleText(); !strings.Contains(console, "lacks the KSPP arguments slab_nomerge pti=on") {
+		t.Fatalf("the console does not name the missing KSPP arguments")
+	}
+}
+
+// The first boot's config comes from talos.config= (a URL with ${hostname}), served by the
+// test. The guest's clock starts two years behind (its RTC); the config names the test's NTP
+// server, and the node steps its clock before its services start. apid's certificate, checked
+// against the host's clock, is then valid, `get timestatus` is synced and the node's clock is
+// the server's.
+func TestConfigFromURLAndTimeSync(t *testing.T) {
+	ntpServer := testenv.StartNTPServer(t, "127.0.0.1:0", 0)
+	_, ntpPort, _ := net.SplitHostPort(ntpServer.Addr)
+
+	dir := t.TempDir()
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
+	cli.Must(t, "gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir,
+		"--config-patch", `[{"op":"add","path":"/machine/time","value":{"servers":["10.0.2.2:`+ntpPort+`"]}}]`)
+
+	config, err := os.ReadFile(filepath.Join(dir, "controlplane.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var served atomic.Int32
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metal-1.yaml" {
+			http.NotFound(w, r)
+
+			return
+		}
+
+		served.Add(1)
+		w.Write(config) //nolint:errcheck
+	}), ReadHeaderTimeout: 10 * time.Second}
+
+	go srv.Serve(l) //nolint:errcheck
+	t.Cleanup(func() { srv.Close() })
+
+	_, httpPort, _ := net.SplitHostPort(l.Addr().String())
+
+	m := bootWith(t, qemuOptions{open: true, args: []string{"-rtc", "base=" + time.Now().UTC().AddDate(-2, 0, 0).Format("2006-01-02T15:04:05")}},
+		"ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off", "talos.config=http://10.0.2.2:"+httpPort+"/${hostname}.yaml")
+
+	cli.TalosConfig = filepath.Join(dir, "talosconfig")
+	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
+
+	testenv.WaitFor(t, "apid with a certificate valid now", 4*time.Minute, func() error {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
+		default:
+		}
+
+		out, errOut, code := cli.Run(t, "-e", ep, "-n", "10.0.2.15", "get", "timestatus", "-o", "yaml")
+		if code != 0 {
+			return fmt.Errorf("%s", errOut)
+		}
+
+		if !strings.Contains(out, "synced: true") || !strings.Contains(out, "syncDisabled: false") {
+			return fmt.Errorf("not synced:\n%s", out)
+		}
+
+		return nil
+	})
+
+	if served.Load() == 0 {
+		t.Errorf("the config server was not asked")
+	}
+
+	console := m.consoleText()
+	if !strings.Contains(console, "talos.config: downloaded the machine config from http://10.0.2.2:"+httpPort+"/metal-1.yaml") {
+		t.Errorf("the console shows no download of the config")
+	}
+
+	if !regexp.MustCompile(`time synced.*"server": "10\.0\.2\.2:` + ntpPort).MatchString(console) {
+		t.Errorf("the console shows no sync from the test's NTP server")
+	}
+
+	if ntpServer.Requests() == 0 {
+		t.Errorf("the NTP server was not asked")
+	}
+
+	if out := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "get", "timeservers"); !strings.Contains(out, "10.0.2.2:"+ntpPort) {
+		t.Errorf("get timeservers:\n%s", out)
+	}
+
+	// talosctl time: the node's clock beside the server's, both within a minute of the host's.
+	out := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "time")
+
+	fields := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1])
+	if len(fields) != 4 {
+		t.Fatalf("talosctl time:\n%s", out)
+	}
+
+	for _, f := range fields[2:] {
+		at, err := time.Parse(time.RFC3339Nano, f)
+		if err != nil || time.Since(at).Abs() > time.Minute {
+			t.Errorf("talosctl time shows %s, not the host's time:\n%s", f, out)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	runtimectrl "github.com/talos-go/talos/internal/machined/controllers/runtime"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
+	"github.com/talos-go/talos/internal/machined/controllers/timesync"
 )
 
 // Options are what the controllers need from the node.
@@ -34,7 +35,8 @@ type Options struct {
 	// reached on its loopback address whatever the host's links hold, and its hostname is only
 	// recorded, as the kernel's is the host's.
 	SharesHost bool
-	// OwnKernel is a node on its own kernel (metal): it sets the kernel's parameters.
+	// OwnKernel is a node on its own kernel (metal): it sets the kernel's parameters and keeps
+	// its clock.
 	OwnKernel bool
 	// StateDir is the STATE folder, where the node id is kept.
 	StateDir string
@@ -51,6 +53,8 @@ type Options struct {
 	// RunsKubernetes: the node runs kubelet, so the controllers that talk to it and to the API
 	// server run too (the resources they build on are computed on every node).
 	RunsKubernetes bool
+	// TimeLog is where time sync logs its syncs (the controllers' own log shows warnings only).
+	TimeLog *zap.Logger
 	// Root is the node's root folder; DNSLog is where its host DNS logs.
 	Root   string
 	DNSLog *zap.Logger
@@ -90,6 +94,7 @@ func List(opts Options) []controller.Controller {
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},
 		&networkctrl.RouteStatusController{},
+		&timesync.SyncController{Sync: opts.OwnKernel, Log: opts.TimeLog},
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
 		&clusterctrl.MemberController{},
 		&etcdctrl.MemberController{Etcd: opts.Etcd},

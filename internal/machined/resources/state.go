@@ -51,6 +51,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.AddressStatus{},
 	&network.RouteStatus{},
 	&network.ResolverStatus{},
+	&network.TimeServerStatus{},
 	&network.HostDNSConfig{},
 	&network.DNSUpstream{},
 	&network.DNSResolveCache{},

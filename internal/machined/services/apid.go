@@ -31,8 +31,12 @@ func APID(r *runtime.Runtime) *system.Service {
 
 	return &system.Service{
 		ID:                   "apid",
-		ConditionDescription: "apid certificates",
+		ConditionDescription: "time sync and apid certificates",
 		Condition: func(ctx context.Context) error {
+			if err := waitTimeSync(ctx, r); err != nil {
+				return err
+			}
+
 			if err := waitResource(ctx, r.State, secrets.NewAPI().Metadata()); err != nil {
 				return err
 			}

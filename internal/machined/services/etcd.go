@@ -60,7 +60,7 @@ func Etcd(r *runtime.Runtime) *system.Service {
 		deps = []string{ContainerdServiceID}
 	}
 
-	return &system.Service{
+	svc := &system.Service{
 		ID:        EtcdServiceID,
 		DependsOn: deps,
 		Runner:    func() (system.Runner, error) { return m.Runner(), nil },
@@ -73,6 +73,12 @@ func Etcd(r *runtime.Runtime) *system.Service {
 			Timeout:      4 * time.Second,
 		},
 	}
+
+	if r.Platform == runtime.PlatformMetal {
+		svc.ConditionDescription, svc.Condition = "time sync", func(ctx context.Context) error { return waitTimeSync(ctx, r) }
+	}
+
+	return svc
 }
 
 // EtcdBinary finds the etcd command: next to machined's own binary, else on PATH.

@@ -38,8 +38,12 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 		ID:                   KubeletServiceID,
 		DependsOn:            []string{ContainerdServiceID},
 		Restart:              system.RestartAlways,
-		ConditionDescription: "kubelet spec (and, before a worker's first join, the API server)",
+		ConditionDescription: "time sync, kubelet spec (and, before a worker's first join, the API server)",
 		Condition: func(ctx context.Context) error {
+			if err := waitTimeSync(ctx, r); err != nil {
+				return err
+			}
+
 			if err := waitResource(ctx, r.State, specPtr); err != nil {
 				return err
 			}

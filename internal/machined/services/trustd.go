@@ -29,8 +29,12 @@ func Trustd(r *runtime.Runtime) *system.Service {
 
 	return &system.Service{
 		ID:                   "trustd",
-		ConditionDescription: "trustd certificates",
+		ConditionDescription: "time sync and trustd certificates",
 		Condition: func(ctx context.Context) error {
+			if err := waitTimeSync(ctx, r); err != nil {
+				return err
+			}
+
 			if err := waitResource(ctx, r.State, secrets.NewTrustd().Metadata()); err != nil {
 				return err
 			}

@@ -9,8 +9,29 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/state"
+	timeres "github.com/siderolabs/talos/pkg/machinery/resources/time"
 	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/machined/runtime"
 )
+
+// waitTimeSync blocks, on a node that keeps its own clock (metal), until the time status is
+// synced, as upstream's services wait: certificates, etcd's leases and kubelet's checks all
+// read the clock. Elsewhere the host keeps the clock and nothing waits.
+func waitTimeSync(ctx context.Context, r *runtime.Runtime) error {
+	if r.Platform != runtime.PlatformMetal {
+		return nil
+	}
+
+	_, err := r.State.WatchFor(ctx, timeres.NewStatus().Metadata(), state.WithEventTypes(state.Created, state.Updated),
+		state.WithCondition(func(res resource.Resource) (bool, error) {
+			st, ok := res.(*timeres.Status)
+
+			return ok && st.TypedSpec().Synced, nil
+		}))
+
+	return err
+}
 
 // waitResource blocks until the resource at ptr exists.
 func waitResource(ctx context.Context, st state.State, ptr resource.Pointer) error {

@@ -1,0 +1,131 @@
+package metal
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Fetching talos.config: each try is bounded, and the tries go on, a little further apart each
+// time, for configFetchFor; then the boot stops with the last error.
+const (
+	configFetchFor = 3 * time.Minute
+	configTryFor   = 30 * time.Second
+	configMaxSize  = 16 << 20
+)
+
+// ConfigVars are the values talos.config's URL may hold, as upstream's: ${uuid} and ${serial}
+// (the machine's, from its firmware), ${mac} (the node's link's) and ${hostname}.
+func ConfigVars(address netip.Addr, hostname string) map[string]string {
+	vars := map[string]string{"hostname": hostname}
+
+	for key, file := range map[string]string{"uuid": "product_uuid", "serial": "product_serial"} {
+		if b, err := os.ReadFile("/sys/class/dmi/id/" + file); err == nil {
+			vars[key] = strings.TrimSpace(string(b))
+		}
+	}
+
+	if ifaces, err := net.Interfaces(); err == nil {
+		for _, iface := range ifaces {
+			addrs, _ := iface.Addrs()
+			for _, a := range addrs {
+				if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr() == address {
+					vars["mac"] = iface.HardwareAddr.String()
+				}
+			}
+		}
+	}
+
+	return vars
+}
+
+// ConfigURL is talos.config's URL with its ${...} variables replaced. Only http and https are
+// sources here; upstream's metal-iso (a config on a labeled volume) is not supported yet.
+func ConfigURL(arg string, vars map[string]string) (string, error) {
+	if arg == "metal-iso" {
+		return "", fmt.Errorf("talos.config=metal-iso: a config from a volume is not supported yet: serve it over http(s) and name its URL")
+	}
+
+	expanded := os.Expand(arg, func(key string) string {
+		if v, ok := vars[key]; ok {
+			return url.QueryEscape(v)
+		}
+
+		return "${" + key + "}"
+	})
+
+	if i := strings.Index(expanded, "${"); i >= 0 {
+		return "", fmt.Errorf("talos.config=%s: %s is unknown or has no value here (known: ${uuid}, ${serial}, ${mac}, ${hostname})", arg, expanded[i:strings.IndexByte(expanded[i:], '}')+i+1])
+	}
+
+	u, err := url.Parse(expanded)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("talos.config=%s: not an http(s) URL: give the URL the machine config is served at", arg)
+	}
+
+	return expanded, nil
+}
+
+// FetchConfig downloads the machine config at rawURL into dst, retrying for a while: the
+// server may come up after the machine.
+func FetchConfig(ctx context.Context, rawURL, dst string) error {
+	ctx, cancel := context.WithTimeout(ctx, configFetchFor)
+	defer cancel()
+
+	wait := time.Second
+
+	for {
+		err := fetchOnce(ctx, rawURL, dst)
+		if err == nil {
+			return nil
+		}
+
+		log("talos.config: %v; trying again in %s", err, wait)
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("talos.config=%s: no config after %s: %w", rawURL, configFetchFor, err)
+		case <-time.After(wait):
+		}
+
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+func fetchOnce(ctx context.Context, rawURL, dst string) error {
+	ctx, cancel := context.WithTimeout(ctx, configTryFor)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return err
+	}
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", rawURL, resp.Status)
+	}
+
+	body, err := io.ReadAll(io.LimitReader(resp.Body, configMaxSize+1))
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", rawURL, err)
+	}
+
+	if len(body) > configMaxSize {
+		return fmt.Errorf("GET %s: larger than %d MiB: not a machine config", rawURL, configMaxSize>>20)
+	}
+
+	return os.WriteFile(dst, body, 0o600)
+}
