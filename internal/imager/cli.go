@@ -210,7 +210,7 @@ func rootfsMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.Machined, "machined", "", "multi-call binary (static), installed as /sbin/init")
 	fs.StringVar(&opts.Etcd, "etcd", "", "etcd binary (static)")
 	fs.StringVar(&opts.Version, "version", version.Tag, "node version for /etc/os-release")
-	fs.StringVar(&opts.Squashfs.Compression, "comp", "xz", "squashfs compression: xz, zstd or gzip")
+	fs.StringVar(&opts.Squashfs.Compression, "comp", "zstd", "squashfs compression: zstd, xz or gzip")
 	images := fs.String("images", "", "folder of OCI archives (*.tar) for the image cache")
 	fs.BoolVar(&opts.Kubernetes, "kubernetes", true, "build the Kubernetes images into the image cache (false: a quicker image without them)")
 	fs.StringVar(&opts.Repo, "repo", ".", "repository root, where build/kubernetes and cmd/ are (for --kubernetes)")

@@ -277,7 +277,7 @@ func squashCached(ctx context.Context, t *Tree, opts RootfsOptions, step func(st
 
 func compressionName(o SquashfsOptions) string {
 	if o.Compression == "" {
-		return "xz"
+		return "zstd"
 	}
 
 	return o.Compression

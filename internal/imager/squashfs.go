@@ -10,10 +10,12 @@ import (
 	"strconv"
 )
 
-// SquashfsOptions are the flags of mksquashfs that decide the image's bytes. The defaults
-// favour size: xz with the x86 branch filter on 1 MiB blocks.
+// SquashfsOptions are the flags of mksquashfs that decide the image's bytes. The default is
+// zstd at level 19 on 1 MiB blocks: 13% larger than xz, but read three times as fast where the
+// CPU is slow (a metal node under QEMU's TCG reached apid in 13 s instead of 42 s), and
+// quicker to build.
 type SquashfsOptions struct {
-	Compression string // xz (default), zstd, gzip
+	Compression string // zstd (default), xz, gzip
 	BlockSize   int    // bytes; default 1 MiB
 }
 
@@ -24,7 +26,7 @@ type SquashfsOptions struct {
 func (o SquashfsOptions) args(src, dst string) []string {
 	comp := o.Compression
 	if comp == "" {
-		comp = "xz"
+		comp = "zstd"
 	}
 
 	block := o.BlockSize

@@ -31,6 +31,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/logging"
 	"github.com/talos-go/talos/internal/machined/upgrade"
+	"github.com/talos-go/talos/internal/metal"
 )
 
 type powerAction int
@@ -125,7 +126,17 @@ func (n *node) setupLogging() error {
 
 	enc := zap.NewDevelopmentEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(io.MultiWriter(os.Stderr, w)), zap.InfoLevel)
+	// On metal the log goes to the kernel's, whose console shows it with the kernel's
+	// timestamps; elsewhere to stderr.
+	var console io.Writer = os.Stderr
+
+	if n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine() {
+		if kmsg, err := metal.OpenKmsg(); err == nil {
+			console = kmsg
+		}
+	}
+
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(io.MultiWriter(console, w)), zap.InfoLevel)
 	n.r.Log = zap.New(core).With(zap.String("node", n.opts.Address))
 
 	// The host DNS logs on its own, as upstream's: `talosctl logs dns-resolve-cache`.

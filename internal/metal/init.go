@@ -44,6 +44,8 @@ func InitMain([]string) error {
 		}
 	}
 
+	initKmsg, _ = OpenKmsg() // stderr, the console, without it
+
 	b, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
 		return err
@@ -228,7 +230,17 @@ func configureNetwork(ip IPConfig) error {
 	return nil
 }
 
-// log writes to the kernel console, the init's stderr.
+// initKmsg is the kernel's log, once /dev is mounted.
+var initKmsg *Kmsg
+
+// log writes to the kernel's log (the console shows it with the kernel's timestamps), or to
+// stderr before /dev is mounted.
 func log(format string, args ...any) {
+	if initKmsg != nil {
+		initKmsg.Write(fmt.Appendf(nil, format, args...)) //nolint:errcheck // it reports no error
+
+		return
+	}
+
 	fmt.Fprintf(os.Stderr, "[talos] "+format+"\n", args...)
 }

@@ -110,7 +110,7 @@ type machine struct {
 // platform, the KSPP arguments and the console) and stops it when the test ends. Its first
 // network card is on QEMU's user network 10.0.2.0/24 (DHCP from 10.0.2.2), with the guest's port
 // 50000 forwarded to the host; restricted, the guest reaches nothing else.
-func boot(t *testing.T, args ...string) *machine {
+func boot(t testing.TB, args ...string) *machine {
 	return bootWith(t, qemuOptions{}, args...)
 }
 
@@ -121,7 +121,7 @@ type qemuOptions struct {
 	noDefaults bool     // only args as kernel arguments, not the defaults
 }
 
-func bootWith(t *testing.T, o qemuOptions, args ...string) *machine {
+func bootWith(t testing.TB, o qemuOptions, args ...string) *machine {
 	t.Helper()
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -192,7 +192,7 @@ func (m *machine) consoleText() string {
 }
 
 // talosctl runs talosctl against the guest's maintenance API.
-func (m *machine) talosctl(t *testing.T, args ...string) (string, string, int) {
+func (m *machine) talosctl(t testing.TB, args ...string) (string, string, int) {
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 
@@ -323,7 +323,7 @@ func TestDHCPOnEveryLinkNotIgnored(t *testing.T) {
 }
 
 // waitMaintenance waits until the guest's maintenance API answers.
-func waitMaintenance(t *testing.T, m *machine) {
+func waitMaintenance(t testing.TB, m *machine) {
 	t.Helper()
 
 	testenv.WaitFor(t, "the maintenance API", 4*time.Minute, func() error {
@@ -386,46 +386,14 @@ func TestMissingKSPPArgumentsStopTheBoot(t *testing.T) {
 // against the host's clock, is then valid, `get timestatus` is synced and the node's clock is
 // the server's.
 func TestConfigFromURLAndTimeSync(t *testing.T) {
-	ntpServer := testenv.StartNTPServer(t, "127.0.0.1:0", 0)
-	_, ntpPort, _ := net.SplitHostPort(ntpServer.Addr)
-
-	dir := t.TempDir()
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
-	cli.Must(t, "gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir,
-		"--config-patch", `[{"op":"add","path":"/machine/time","value":{"servers":["10.0.2.2:`+ntpPort+`"]}}]`)
-
-	config, err := os.ReadFile(filepath.Join(dir, "controlplane.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var served atomic.Int32
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metal-1.yaml" {
-			http.NotFound(w, r)
-
-			return
-		}
-
-		served.Add(1)
-		w.Write(config) //nolint:errcheck
-	}), ReadHeaderTimeout: 10 * time.Second}
-
-	go srv.Serve(l) //nolint:errcheck
-	t.Cleanup(func() { srv.Close() })
-
-	_, httpPort, _ := net.SplitHostPort(l.Addr().String())
+	src := serveConfig(t, cli)
+	_, ntpPort, _ := net.SplitHostPort(src.ntp.Addr)
 
 	m := bootWith(t, qemuOptions{open: true, args: []string{"-rtc", "base=" + time.Now().UTC().AddDate(-2, 0, 0).Format("2006-01-02T15:04:05")}},
-		"ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off", "talos.config=http://10.0.2.2:"+httpPort+"/${hostname}.yaml")
+		"ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off", "talos.config="+src.arg)
 
-	cli.TalosConfig = filepath.Join(dir, "talosconfig")
+	cli.TalosConfig = src.talosconfig
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
 
 	testenv.WaitFor(t, "apid with a certificate valid now", 4*time.Minute, func() error {
@@ -447,12 +415,12 @@ func TestConfigFromURLAndTimeSync(t *testing.T) {
 		return nil
 	})
 
-	if served.Load() == 0 {
+	if src.served.Load() == 0 {
 		t.Errorf("the config server was not asked")
 	}
 
 	console := m.consoleText()
-	if !strings.Contains(console, "talos.config: downloaded the machine config from http://10.0.2.2:"+httpPort+"/metal-1.yaml") {
+	if !strings.Contains(console, "talos.config: downloaded the machine config from "+strings.ReplaceAll(src.arg, "${hostname}", "metal-1")) {
 		t.Errorf("the console shows no download of the config")
 	}
 
@@ -460,7 +428,7 @@ func TestConfigFromURLAndTimeSync(t *testing.T) {
 		t.Errorf("the console shows no sync from the test's NTP server")
 	}
 
-	if ntpServer.Requests() == 0 {
+	if src.ntp.Requests() == 0 {
 		t.Errorf("the NTP server was not asked")
 	}
 
@@ -482,4 +450,54 @@ func TestConfigFromURLAndTimeSync(t *testing.T) {
 			t.Errorf("talosctl time shows %s, not the host's time:\n%s", f, out)
 		}
 	}
+}
+
+// configSource is a control plane config served to the guest over HTTP, whose time server is
+// an NTP server the test runs; both are on the host's loopback, 10.0.2.2 from an open guest.
+type configSource struct {
+	arg         string // talos.config's value (with ${hostname}: the guest's is metal-1)
+	talosconfig string
+	ntp         *testenv.NTPServer
+	served      *atomic.Int32 // how many times the config was served
+}
+
+func serveConfig(t testing.TB, cli testenv.CLI) configSource {
+	t.Helper()
+
+	src := configSource{ntp: testenv.StartNTPServer(t, "127.0.0.1:0", 0), served: &atomic.Int32{}}
+	_, ntpPort, _ := net.SplitHostPort(src.ntp.Addr)
+
+	dir := t.TempDir()
+	cli.Must(t, "gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir,
+		"--config-patch", `[{"op":"add","path":"/machine/time","value":{"servers":["10.0.2.2:`+ntpPort+`"]}}]`)
+	src.talosconfig = filepath.Join(dir, "talosconfig")
+
+	config, err := os.ReadFile(filepath.Join(dir, "controlplane.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metal-1.yaml" {
+			http.NotFound(w, r)
+
+			return
+		}
+
+		src.served.Add(1)
+		w.Write(config) //nolint:errcheck
+	}), ReadHeaderTimeout: 10 * time.Second}
+
+	go srv.Serve(l) //nolint:errcheck
+	t.Cleanup(func() { srv.Close() })
+
+	_, httpPort, _ := net.SplitHostPort(l.Addr().String())
+	src.arg = "http://10.0.2.2:" + httpPort + "/${hostname}.yaml"
+
+	return src
 }

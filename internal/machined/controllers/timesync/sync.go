@@ -126,8 +126,8 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 		nextQuery        time.Time
 		poll, retry      time.Duration
 		failing          bool
-		inflight         bool
-		answers          = make(chan answer, 1)
+		asking           []string // the servers of the query under way
+		answers          = make(chan answer)
 		wake             = time.NewTimer(time.Hour)
 		timedOutUnsynced bool
 	)
@@ -141,7 +141,9 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 		case <-r.EventCh():
 		case <-wake.C:
 		case a := <-answers:
-			inflight = false
+			if slices.Equal(a.servers, asking) {
+				asking = nil
+			}
 
 			switch {
 			case !slices.Equal(a.servers, servers): // asked before a config change
@@ -204,17 +206,23 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 			servers, nextQuery, poll, retry = s.servers, time.Time{}, 0, 0
 		}
 
-		if !inflight && !time.Now().Before(nextQuery) {
-			inflight = true
+		// A query of servers no longer configured goes on beside the new one; its answer is
+		// dropped.
+		if !slices.Equal(asking, servers) && !time.Now().Before(nextQuery) {
+			asking = servers
 
 			go func(servers []string) {
 				server, offset, err := query(servers)
-				answers <- answer{servers: servers, server: server, offset: offset, err: err}
+
+				select {
+				case answers <- answer{servers: servers, server: server, offset: offset, err: err}:
+				case <-ctx.Done():
+				}
 			}(servers)
 		}
 
 		next := max(time.Until(nextQuery), 0)
-		if inflight {
+		if asking != nil {
 			next = time.Hour // the answer wakes the loop
 		}
 
