@@ -461,15 +461,20 @@ type configSource struct {
 	served      *atomic.Int32 // how many times the config was served
 }
 
-func serveConfig(t testing.TB, cli testenv.CLI) configSource {
+func serveConfig(t testing.TB, cli testenv.CLI, patches ...string) configSource {
 	t.Helper()
 
 	src := configSource{ntp: testenv.StartNTPServer(t, "127.0.0.1:0", 0), served: &atomic.Int32{}}
 	_, ntpPort, _ := net.SplitHostPort(src.ntp.Addr)
 
 	dir := t.TempDir()
-	cli.Must(t, "gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir,
-		"--config-patch", `[{"op":"add","path":"/machine/time","value":{"servers":["10.0.2.2:`+ntpPort+`"]}}]`)
+	args := []string{"gen", "config", "metal-e2e", "https://10.0.2.15:6443", "--additional-sans", "127.0.0.1", "--output-dir", dir,
+		"--config-patch", `[{"op":"add","path":"/machine/time","value":{"servers":["10.0.2.2:` + ntpPort + `"]}}]`}
+	for _, p := range patches {
+		args = append(args, "--config-patch", p)
+	}
+
+	cli.Must(t, args...)
 	src.talosconfig = filepath.Join(dir, "talosconfig")
 
 	config, err := os.ReadFile(filepath.Join(dir, "controlplane.yaml"))
@@ -500,4 +505,85 @@ func serveConfig(t testing.TB, cli testenv.CLI) configSource {
 	src.arg = "http://10.0.2.2:" + httpPort + "/${hostname}.yaml"
 
 	return src
+}
+
+// machine.network on metal: the config gives the second card (ignored by the boot's DHCP) an
+// address, an MTU and a route, and names a resolver. The node sets them on its kernel and
+// reports the specs and the statuses; the host DNS forwards to the configured resolver.
+func TestNetworkFromConfig(t *testing.T) {
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
+	src := serveConfig(t, cli, `machine:
+  network:
+    nameservers: [10.0.2.3]
+    interfaces:
+      - interface: eth1
+        mtu: 1400
+        addresses: [10.0.3.20/24]
+        routes:
+          - network: 192.168.50.0/24
+            gateway: 10.0.3.2
+`)
+
+	m := bootWith(t, qemuOptions{open: true, args: []string{"-nic", "user,model=virtio-net-pci,restrict=on,net=10.0.3.0/24"}},
+		"ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off", "talos.network.interface.ignore=eth1", "talos.config="+src.arg)
+
+	cli.TalosConfig = src.talosconfig
+	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
+	get := func(args ...string) (string, error) {
+		out, errOut, code := cli.Run(t, append([]string{"-e", ep, "-n", "10.0.2.15", "get"}, args...)...)
+		if code != 0 {
+			return "", fmt.Errorf("%s", errOut)
+		}
+
+		return out, nil
+	}
+
+	testenv.WaitFor(t, "eth1's address from the config", 4*time.Minute, func() error {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
+		default:
+		}
+
+		out, err := get("addresses")
+		if err != nil {
+			return err
+		}
+
+		if !regexp.MustCompile(`(?m)eth1/10\.0\.3\.20/24\s`).MatchString(out) {
+			return fmt.Errorf("no eth1/10.0.3.20/24:\n%s", out)
+		}
+
+		return nil
+	})
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"addressspecs"}, `eth1/10\.0\.3\.20/24`},
+		{[]string{"linkspecs", "eth1", "-o", "yaml"}, `mtu: 1400`},
+		{[]string{"routespecs"}, `inet4/10\.0\.3\.2/192\.168\.50\.0/24/1024`},
+		{[]string{"links", "eth1", "-o", "yaml"}, `mtu: 1400`},
+		{[]string{"routes"}, `192\.168\.50\.0/24\s+10\.0\.3\.2\s`},
+		{[]string{"resolvers", "-o", "yaml"}, `- 10\.0\.2\.3`},
+	} {
+		testenv.WaitFor(t, strings.Join(c.args, " "), 30*time.Second, func() error {
+			out, err := get(c.args...)
+			if err != nil {
+				return err
+			}
+
+			if !regexp.MustCompile(c.want).MatchString(out) {
+				return fmt.Errorf("no %s in:\n%s", c.want, out)
+			}
+
+			return nil
+		})
+	}
+
+	// The host DNS serves on the node, forwarding to the configured resolver.
+	if out := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/etc/resolv.conf"); !strings.Contains(out, "nameserver 127.0.0.53") {
+		t.Errorf("/etc/resolv.conf does not name the host DNS:\n%s", out)
+	}
 }

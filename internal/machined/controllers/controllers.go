@@ -128,17 +128,18 @@ func List(opts Options) []controller.Controller {
 		k8sctrl.NewNodeIPController(),
 	}
 
-	// A node in its own network namespace runs its resolvers and host DNS; one that shares the
-	// host's reports the host's resolvers.
-	if container.InNode() {
+	// A node in its own network namespace (a container node, a metal one) runs its resolvers
+	// and host DNS; one that shares the host's reports the host's resolvers.
+	if container.InNode() || opts.OwnKernel {
 		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog},
 			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir})
 	} else {
 		list = append(list, &networkctrl.ResolverStatusController{})
 	}
 
+	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {
-		list = append(list, &runtimectrl.KernelParamController{})
+		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
 	}
 
 	if opts.RunsKubernetes {

@@ -1,0 +1,181 @@
+package network
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/gen/optional"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"go.uber.org/zap"
+)
+
+// ConfigSpecController turns the config's machine.network.interfaces into the specs of the
+// links, addresses and routes the node sets (LinkSpec, AddressSpec, RouteSpec, layer
+// "configuration"), as upstream's config controllers do. SpecController applies them. An
+// interface is named by `interface`; bonds, VLANs, bridges and deviceSelector are not done
+// yet and are logged as skipped.
+type ConfigSpecController struct{}
+
+// Name implements controller.Controller.
+func (ctrl *ConfigSpecController) Name() string { return "network.ConfigSpecController" }
+
+// Inputs implements controller.Controller.
+func (ctrl *ConfigSpecController) Inputs() []controller.Input {
+	return []controller.Input{{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak}}
+}
+
+// Outputs implements controller.Controller.
+func (ctrl *ConfigSpecController) Outputs() []controller.Output {
+	return []controller.Output{
+		{Type: network.LinkSpecType, Kind: controller.OutputExclusive},
+		{Type: network.AddressSpecType, Kind: controller.OutputExclusive},
+		{Type: network.RouteSpecType, Kind: controller.OutputExclusive},
+	}
+}
+
+// Run implements controller.Controller.
+func (ctrl *ConfigSpecController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.EventCh():
+		}
+
+		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
+		if err != nil && !state.IsNotFoundError(err) {
+			return err
+		}
+
+		r.StartTrackingOutputs()
+
+		if cfg != nil && cfg.Config().Machine() != nil {
+			for _, dev := range cfg.Config().Machine().Network().Devices() {
+				if err = ctrl.device(ctx, r, log, dev); err != nil {
+					return err
+				}
+			}
+		}
+
+		// One cleanup for the three types: it ends the tracking.
+		if err = r.CleanupOutputs(ctx,
+			resource.NewMetadata(network.NamespaceName, network.LinkSpecType, "", resource.VersionUndefined),
+			resource.NewMetadata(network.NamespaceName, network.AddressSpecType, "", resource.VersionUndefined),
+			resource.NewMetadata(network.NamespaceName, network.RouteSpecType, "", resource.VersionUndefined),
+		); err != nil {
+			return err
+		}
+	}
+}
+
+func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runtime, log *zap.Logger, dev talosconfig.Device) error {
+	name := dev.Interface()
+
+	switch {
+	case name == "":
+		log.Warn("machine.network.interfaces: an interface chosen by deviceSelector is not supported yet: skipped")
+
+		return nil
+	case dev.Ignore():
+		return nil
+	case dev.Bond() != nil || len(dev.Vlans()) > 0 || dev.Bridge() != nil:
+		log.Warn("machine.network.interfaces: bonds, VLANs and bridges are not supported yet: only the addresses and routes are set", zap.String("interface", name))
+	}
+
+	if err := safe.WriterModify(ctx, r, network.NewLinkSpec(network.NamespaceName, network.LinkID(name)),
+		func(res *network.LinkSpec) error {
+			*res.TypedSpec() = network.LinkSpecSpec{Name: name, Up: true, MTU: uint32(max(dev.MTU(), 0)), ConfigLayer: network.ConfigMachineConfiguration}
+
+			return nil
+		}); err != nil {
+		return fmt.Errorf("writing the link spec of %s: %w", name, err)
+	}
+
+	for _, a := range dev.Addresses() {
+		prefix, err := netip.ParsePrefix(a)
+		if err != nil { // validation refuses it before
+			return fmt.Errorf("machine.network.interfaces[%s].addresses: %q: %w", name, a, err)
+		}
+
+		id := network.AddressID(name, prefix)
+		if err = safe.WriterModify(ctx, r, network.NewAddressSpec(network.NamespaceName, id), func(res *network.AddressSpec) error {
+			*res.TypedSpec() = network.AddressSpecSpec{
+				Address: prefix, LinkName: name, Family: familyOf(prefix.Addr()), Scope: nethelpers.ScopeGlobal,
+				Flags: nethelpers.AddressFlags(nethelpers.AddressPermanent), ConfigLayer: network.ConfigMachineConfiguration,
+			}
+
+			return nil
+		}); err != nil {
+			return fmt.Errorf("writing the address spec of %s: %w", id, err)
+		}
+	}
+
+	for _, route := range dev.Routes() {
+		spec := network.RouteSpecSpec{
+			OutLinkName: name, Table: nethelpers.TableMain, Priority: route.Metric(), Type: nethelpers.TypeUnicast,
+			Protocol: nethelpers.ProtocolStatic, MTU: route.MTU(), ConfigLayer: network.ConfigMachineConfiguration,
+		}
+
+		var err error
+
+		if route.Network() != "" {
+			if spec.Destination, err = netip.ParsePrefix(route.Network()); err != nil {
+				return fmt.Errorf("machine.network.interfaces[%s].routes: network %q: %w", name, route.Network(), err)
+			}
+		}
+
+		if route.Gateway() != "" {
+			if spec.Gateway, err = netip.ParseAddr(route.Gateway()); err != nil {
+				return fmt.Errorf("machine.network.interfaces[%s].routes: gateway %q: %w", name, route.Gateway(), err)
+			}
+		}
+
+		if route.Source() != "" {
+			if spec.Source, err = netip.ParseAddr(route.Source()); err != nil {
+				return fmt.Errorf("machine.network.interfaces[%s].routes: source %q: %w", name, route.Source(), err)
+			}
+		}
+
+		if spec.Priority == 0 {
+			spec.Priority = 1024 // upstream's default metric of a configured route
+		}
+
+		spec.Normalize() // 0.0.0.0 to none, and the scope
+
+		switch {
+		case spec.Gateway.IsValid():
+			spec.Family = familyOf(spec.Gateway)
+		case spec.Destination.IsValid():
+			spec.Family = familyOf(spec.Destination.Addr())
+		default:
+			spec.Family = nethelpers.FamilyInet4
+		}
+
+		id := network.RouteID(spec.Table, spec.Family, spec.Destination, spec.Gateway, spec.Priority, name)
+		if err = safe.WriterModify(ctx, r, network.NewRouteSpec(network.NamespaceName, id), func(res *network.RouteSpec) error {
+			*res.TypedSpec() = spec
+
+			return nil
+		}); err != nil {
+			return fmt.Errorf("writing the route spec of %s: %w", id, err)
+		}
+	}
+
+	return nil
+}
+
+func familyOf(a netip.Addr) nethelpers.Family {
+	if a.Is6() {
+		return nethelpers.FamilyInet6
+	}
+
+	return nethelpers.FamilyInet4
+}

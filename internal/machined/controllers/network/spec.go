@@ -1,0 +1,215 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// SpecController sets the links, addresses and routes of the specs on the node's kernel
+// (metal): links up with their MTU, addresses and routes added. What it added and is no longer
+// specified it removes; what others set (the boot's ip= or DHCP) it leaves. A spec that cannot
+// be set yet (its link is missing) is tried again on the next change.
+type SpecController struct {
+	addresses map[string]network.AddressSpecSpec // added, by ID
+	routes    map[string]network.RouteSpecSpec
+}
+
+// Name implements controller.Controller.
+func (ctrl *SpecController) Name() string { return "network.SpecController" }
+
+// Inputs implements controller.Controller.
+func (ctrl *SpecController) Inputs() []controller.Input {
+	return []controller.Input{
+		{Namespace: network.NamespaceName, Type: network.LinkSpecType, Kind: controller.InputWeak},
+		{Namespace: network.NamespaceName, Type: network.AddressSpecType, Kind: controller.InputWeak},
+		{Namespace: network.NamespaceName, Type: network.RouteSpecType, Kind: controller.InputWeak},
+	}
+}
+
+// Outputs implements controller.Controller.
+func (ctrl *SpecController) Outputs() []controller.Output { return nil }
+
+// Run implements controller.Controller.
+func (ctrl *SpecController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
+	ctrl.addresses, ctrl.routes = map[string]network.AddressSpecSpec{}, map[string]network.RouteSpecSpec{}
+
+	// Links come and go (a NIC's driver loads late): a change of links sets the specs again.
+	return watchNetlink(ctx, r, unix.RTMGRP_LINK, func(conn *rtnetlink.Conn) error {
+		return ctrl.apply(ctx, r, conn, log)
+	})
+}
+
+func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, conn *rtnetlink.Conn, log *zap.Logger) error {
+	links, err := conn.Link.List()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+
+	index := map[string]uint32{}
+	for _, l := range links {
+		if l.Attributes != nil {
+			index[l.Attributes.Name] = l.Index
+		}
+	}
+
+	linkSpecs, err := safe.ReaderListAll[*network.LinkSpec](ctx, r)
+	if err != nil {
+		return err
+	}
+
+	for spec := range linkSpecs.All() {
+		s := spec.TypedSpec()
+
+		idx, ok := index[s.Name]
+		if !ok {
+			log.Warn("no such link yet", zap.String("link", s.Name))
+
+			continue
+		}
+
+		msg := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Change: unix.IFF_UP}
+		if s.Up {
+			msg.Flags = unix.IFF_UP
+		}
+
+		if s.MTU != 0 {
+			msg.Attributes = &rtnetlink.LinkAttributes{MTU: s.MTU}
+		}
+
+		if err = conn.Link.Set(msg); err != nil {
+			log.Warn("setting link", zap.String("link", s.Name), zap.Error(err))
+		}
+	}
+
+	addrSpecs, err := safe.ReaderListAll[*network.AddressSpec](ctx, r)
+	if err != nil {
+		return err
+	}
+
+	wantAddrs := map[string]network.AddressSpecSpec{}
+	for spec := range addrSpecs.All() {
+		wantAddrs[spec.Metadata().ID()] = *spec.TypedSpec()
+	}
+
+	for id, s := range ctrl.addresses {
+		if _, ok := wantAddrs[id]; !ok {
+			if err = conn.Address.Delete(addressMessage(s, index[s.LinkName])); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				log.Warn("removing address", zap.String("address", id), zap.Error(err))
+			}
+
+			delete(ctrl.addresses, id)
+		}
+	}
+
+	for id, s := range wantAddrs {
+		idx, ok := index[s.LinkName]
+		if !ok {
+			continue
+		}
+
+		if err = conn.Address.New(addressMessage(s, idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+			log.Warn("adding address", zap.String("address", id), zap.Error(err))
+
+			continue
+		}
+
+		ctrl.addresses[id] = s
+	}
+
+	routeSpecs, err := safe.ReaderListAll[*network.RouteSpec](ctx, r)
+	if err != nil {
+		return err
+	}
+
+	wantRoutes := map[string]network.RouteSpecSpec{}
+	for spec := range routeSpecs.All() {
+		wantRoutes[spec.Metadata().ID()] = *spec.TypedSpec()
+	}
+
+	for id, s := range ctrl.routes {
+		if _, ok := wantRoutes[id]; !ok {
+			if err = conn.Route.Delete(routeMessage(s, index[s.OutLinkName])); err != nil && !errors.Is(err, unix.ESRCH) {
+				log.Warn("removing route", zap.String("route", id), zap.Error(err))
+			}
+
+			delete(ctrl.routes, id)
+		}
+	}
+
+	for id, s := range wantRoutes {
+		idx, ok := index[s.OutLinkName]
+		if !ok {
+			continue
+		}
+
+		if err = conn.Route.Add(routeMessage(s, idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+			log.Warn("adding route", zap.String("route", id), zap.Error(err))
+
+			continue
+		}
+
+		ctrl.routes[id] = s
+	}
+
+	return nil
+}
+
+func addressMessage(s network.AddressSpecSpec, idx uint32) *rtnetlink.AddressMessage {
+	ip := s.Address.Addr().AsSlice()
+	attrs := &rtnetlink.AddressAttributes{Address: ip, Local: ip}
+	family := uint8(unix.AF_INET6)
+
+	if s.Address.Addr().Is4() {
+		family = unix.AF_INET
+		mask := net.CIDRMask(s.Address.Bits(), 32)
+		brd := make(net.IP, 4)
+
+		for i := range brd {
+			brd[i] = ip[i] | ^mask[i]
+		}
+
+		attrs.Broadcast = brd
+	}
+
+	return &rtnetlink.AddressMessage{Family: family, PrefixLength: uint8(s.Address.Bits()), Scope: uint8(s.Scope), Index: idx, Attributes: attrs}
+}
+
+func routeMessage(s network.RouteSpecSpec, idx uint32) *rtnetlink.RouteMessage {
+	family := uint8(unix.AF_INET6)
+	if s.Family == nethelpers.FamilyInet4 {
+		family = unix.AF_INET
+	}
+
+	attrs := rtnetlink.RouteAttributes{OutIface: idx, Priority: s.Priority}
+	if s.Destination.IsValid() && s.Destination.Bits() > 0 {
+		attrs.Dst = s.Destination.Addr().AsSlice()
+	}
+
+	if s.Gateway.IsValid() {
+		attrs.Gateway = s.Gateway.AsSlice()
+	}
+
+	if s.Source.IsValid() {
+		attrs.Src = s.Source.AsSlice()
+	}
+
+	dstLen := uint8(0)
+	if s.Destination.IsValid() {
+		dstLen = uint8(s.Destination.Bits())
+	}
+
+	return &rtnetlink.RouteMessage{
+		Family: family, DstLength: dstLen, Table: uint8(s.Table), Protocol: uint8(s.Protocol), Scope: uint8(s.Scope), Type: uint8(s.Type),
+		Attributes: attrs,
+	}
+}
