@@ -46,7 +46,7 @@ func TestFetchConfigRetries(t *testing.T) {
 			return
 		}
 
-		w.Write([]byte("version: v1alpha1\n")) //nolint:errcheck
+		w.Write([]byte("version: v1alpha1\n"))
 	}))
 	defer srv.Close()
 

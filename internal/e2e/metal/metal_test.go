@@ -495,10 +495,10 @@ func serveConfig(t testing.TB, cli testenv.CLI, patches ...string) configSource 
 		}
 
 		src.served.Add(1)
-		w.Write(config) //nolint:errcheck
+		w.Write(config)
 	}), ReadHeaderTimeout: 10 * time.Second}
 
-	go srv.Serve(l) //nolint:errcheck
+	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 
 	_, httpPort, _ := net.SplitHostPort(l.Addr().String())

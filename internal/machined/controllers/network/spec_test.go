@@ -38,7 +38,7 @@ func TestConfigSpecsOnALink(t *testing.T) {
 		}
 	}
 
-	t.Cleanup(func() { exec.Command("ip", "link", "del", "spec0").Run() }) //nolint:errcheck
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "spec0").Run() })
 
 	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
 
