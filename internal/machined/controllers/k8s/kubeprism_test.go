@@ -41,10 +41,13 @@ func TestKubePrism(t *testing.T) {
 
 	member := cluster.NewMember(cluster.NamespaceName, "cp2")
 	member.TypedSpec().MachineType = machine.TypeControlPlane
-	member.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("10.5.0.3"), netip.MustParseAddr("10.244.1.0")} // and its flannel.1
+	// The members' addresses are TEST-NET ones (RFC 5737): nothing answers there, while a
+	// 10.5.0.x could be a real API server of a container cluster another test runs beside this
+	// one, which greets nobody.
+	member.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("192.0.2.3"), netip.MustParseAddr("10.244.1.0")} // and its flannel.1
 	worker := cluster.NewMember(cluster.NamespaceName, "w1")
 	worker.TypedSpec().MachineType = machine.TypeWorker
-	worker.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("10.5.0.9")}
+	worker.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("192.0.2.9")}
 	e.Create(member, worker)
 
 	cfg := ctest.MachineConfig(t, machine.TypeControlPlane, func(c *v1alpha1.Config) {
@@ -60,7 +63,7 @@ func TestKubePrism(t *testing.T) {
 		a.Equal([]k8s.KubePrismEndpoint{
 			{Host: "localhost", Port: uint32(apiPort)},
 			{Host: ctest.EndpointHost, Port: 6443},
-			{Host: "10.5.0.3", Port: 6443},
+			{Host: "192.0.2.3", Port: 6443},
 		}, r.TypedSpec().Endpoints)
 	})
 
@@ -82,9 +85,9 @@ func TestKubePrism(t *testing.T) {
 		}
 	}()
 
-	// Polled: until the balancer has seen which upstreams answer, a connection may go to one
-	// that does not (10.5.0.x here) and be closed.
-	testenv.WaitFor(t, "the local API server's greeting through KubePrism", 10*time.Second, func() error {
+	// Polled: until the balancer has seen which upstreams answer, a connection may first try
+	// those that do not (192.0.2.3 here, up to the balancer's 5 s dial timeout each).
+	testenv.WaitFor(t, "the local API server's greeting through KubePrism", time.Minute, func() error {
 		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(prismPort))
 		if err != nil {
 			return fmt.Errorf("KubePrism does not listen: %w", err)
