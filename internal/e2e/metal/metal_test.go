@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -29,6 +30,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// As root the suite runs in a network namespace of its own: a guest whose network is open
+	// (QEMU's user network unrestricted, to reach the test's NTP and config servers on the
+	// host's loopback) then reaches nothing else, whatever it asks for (its default NTP server
+	// and resolvers before its config names others).
+	if code, done := netnstest.Isolate(); done {
+		os.Exit(code)
+	}
+
 	os.Exit(run(m))
 }
 
@@ -123,6 +132,10 @@ type qemuOptions struct {
 
 func bootWith(t testing.TB, o qemuOptions, args ...string) *machine {
 	t.Helper()
+
+	if o.open && !netnstest.Private() {
+		t.Skip("an open guest network needs a network namespace of its own (run as root): the guest must reach nothing but the test's servers")
+	}
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
