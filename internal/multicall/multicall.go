@@ -7,6 +7,7 @@ import (
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/qemu"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -20,5 +21,9 @@ var Commands = map[string]func(args []string) error{
 	"container-init": container.InitMain,
 	// metal-init is the initramfs's /init on a kernel (metal mode).
 	"metal-init": metal.InitMain,
-	"trustd":     trustd.Main,
+	// qemu runs a metal node under QEMU (host side); qemu-network is its cluster's DHCP and
+	// config server.
+	"qemu":         qemu.Main,
+	"qemu-network": qemu.NetworkMain,
+	"trustd":       trustd.Main,
 }

@@ -157,9 +157,9 @@ func (c *Cluster) startContainer(n *Node, req *Request) error {
 	return nil
 }
 
-// destroyNetwork removes what the container nodes left on the host once they are stopped:
-// their cgroups, any host veth end (they go with the node's namespace, unless a launcher was
-// killed midway) and the bridge.
+// destroyNetwork removes what the container and qemu nodes left on the host once they are
+// stopped: their cgroups, any host veth end or tap (they go with the node's namespace or QEMU,
+// unless a launcher was killed midway) and the bridge.
 func (c *Cluster) destroyNetwork(progress io.Writer) error {
 	var errs []error
 
@@ -168,8 +168,10 @@ func (c *Cluster) destroyNetwork(progress io.Writer) error {
 			errs = append(errs, container.RemoveCgroup(n.Cgroup))
 		}
 
-		if n.Veth != "" {
-			errs = append(errs, container.DeleteLink(n.Veth))
+		for _, link := range []string{n.Veth, n.Tap} {
+			if link != "" {
+				errs = append(errs, container.DeleteLink(link))
+			}
 		}
 	}
 

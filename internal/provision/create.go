@@ -43,8 +43,9 @@ type Request struct {
 	Nameservers []string
 	Progress    io.Writer
 
-	Provisioner string // ProvisionerProcess (default) or ProvisionerContainer
+	Provisioner string // ProvisionerProcess (default), ProvisionerContainer or ProvisionerQEMU
 	Container   ContainerRequest
+	QEMU        QEMURequest
 
 	// Generate are the choices made when the configs are generated (not with InputDir).
 	Generate GenerateOptions
@@ -83,8 +84,10 @@ func (r *Request) check() error {
 		}
 	case ProvisionerContainer:
 		return r.checkContainer()
+	case ProvisionerQEMU:
+		return r.checkQEMU()
 	default:
-		return fmt.Errorf("--provisioner %q is unknown: use process (no root needed) or container (root)", r.Provisioner)
+		return fmt.Errorf("--provisioner %q is unknown: use process (no root needed), container or qemu (root)", r.Provisioner)
 	}
 
 	return nil
@@ -217,6 +220,11 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 
 	fmt.Fprintf(progress, "generating PKI and tokens\n")
 
+	if req.Provisioner == ProvisionerQEMU {
+		// As upstream's qemu nodes: the guest's virtio disk (installing to it is not done yet).
+		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithInstallDisk(QEMUInstallDisk))
+	}
+
 	cfgs, err := GenerateConfigs(req.Name, addrs[0], req.InputDir, req.Generate)
 	if err != nil {
 		return nil, nil, err
@@ -248,7 +256,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 			// No workers: pods go on the control planes, which are otherwise tainted NoSchedule.
 			own = append(own, `{"cluster": {"allowSchedulingOnControlPlanes": true}}`)
 		}
-		if req.Provisioner == ProvisionerContainer && len(req.Nameservers) > 0 {
+		if req.Provisioner != ProvisionerProcess && req.Provisioner != "" && len(req.Nameservers) > 0 {
 			ns, _ := json.Marshal(req.Nameservers) // a []string always encodes
 			own = append(own, fmt.Sprintf(`{"machine": {"network": {"nameservers": %s}}}`, ns))
 		}
@@ -267,22 +275,35 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		c.Nodes = append(c.Nodes, node)
 	}
 
-	if req.Provisioner == ProvisionerContainer {
-		if err = c.createNetwork(req, progress); err != nil {
-			return nil, nil, err
-		}
+	if err = c.Save(); err != nil {
+		return nil, nil, err
+	}
+
+	// From here on a failure leaves a cluster to destroy.
+	switch req.Provisioner {
+	case ProvisionerContainer:
+		err = c.createNetwork(req, progress)
+	case ProvisionerQEMU:
+		err = c.prepareQEMU(req, progress)
+	}
+
+	if err != nil {
+		return c, cfgs, errors.Join(err, c.Save())
 	}
 
 	if err = c.Save(); err != nil {
-		return nil, nil, err
+		return c, cfgs, err
 	}
 
 	for i := range c.Nodes {
 		fmt.Fprintf(progress, "creating node %s (%s) at %s\n", c.Nodes[i].Name, c.Nodes[i].Type, c.Nodes[i].Address)
 
-		if req.Provisioner == ProvisionerContainer {
+		switch req.Provisioner {
+		case ProvisionerContainer:
 			err = c.startContainer(&c.Nodes[i], &req)
-		} else {
+		case ProvisionerQEMU:
+			err = c.startQEMU(&c.Nodes[i], &req)
+		default:
 			err = c.start(&c.Nodes[i], req.NodeArgs)
 		}
 
@@ -351,7 +372,13 @@ func Destroy(root, name string, progress io.Writer) error {
 		return fmt.Errorf("some nodes did not stop, state kept in %s: %w", c.Dir, errors.Join(errs...))
 	}
 
-	if c.Provisioner == ProvisionerContainer {
+	if c.Provisioner == ProvisionerQEMU {
+		if err = c.stopQEMUNetwork(progress); err != nil {
+			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
+		}
+	}
+
+	if c.Provisioner == ProvisionerContainer || c.Provisioner == ProvisionerQEMU {
 		if err = c.destroyNetwork(progress); err != nil {
 			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
 		}

@@ -36,6 +36,10 @@ type Node struct {
 	// Container provisioner: the host end of the node's veth and its cgroup.
 	Veth   string `yaml:"veth,omitempty"`
 	Cgroup string `yaml:"cgroup,omitempty"`
+
+	// QEMU provisioner: the node's tap on the bridge and its network card's address.
+	Tap string `yaml:"tap,omitempty"`
+	MAC string `yaml:"mac,omitempty"`
 }
 
 // Cluster is the recorded state of a local cluster, kept in <dir>/cluster.yaml.
@@ -50,6 +54,14 @@ type Cluster struct {
 	Bridge      string `yaml:"bridge,omitempty"`      // container provisioner: the cluster's bridge
 	Image       string `yaml:"image,omitempty"`
 	MTU         int    `yaml:"mtu,omitempty"`
+
+	// QEMU provisioner: the boot assets, whether the guests run on KVM, and the network process
+	// (DHCP and the nodes' configs at ConfigServer).
+	Kernel       string `yaml:"kernel,omitempty"`
+	Initrd       string `yaml:"initrd,omitempty"`
+	KVM          bool   `yaml:"kvm,omitempty"`
+	ConfigServer string `yaml:"configServer,omitempty"`
+	NetworkPID   int    `yaml:"networkPid,omitempty"`
 }
 
 // DefaultStateRoot is where clusters are kept: ~/.talos/clusters.
@@ -121,49 +133,57 @@ func NodeAddresses(cidr netip.Prefix, count int) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// Running reports whether the node's recorded process is alive and is this node's machined.
-func (n *Node) Running() bool {
-	if n.PID <= 0 {
+// Running reports whether the node's recorded process is alive and is this node's.
+func (n *Node) Running() bool { return processRunning(n.PID, n.State) }
+
+// Stop sends SIGTERM and waits up to timeout, then SIGKILL.
+func (n *Node) Stop(timeout time.Duration) error {
+	return stopProcess("node "+n.Name, n.PID, n.State, timeout)
+}
+
+// processRunning reports whether pid is alive and its command line holds marker (a folder only
+// it uses), which guards against a recycled PID.
+func processRunning(pid int, marker string) bool {
+	if pid <= 0 {
 		return false
 	}
 
-	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(n.PID), "cmdline"))
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 	if err != nil {
 		return false
 	}
 
-	// Guard against a recycled PID: the process must be the one using this state folder.
-	return strings.Contains(string(cmdline), n.State)
+	return strings.Contains(string(cmdline), marker)
 }
 
-// Stop sends SIGTERM and waits up to timeout, then SIGKILL.
-func (n *Node) Stop(timeout time.Duration) error {
-	if !n.Running() {
+// stopProcess sends SIGTERM to what processRunning finds and waits up to timeout, then SIGKILL.
+func stopProcess(what string, pid int, marker string, timeout time.Duration) error {
+	if !processRunning(pid, marker) {
 		return nil
 	}
 
-	if err := syscall.Kill(n.PID, syscall.SIGTERM); err != nil {
-		return fmt.Errorf("stopping %s (pid %d): %w", n.Name, n.PID, err)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stopping %s (pid %d): %w", what, pid, err)
 	}
 
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if !n.Running() {
+		if !processRunning(pid, marker) {
 			return nil
 		}
 
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	syscall.Kill(n.PID, syscall.SIGKILL)
+	syscall.Kill(pid, syscall.SIGKILL)
 
 	for range 100 {
-		if !n.Running() {
+		if !processRunning(pid, marker) {
 			return nil
 		}
 
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	return fmt.Errorf("node %s (pid %d) did not stop", n.Name, n.PID)
+	return fmt.Errorf("%s (pid %d) did not stop", what, pid)
 }

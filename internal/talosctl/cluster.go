@@ -45,7 +45,7 @@ func clusterCmd(g *Global) *cobra.Command {
 		return provision.DefaultStateRoot()
 	}
 
-	cmd.PersistentFlags().StringVar(&provisioner, "provisioner", provision.ProvisionerProcess, "Talos cluster provisioner to use: process (no root) or container (root: namespaces, a bridge, the node image)")
+	cmd.PersistentFlags().StringVar(&provisioner, "provisioner", provision.ProvisionerProcess, "Talos cluster provisioner to use: process (no root), container (root: namespaces, a bridge, the node image) or qemu (root: VMs booting the metal boot assets on a bridge)")
 
 	cmd.AddCommand(clusterCreateCmd(g, &name, &provisioner, root), clusterDestroyCmd(&name, &provisioner, root), clusterShowCmd(&name, &provisioner, root))
 
@@ -74,32 +74,33 @@ func nodeBinary(flag string) (string, error) {
 
 func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (string, error)) *cobra.Command {
 	var (
-		req            provision.Request
-		cidr           string
-		binary         string
-		wait           bool
-		waitTimeout    time.Duration
-		skipKubeconfig bool
-		imageKeys      string
-		waitOpts       provision.WaitOptions
-		k8sVersion     string
-		dnsDomain      string
-		kubePrismPort  int
-		cpPort         int
-		talosVersion   string
-		mirrors        []string
-		insecure       []string
-		discovery      bool
+		req             provision.Request
+		cidr            string
+		binary          string
+		wait            bool
+		waitTimeout     time.Duration
+		skipKubeconfig  bool
+		imageKeys       string
+		waitOpts        provision.WaitOptions
+		k8sVersion      string
+		dnsDomain       string
+		kubePrismPort   int
+		cpPort          int
+		talosVersion    string
+		mirrors         []string
+		insecure        []string
+		discovery       bool
+		extraKernelArgs string
 	)
 
 	cmd := &cobra.Command{
 		Use:   "create",
-		Short: "Creates a local cluster: machined processes on loopback addresses (process), or nodes in their own namespaces on a bridge (container, root)",
+		Short: "Creates a local cluster: machined processes on loopback addresses (process), nodes in their own namespaces on a bridge (container, root), or VMs on a bridge (qemu, root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			provisioner := *provisionerFlag
 			req.Provisioner = provisioner
-			if provisioner == provision.ProvisionerContainer && !cmd.Flags().Changed("cidr") {
+			if provisioner != provision.ProvisionerProcess && !cmd.Flags().Changed("cidr") {
 				cidr = provision.DefaultContainerCIDR
 			}
 
@@ -128,6 +129,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Name, req.CIDR, req.Progress = *name, prefix, cmd.OutOrStdout()
+			req.QEMU.ExtraKernelArgs = strings.Fields(extraKernelArgs)
 
 			// Process nodes start through the boot stage (A/B slots), as the firmware would boot
 			// them; container nodes boot their image.
@@ -199,8 +201,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f := cmd.Flags()
 	f.IntVar(&req.ControlPlanes, "controlplanes", 1, "the number of control plane nodes to create")
 	f.IntVar(&req.Workers, "workers", 1, "the number of worker nodes to create")
-	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ... (default 10.5.0.0/24 for --provisioner container)")
-	f.StringSliceVar(&req.Nameservers, "nameservers", []string{"8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2606:4700:4700::1111"}, "list of nameservers to use (--provisioner container)")
+	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ... (default 10.5.0.0/24 for --provisioner container or qemu)")
+	f.StringSliceVar(&req.Nameservers, "nameservers", []string{"8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2606:4700:4700::1111"}, "list of nameservers to use (--provisioner container or qemu)")
 	f.StringArrayVar(&req.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
 	f.StringArrayVar(&req.CPPatches, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'init' and 'controlplane' types)")
 	f.StringArrayVar(&req.WorkerPatches, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
@@ -219,12 +221,16 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
 	f.StringVar(&imageKeys, "image-keys", "", "public key (from `imager keygen`) the nodes trust for upgrade images")
 	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
+	f.StringVar(&req.QEMU.Kernel, "vmlinuz-path", "_out/boot/vmlinuz", "the kernel of the boot assets (`make boot`) for --provisioner qemu")
+	f.StringVar(&req.QEMU.Initrd, "initrd-path", "_out/boot/initramfs.img", "the initramfs of the boot assets (`make boot`) for --provisioner qemu")
+	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
+	f.StringVar(&extraKernelArgs, "extra-boot-kernel-args", "", "add extra kernel args to the initial boot from vmlinuz and initramfs (qemu)")
 	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")
-	f.IntVar(&req.Container.MTU, "mtu", 1500, "MTU of the cluster network (container)")
-	f.Float64Var(&req.Container.CPUs, "cpus", 2.0, "the share of CPUs as fraction (each control plane) (container)")
-	f.Float64Var(&req.Container.CPUsWorkers, "cpus-workers", 2.0, "the share of CPUs as fraction (each worker) (container)")
-	f.Int64Var(&req.Container.MemoryMB, "memory", 2048, "the limit on memory usage in MB (each control plane) (container)")
-	f.Int64Var(&req.Container.MemoryWorker, "memory-workers", 2048, "the limit on memory usage in MB (each worker) (container)")
+	f.IntVar(&req.Container.MTU, "mtu", 1500, "MTU of the cluster network (container, qemu)")
+	f.Float64Var(&req.Container.CPUs, "cpus", 2.0, "the share of CPUs as fraction (each control plane) (container; qemu: the guest's CPUs, rounded up)")
+	f.Float64Var(&req.Container.CPUsWorkers, "cpus-workers", 2.0, "the share of CPUs as fraction (each worker) (container; qemu: the guest's CPUs, rounded up)")
+	f.Int64Var(&req.Container.MemoryMB, "memory", 2048, "the limit on memory usage in MB (each control plane) (container; qemu: the guest's memory)")
+	f.Int64Var(&req.Container.MemoryWorker, "memory-workers", 2048, "the limit on memory usage in MB (each worker) (container; qemu: the guest's memory)")
 
 	return cmd
 }
@@ -234,7 +240,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 func generateOptions(provisioner, k8sVersion, dnsDomain string, kubePrismPort, cpPort int) (provision.GenerateOptions, error) {
 	k8sVersion = strings.TrimPrefix(k8sVersion, "v")
 
-	if carried := strings.TrimPrefix(images.KubernetesVersion, "v"); provisioner == provision.ProvisionerContainer && k8sVersion != carried {
+	if carried := strings.TrimPrefix(images.KubernetesVersion, "v"); provisioner != provision.ProvisionerProcess && k8sVersion != carried {
 		return provision.GenerateOptions{}, fmt.Errorf("--kubernetes-version %s: the node image carries Kubernetes %s, and nodes pull no images: use %s", k8sVersion, carried, carried)
 	}
 
@@ -455,7 +461,11 @@ func clusterShowCmd(name, provisioner *string, root func() (string, error)) *cob
 
 			fmt.Fprintf(w, "PROVISIONER       %s\nNAME              %s\nNETWORK CIDR      %s\n", prov, c.Name, c.CIDR)
 
-			if c.Bridge != "" {
+			switch {
+			case c.Kernel != "":
+				fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nKERNEL            %s\nINITRAMFS         %s\nKVM               %v\nCONFIGS           %s\n",
+					c.Bridge, c.MTU, c.Kernel, c.Initrd, c.KVM, c.ConfigServer)
+			case c.Bridge != "":
 				fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nIMAGE             %s\n", c.Bridge, c.MTU, c.Image)
 			}
 

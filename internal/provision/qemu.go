@@ -1,0 +1,214 @@
+package provision
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/qemu"
+)
+
+// ProvisionerQEMU runs each node as a QEMU guest booting the metal boot assets (`make boot`).
+const ProvisionerQEMU = "qemu"
+
+// QEMUInstallDisk is the guests' disk (virtio), the generated configs' install disk.
+const QEMUInstallDisk = "/dev/vda"
+
+// QEMURequest is what only the qemu provisioner uses (upstream's qemu flags). CPUs, memory and
+// MTU are the container provisioner's flags (ContainerRequest), as upstream shares them.
+type QEMURequest struct {
+	Kernel          string // vmlinuz of `make boot`
+	Initrd          string // its initramfs
+	DiskMB          int64  // each node's disk, a sparse file in its state folder
+	ExtraKernelArgs []string
+}
+
+func (r *Request) checkQEMU() error {
+	q, c := r.QEMU, r.Container
+
+	switch {
+	case geteuid() != 0:
+		return errors.New("the qemu provisioner needs root (it makes a bridge and taps): run it as root, or use `--provisioner process`, which needs none")
+	case !r.CIDR.Addr().Is4() || r.CIDR.Addr().IsLoopback():
+		return fmt.Errorf("--cidr %s: the qemu provisioner needs an IPv4 network off loopback, like %s", r.CIDR, DefaultContainerCIDR)
+	case q.DiskMB < 1024:
+		return fmt.Errorf("--disk %d is too small: give each node at least 1024 MB", q.DiskMB)
+	case c.MemoryMB < 1024 || c.MemoryWorker < 1024:
+		return errors.New("--memory and --memory-workers must be at least 1024 (MB): a metal node runs from memory")
+	case c.CPUs <= 0 || c.CPUsWorkers <= 0:
+		return errors.New("--cpus and --cpus-workers must be positive: they are the guests' CPUs")
+	case c.MTU < 576 || c.MTU > 65535:
+		return fmt.Errorf("--mtu %d is out of range: use 576 to 65535 (1500 is usual)", c.MTU)
+	}
+
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return errors.New("no qemu-system-x86_64: install it with `apt-get install qemu-system-x86`")
+	}
+
+	for flag, path := range map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd} {
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("%s: %w (build the boot assets with `make boot`)", flag, err)
+		}
+	}
+
+	return nil
+}
+
+// macFor is a node's MAC: QEMU's prefix and the last three bytes of its address, unique in the
+// cluster and the same on every boot.
+func macFor(addr netip.Addr) string {
+	b := addr.As4()
+
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", b[1], b[2], b[3])
+}
+
+// prepareQEMU records the boot assets, finds whether KVM works, and makes the network.
+func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
+	var err error
+	if c.Kernel, err = filepath.Abs(req.QEMU.Kernel); err != nil {
+		return err
+	}
+
+	if c.Initrd, err = filepath.Abs(req.QEMU.Initrd); err != nil {
+		return err
+	}
+
+	c.KVM = qemu.KVMWorks(c.Kernel)
+	fmt.Fprintf(progress, "QEMU with KVM: %v (without it the guests are emulated: slow)\n", c.KVM)
+
+	return c.createQEMUNetwork(req, progress)
+}
+
+// createQEMUNetwork makes the bridge and starts the cluster's network process (DHCP and the
+// configs over HTTP on the bridge's address).
+func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
+	cidr := req.CIDR
+	gw := gateway(cidr)
+
+	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
+
+	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw}
+
+	for _, ns := range req.Nameservers {
+		if a, err := netip.ParseAddr(ns); err == nil {
+			spec.Nameservers = append(spec.Nameservers, a)
+		}
+	}
+
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		addr := netip.MustParseAddr(n.Address)
+		n.Tap, n.MAC = "tap"+shortHash(n.State, 11), macFor(addr)
+		spec.Nodes = append(spec.Nodes, qemu.NodeLease{Name: n.Name, MAC: n.MAC, Address: addr, Config: n.Config})
+	}
+
+	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gw)
+
+	if err := container.CreateBridge(c.Bridge, gw, c.MTU); err != nil {
+		return err
+	}
+
+	// The listener is made here so that its port is known for the nodes' kernel arguments.
+	l, err := net.Listen("tcp", netip.AddrPortFrom(gw.Addr(), 0).String())
+	if err != nil {
+		return fmt.Errorf("the config server on %s: %w", gw.Addr(), err)
+	}
+	defer l.Close()
+
+	lf, err := l.(*net.TCPListener).File()
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+
+	c.ConfigServer = "http://" + l.Addr().String()
+
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(progress, "starting DHCP and the config server at %s\n", c.ConfigServer)
+
+	pid, err := c.startDetached("network.log", lf, "qemu-network", "--spec", string(specJSON))
+	c.NetworkPID = pid
+
+	return err
+}
+
+// startQEMU starts a node's launcher, which runs QEMU on the boot assets.
+func (c *Cluster) startQEMU(n *Node, req *Request) error {
+	if err := os.MkdirAll(n.State, 0o700); err != nil {
+		return err
+	}
+
+	cpus, mem := req.Container.CPUs, req.Container.MemoryMB
+	if n.Type == TypeWorker {
+		cpus, mem = req.Container.CPUsWorkers, req.Container.MemoryWorker
+	}
+
+	cmdline := append([]string{}, metal.DefaultKernelArgs...)
+	cmdline = append(cmdline, "talos.config="+c.ConfigServer+qemu.ConfigPath(n.Name))
+	cmdline = append(cmdline, req.QEMU.ExtraKernelArgs...)
+
+	spec := qemu.NodeSpec{
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline,
+		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB,
+		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,
+		MAC: n.MAC, Bridge: c.Bridge, Tap: n.Tap, MTU: c.MTU,
+	}
+
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+
+	n.PID, err = c.startDetached(n.Name+".log", nil, "qemu", "--spec", string(specJSON))
+
+	return err
+}
+
+// startDetached starts the node binary with args in its own session, output appended to the
+// cluster folder's logName, extra (if any) as its fd 3.
+func (c *Cluster) startDetached(logName string, extra *os.File, args ...string) (int, error) {
+	out, err := os.OpenFile(filepath.Join(c.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+
+	cmd := exec.Command(c.Binary, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+
+	if extra != nil {
+		cmd.ExtraFiles = []*os.File{extra}
+	}
+
+	if err = cmd.Start(); err != nil {
+		return 0, fmt.Errorf("starting %s: %w", strings.Join(args[:1], " "), err)
+	}
+
+	go cmd.Wait() //nolint:errcheck // only reaps; the processes report their own state
+
+	return cmd.Process.Pid, nil
+}
+
+// stopQEMUNetwork stops the network process (after the nodes: a rebooting node asks it again).
+func (c *Cluster) stopQEMUNetwork(progress io.Writer) error {
+	fmt.Fprintf(progress, "stopping DHCP and the config server\n")
+
+	return stopProcess("the network process", c.NetworkPID, c.Dir, 10*time.Second)
+}

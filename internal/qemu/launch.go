@@ -1,0 +1,240 @@
+// Package qemu runs the qemu provisioner's nodes on the host: a launcher per node puts the
+// node's tap on the cluster bridge and runs QEMU on the metal boot assets as its child; a
+// network process per cluster answers the nodes' DHCP and serves their configs over HTTP.
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jsimonetti/rtnetlink/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/container"
+)
+
+// NodeSpec is what a node's launcher gets from `talosctl cluster create`.
+type NodeSpec struct {
+	Name     string   `json:"name"`
+	Kernel   string   `json:"kernel"`
+	Initrd   string   `json:"initrd"`
+	Cmdline  []string `json:"cmdline"`
+	Disk     string   `json:"disk"` // a raw disk image, made sparse when missing
+	DiskMB   int64    `json:"diskMB"`
+	MemoryMB int64    `json:"memoryMB"`
+	CPUs     int      `json:"cpus"`
+	KVM      bool     `json:"kvm"`
+	MAC      string   `json:"mac"`
+	Bridge   string   `json:"bridge"`
+	Tap      string   `json:"tap"` // the node's tap, made by the launcher (at most 15 bytes)
+	MTU      int      `json:"mtu"`
+}
+
+// Main is the launcher: `machined qemu --spec <json>`. It runs until QEMU ends (the node
+// powered off) or it is told to stop (SIGTERM, SIGINT), which stops QEMU.
+func Main(args []string) error {
+	fs := flag.NewFlagSet("qemu", flag.ContinueOnError)
+	specJSON := fs.String("spec", "", "the node, as JSON (written by talosctl cluster create)")
+
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	var spec NodeSpec
+	if err := json.Unmarshal([]byte(*specJSON), &spec); err != nil {
+		return fmt.Errorf("--spec: %w", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	return Launch(ctx, spec)
+}
+
+// Launch makes the node's disk and tap and runs QEMU until it ends or ctx does.
+func Launch(ctx context.Context, spec NodeSpec) error {
+	if err := makeDisk(spec.Disk, spec.DiskMB); err != nil {
+		return err
+	}
+
+	// The tap lives as long as its file: QEMU holds it, and it goes when QEMU ends, however.
+	tap, err := openTap(spec.Tap)
+	if err != nil {
+		return err
+	}
+	defer tap.Close()
+
+	if err = joinBridge(spec.Tap, spec.Bridge, spec.MTU); err != nil {
+		return err
+	}
+
+	// Pdeathsig follows the thread that started QEMU: keep to one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	cmd := exec.Command("qemu-system-x86_64", spec.Args()...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr // the console, into the node's log
+	cmd.ExtraFiles = []*os.File{tap}              // fd 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+
+	fmt.Fprintf(os.Stderr, "[launcher] starting QEMU for %s (KVM: %v, tap %s on %s)\n", spec.Name, spec.KVM, spec.Tap, spec.Bridge)
+
+	if err = cmd.Start(); err != nil {
+		return fmt.Errorf("starting qemu-system-x86_64: %w (install it with `apt-get install qemu-system-x86`)", err)
+	}
+
+	tap.Close() // QEMU has its own
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	select {
+	case err = <-done:
+		fmt.Fprintf(os.Stderr, "[launcher] QEMU ended: %v\n", exitText(err))
+
+		return err
+	case <-ctx.Done():
+	}
+
+	// QEMU quits at once on SIGTERM; the node's disk is a file that outlives it.
+	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have ended just now
+
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill() //nolint:errcheck // as above
+		err = <-done
+	}
+
+	fmt.Fprintf(os.Stderr, "[launcher] stopped QEMU: %v\n", exitText(err))
+
+	return nil
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit 0"
+	}
+
+	return err.Error()
+}
+
+// Args are QEMU's arguments: the kernel and initramfs with the node's kernel arguments, the
+// disk and the network card on virtio, the console on stdout, the tap as fd 3.
+func (s NodeSpec) Args() []string {
+	args := []string{
+		"-name", s.Name, "-m", strconv.FormatInt(s.MemoryMB, 10), "-smp", strconv.Itoa(max(1, s.CPUs)),
+		"-display", "none", "-monitor", "none", "-serial", "stdio",
+		"-kernel", s.Kernel, "-initrd", s.Initrd, "-append", strings.Join(s.Cmdline, " "),
+		"-drive", "file=" + s.Disk + ",format=raw,if=virtio",
+		"-netdev", "tap,id=net0,fd=3", "-device", "virtio-net-pci,netdev=net0,mac=" + s.MAC,
+		// The host's entropy: without it a TCG kernel is slow to seed its random numbers,
+		// which DHCP's transaction IDs and TLS wait for.
+		"-device", "virtio-rng-pci",
+	}
+
+	if s.KVM {
+		args = append(args, "-enable-kvm", "-cpu", "host")
+	}
+
+	return args
+}
+
+// makeDisk creates the node's disk as a sparse file of sizeMB, keeping one that is there.
+func makeDisk(path string, sizeMB int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+
+	if err != nil {
+		return fmt.Errorf("creating the disk: %w", err)
+	}
+	defer f.Close()
+
+	if err = f.Truncate(sizeMB << 20); err != nil {
+		return fmt.Errorf("sizing the disk %s: %w", path, err)
+	}
+
+	return f.Close()
+}
+
+// openTap creates the tap name (a network card whose other end is the file).
+func openTap(name string) (*os.File, error) {
+	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening /dev/net/tun: %w (the qemu provisioner needs root and the tun module)", err)
+	}
+
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		f.Close()
+
+		return nil, fmt.Errorf("tap %q: %w", name, err)
+	}
+
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+
+	if err = unix.IoctlIfreq(int(f.Fd()), unix.TUNSETIFF, ifr); err != nil {
+		f.Close()
+
+		return nil, fmt.Errorf("creating tap %s: %w", name, err)
+	}
+
+	return f, nil
+}
+
+// joinBridge makes the tap a port of the bridge and brings it up.
+func joinBridge(tap, bridge string, mtu int) error {
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer c.Close()
+
+	br, err := container.LinkIndex(c, bridge)
+	if err != nil {
+		return fmt.Errorf("the cluster's bridge: %w (destroy the cluster and create it again)", err)
+	}
+
+	idx, err := container.LinkIndex(c, tap)
+	if err != nil {
+		return err
+	}
+
+	if err = c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Attributes: &rtnetlink.LinkAttributes{Master: &br, MTU: uint32(mtu)}}); err != nil {
+		return fmt.Errorf("adding %s to bridge %s: %w", tap, bridge, err)
+	}
+
+	return container.SetLinkUp(c, idx)
+}
+
+// KVMWorks boots kernel on KVM for a few seconds: a /dev/kvm that opens may still fail a guest
+// (nested virtualization refusing the host CPU's registers), which QEMU aborts on.
+func KVMWorks(kernel string) bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+
+	f.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	err = exec.CommandContext(ctx, "qemu-system-x86_64", "-enable-kvm", "-cpu", "host", "-m", "256", "-display", "none",
+		"-no-reboot", "-kernel", kernel, "-append", "panic=-1").Run()
+
+	return err == nil || ctx.Err() != nil // booting still, or ended by the kernel's reset
+}

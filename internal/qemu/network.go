@@ -1,0 +1,213 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+)
+
+// LeaseTime is how long the nodes' DHCP leases last.
+const LeaseTime = 24 * time.Hour
+
+// NetworkSpec is what a cluster's network process gets: the bridge it serves on and each
+// node's lease and config.
+type NetworkSpec struct {
+	Bridge      string       `json:"bridge"`
+	Gateway     netip.Prefix `json:"gateway"` // the bridge's address: the nodes' router and server
+	Nameservers []netip.Addr `json:"nameservers,omitempty"`
+	Nodes       []NodeLease  `json:"nodes"`
+}
+
+// NodeLease is one node's fixed lease and its config file.
+type NodeLease struct {
+	Name    string     `json:"name"`
+	MAC     string     `json:"mac"`
+	Address netip.Addr `json:"address"`
+	Config  string     `json:"config"` // served at ConfigPath(Name)
+}
+
+// ConfigPath is where the network process serves a node's config.
+func ConfigPath(node string) string { return "/config/" + node + ".yaml" }
+
+// NetworkMain is `machined qemu-network --spec <json>`, with the config server's listener (on
+// the bridge's address, made by the caller so that its port is known) as fd 3. It serves until
+// SIGTERM or SIGINT.
+func NetworkMain(args []string) error {
+	fs := flag.NewFlagSet("qemu-network", flag.ContinueOnError)
+	specJSON := fs.String("spec", "", "the cluster's network, as JSON (written by talosctl cluster create)")
+
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	var spec NetworkSpec
+	if err := json.Unmarshal([]byte(*specJSON), &spec); err != nil {
+		return fmt.Errorf("--spec: %w", err)
+	}
+
+	l, err := net.FileListener(os.NewFile(3, "config listener"))
+	if err != nil {
+		return fmt.Errorf("the config server's listener (fd 3): %w", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	return Serve(ctx, spec, l)
+}
+
+// Serve answers DHCP on the bridge and serves the configs on l until ctx ends.
+func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
+	dhcp, err := server4.NewServer(spec.Bridge, nil, spec.handleDHCP)
+	if err != nil {
+		return fmt.Errorf("DHCP server on %s: %w", spec.Bridge, err)
+	}
+
+	srv := &http.Server{Handler: http.HandlerFunc(spec.serveConfig), ReadHeaderTimeout: 10 * time.Second}
+
+	errs := make(chan error, 2)
+
+	go func() { errs <- dhcp.Serve() }()
+	go func() { errs <- srv.Serve(l) }()
+
+	fmt.Fprintf(os.Stderr, "[network] DHCP on %s, configs at http://%s\n", spec.Bridge, l.Addr())
+
+	select {
+	case err = <-errs:
+	case <-ctx.Done():
+	}
+
+	dhcp.Close()
+	srv.Close()
+
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+
+	return err
+}
+
+// handleDHCP answers a node's DISCOVER with an offer of its address and its REQUEST with an
+// ACK (a NAK when it asks for another address); other clients get nothing.
+func (s NetworkSpec) handleDHCP(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
+	if m.OpCode != dhcpv4.OpcodeBootRequest {
+		return
+	}
+
+	var lease *NodeLease
+
+	for i := range s.Nodes {
+		if strings.EqualFold(s.Nodes[i].MAC, m.ClientHWAddr.String()) {
+			lease = &s.Nodes[i]
+		}
+	}
+
+	if lease == nil {
+		return
+	}
+
+	var typ dhcpv4.MessageType
+
+	switch m.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		typ = dhcpv4.MessageTypeOffer
+	case dhcpv4.MessageTypeRequest:
+		typ = dhcpv4.MessageTypeAck
+
+		asked := m.RequestedIPAddress()
+		if asked == nil || asked.IsUnspecified() {
+			asked = m.ClientIPAddr
+		}
+
+		if ip, ok := netip.AddrFromSlice(asked.To4()); !ok || ip != lease.Address {
+			typ = dhcpv4.MessageTypeNak
+		}
+	default:
+		return
+	}
+
+	gw := net.IP(s.Gateway.Addr().AsSlice())
+	mods := []dhcpv4.Modifier{
+		dhcpv4.WithMessageType(typ), dhcpv4.WithServerIP(gw), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(gw)),
+	}
+
+	if typ != dhcpv4.MessageTypeNak {
+		dns := make([]net.IP, 0, len(s.Nameservers))
+		for _, a := range s.Nameservers {
+			if a.Is4() {
+				dns = append(dns, a.AsSlice())
+			}
+		}
+
+		mods = append(mods,
+			dhcpv4.WithYourIP(lease.Address.AsSlice()),
+			dhcpv4.WithNetmask(net.CIDRMask(s.Gateway.Bits(), 32)),
+			dhcpv4.WithRouter(gw),
+			dhcpv4.WithLeaseTime(uint32(LeaseTime/time.Second)),
+			dhcpv4.WithOption(dhcpv4.OptHostName(lease.Name)),
+		)
+
+		if len(dns) > 0 {
+			mods = append(mods, dhcpv4.WithDNS(dns...))
+		}
+	}
+
+	reply, err := dhcpv4.NewReplyFromRequest(m, mods...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "[network] DHCP reply to %s: %v\n", lease.Name, err)
+
+		return
+	}
+
+	if _, err = conn.WriteTo(reply.ToBytes(), peer); err != nil {
+		fmt.Fprintf(os.Stderr, "[network] DHCP reply to %s: %v\n", lease.Name, err)
+
+		return
+	}
+
+	fmt.Fprintf(os.Stderr, "[network] DHCP %s: %s to %s (%s)\n", m.MessageType(), typ, lease.Name, lease.Address)
+}
+
+// serveConfig gives a node its config, and only to the node itself (by its leased address):
+// the config holds the cluster's secrets.
+func (s NetworkSpec) serveConfig(w http.ResponseWriter, r *http.Request) {
+	from, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		http.Error(w, "bad peer address", http.StatusBadRequest)
+
+		return
+	}
+
+	for _, n := range s.Nodes {
+		if r.URL.Path != ConfigPath(n.Name) {
+			continue
+		}
+
+		if from.Addr().Unmap() != n.Address {
+			fmt.Fprintf(os.Stderr, "[network] refused %s's config to %s\n", n.Name, from.Addr())
+			http.Error(w, "this config is served to its node only", http.StatusForbidden)
+
+			return
+		}
+
+		fmt.Fprintf(os.Stderr, "[network] serving %s's config\n", n.Name)
+		http.ServeFile(w, r, n.Config)
+
+		return
+	}
+
+	http.NotFound(w, r)
+}
