@@ -121,13 +121,13 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 	}
 
 	// The listener is made here so that its port is known for the nodes' kernel arguments.
-	l, err := net.Listen("tcp", netip.AddrPortFrom(gw.Addr(), 0).String())
+	l, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(gw.Addr(), 0)))
 	if err != nil {
 		return fmt.Errorf("the config server on %s: %w", gw.Addr(), err)
 	}
 	defer l.Close()
 
-	lf, err := l.(*net.TCPListener).File()
+	lf, err := l.File()
 	if err != nil {
 		return err
 	}

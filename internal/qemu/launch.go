@@ -108,12 +108,12 @@ func Launch(ctx context.Context, spec NodeSpec) error {
 	}
 
 	// QEMU quits at once on SIGTERM; the node's disk is a file that outlives it.
-	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have ended just now
+	cmd.Process.Signal(syscall.SIGTERM) // it may have ended just now
 
 	select {
 	case err = <-done:
 	case <-time.After(10 * time.Second):
-		cmd.Process.Kill() //nolint:errcheck // as above
+		cmd.Process.Kill()
 		err = <-done
 	}
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/qemu"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -56,34 +57,16 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(binDir)
 
-	if out, err := testenv.GoBuild("-o", binDir+"/", "github.com/talos-go/talos/cmd/talosctl"); err != nil {
-		fmt.Fprintf(os.Stderr, "building talosctl: %v\n%s", err, out)
+	if out, err := testenv.GoBuild("-o", binDir+"/", "github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/machined"); err != nil {
+		fmt.Fprintf(os.Stderr, "building talosctl and machined: %v\n%s", err, out)
 
 		return 1
 	}
 
-	kvm = kvmWorks()
+	kvm = qemu.KVMWorks(kernel)
 	fmt.Fprintf(os.Stderr, "metal e2e: QEMU with KVM: %v\n", kvm)
 
 	return m.Run()
-}
-
-// kvmWorks boots the kernel on KVM for a few seconds: a /dev/kvm that opens may still fail a
-// guest (nested virtualization refusing the host CPU's registers), which QEMU aborts on.
-func kvmWorks() bool {
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err != nil {
-		return false
-	} else {
-		f.Close()
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-
-	err := exec.CommandContext(ctx, "qemu-system-x86_64", "-enable-kvm", "-cpu", "host", "-m", "256", "-display", "none",
-		"-no-reboot", "-kernel", kernel, "-append", "panic=-1").Run()
-
-	return err == nil || ctx.Err() != nil // booting still, or ended by the kernel's reset
 }
 
 func skipReason() string {

@@ -1,0 +1,113 @@
+package metal
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/container/netnstest"
+	"github.com/talos-go/talos/internal/testenv"
+)
+
+// `talosctl cluster create --provisioner qemu` boots a node from the boot assets on a bridge of
+// its own: it gets its address from the cluster's DHCP, its config from the cluster's config
+// server, its time from the NTP server the test runs on the bridge's address; etcd is
+// bootstrapped. `cluster destroy` leaves no process, link or folder behind.
+func TestClusterCreateQEMU(t *testing.T) {
+	if !netnstest.Private() {
+		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
+	}
+
+	ntp := testenv.StartNTPServer(t, "0.0.0.0:123", 0)
+
+	const cidr, gateway, node = "10.5.7.0/24", "10.5.7.1", "10.5.7.2"
+
+	home := t.TempDir()
+	root := filepath.Join(home, "clusters")
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: home, ClusterRoot: root, Timeout: 6 * time.Minute}
+	dir := filepath.Join(root, "qemu-e2e")
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, log := range []string{"qemu-e2e-controlplane-1.log", "network.log"} {
+				b, _ := os.ReadFile(filepath.Join(dir, log))
+				t.Logf("%s:\n%s", log, b[max(0, len(b)-6000):])
+			}
+		}
+
+		cli.Run(t, "cluster", "destroy", "--name", "qemu-e2e", "--force")
+	})
+
+	start := time.Now()
+	cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-e2e", "--cidr", cidr,
+		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "2048",
+		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
+		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
+		"--wait=false")
+	t.Logf("created, apid serving and etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	// The talosconfig's context was merged into the test's home.
+	if out := cli.Must(t, "-n", node, "get", "addresses"); !regexp.MustCompile(`(?m)eth0/10\.5\.7\.2/24\s`).MatchString(out) {
+		t.Errorf("get addresses: no DHCP address eth0/%s/24:\n%s", node, out)
+	}
+
+	console, _ := os.ReadFile(filepath.Join(dir, "qemu-e2e-controlplane-1.log"))
+	if !strings.Contains(string(console), "[talos] DHCP on eth0: 10.5.7.2/24, gateway 10.5.7.1, lease 24h0m0s") {
+		t.Errorf("the console (in the cluster folder) shows no lease from the cluster's DHCP")
+	}
+
+	if network, _ := os.ReadFile(filepath.Join(dir, "network.log")); !strings.Contains(string(network), "serving qemu-e2e-controlplane-1's config") {
+		t.Errorf("the network process served no config:\n%s", network)
+	}
+
+	testenv.WaitFor(t, "time synced from the test's NTP server", 2*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", node, "get", "timestatus", "-o", "yaml")
+		if code != 0 || !strings.Contains(out, "synced: true") {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
+
+	if ntp.Requests() == 0 {
+		t.Errorf("the node asked the test's NTP server nothing")
+	}
+
+	if out := cli.Must(t, "-n", node, "get", "disks"); !regexp.MustCompile(`(?m)\svda\s+\d+\s+2\.1 GB\s`).MatchString(out) {
+		t.Errorf("get disks: no 2.1 GB vda (the --disk file):\n%s", out)
+	}
+
+	// The bootstrapped etcd answers once it is up (slow under TCG).
+	testenv.WaitFor(t, "etcd members", 2*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", node, "etcd", "members")
+		if code != 0 || !strings.Contains(out, "qemu-e2e-controlplane-1") {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
+
+	if out := cli.Must(t, "cluster", "show", "--name", "qemu-e2e"); !regexp.MustCompile(`qemu-e2e-controlplane-1\s+controlplane\s+10\.5\.7\.2\s+\d+\s+running`).MatchString(out) {
+		t.Errorf("cluster show: the node is not running:\n%s", out)
+	}
+
+	cli.Must(t, "cluster", "destroy", "--name", "qemu-e2e")
+
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the cluster folder is still there: %v", err)
+	}
+
+	if ifs, _ := net.Interfaces(); len(ifs) != 1 {
+		t.Errorf("links left behind: %v", ifs)
+	}
+
+	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(out) > 0 {
+		t.Errorf("processes left behind: %s", out)
+	}
+}

@@ -1,0 +1,83 @@
+package provision
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestQEMURequestRefused(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("no qemu-system-x86_64: the refusals below come after that check")
+	}
+
+	dir := t.TempDir()
+	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.img")
+
+	for _, f := range []string{kernel, initrd} {
+		if err := os.WriteFile(f, []byte("asset"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	good := func() Request {
+		return Request{
+			Name: "q", ControlPlanes: 1, CIDR: netip.MustParsePrefix(DefaultContainerCIDR), Binary: "/bin/true",
+			Provisioner: ProvisionerQEMU,
+			Container:   ContainerRequest{MTU: 1500, CPUs: 2, CPUsWorkers: 2, MemoryMB: 2048, MemoryWorker: 2048},
+			QEMU:        QEMURequest{Kernel: kernel, Initrd: initrd, DiskMB: 6144},
+		}
+	}
+
+	for _, tc := range []struct {
+		name   string
+		euid   int
+		change func(*Request)
+		want   []string
+	}{
+		{"not root", 1000, func(*Request) {}, []string{"needs root", "--provisioner process"}},
+		{"loopback network", 0, func(r *Request) { r.CIDR = netip.MustParsePrefix("127.5.0.0/24") }, []string{"--cidr 127.5.0.0/24", "10.5.0.0/24"}},
+		{"small disk", 0, func(r *Request) { r.QEMU.DiskMB = 100 }, []string{"--disk 100", "1024 MB"}},
+		{"small memory", 0, func(r *Request) { r.Container.MemoryWorker = 512 }, []string{"--memory-workers", "1024"}},
+		{"no cpus", 0, func(r *Request) { r.Container.CPUs = 0 }, []string{"--cpus", "positive"}},
+		{"no kernel", 0, func(r *Request) { r.QEMU.Kernel = filepath.Join(dir, "missing") }, []string{"--vmlinuz-path", "make boot"}},
+		{"no initramfs", 0, func(r *Request) { r.QEMU.Initrd = filepath.Join(dir, "missing") }, []string{"--initrd-path", "make boot"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := geteuid
+			geteuid = func() int { return tc.euid }
+
+			t.Cleanup(func() { geteuid = orig })
+
+			req := good()
+			req.StateRoot = t.TempDir()
+			tc.change(&req)
+
+			_, _, err := Create(context.Background(), req)
+			if err == nil {
+				t.Fatal("create accepted the request")
+			}
+
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+
+			if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
+				t.Errorf("the refused create left %v", entries)
+			}
+		})
+	}
+}
+
+func TestMACsDifferPerNode(t *testing.T) {
+	a, b := macFor(netip.MustParseAddr("10.5.0.2")), macFor(netip.MustParseAddr("10.5.0.3"))
+	if a != "52:54:00:05:00:02" || a == b {
+		t.Fatalf("MACs %s %s", a, b)
+	}
+}

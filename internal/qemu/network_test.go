@@ -1,0 +1,148 @@
+package qemu
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+func testSpec(t *testing.T) NetworkSpec {
+	cfg := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(cfg, []byte("version: v1alpha1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	return NetworkSpec{
+		Bridge: "br-test", Gateway: netip.MustParsePrefix("10.5.0.1/24"), Nameservers: []netip.Addr{netip.MustParseAddr("10.5.0.1"), netip.MustParseAddr("fd00::1")},
+		Nodes: []NodeLease{
+			{Name: "n1", MAC: "52:54:00:05:00:02", Address: netip.MustParseAddr("127.0.0.1"), Config: cfg},
+			{Name: "n2", MAC: "52:54:00:05:00:03", Address: netip.MustParseAddr("10.5.0.3"), Config: cfg},
+		},
+	}
+}
+
+// exchange sends m to the handler over a real UDP socket pair and returns its answer, or nil
+// when it answers nothing.
+func exchange(t *testing.T, s NetworkSpec, m *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+	t.Helper()
+
+	server, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+
+	client, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	s.handleDHCP(server, client.LocalAddr(), m)
+
+	client.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+
+	buf := make([]byte, 1500)
+
+	n, _, err := client.ReadFrom(buf)
+	if err != nil {
+		return nil
+	}
+
+	reply, err := dhcpv4.FromBytes(buf[:n])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return reply
+}
+
+func request(t *testing.T, typ dhcpv4.MessageType, mac string, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(hw), dhcpv4.WithMessageType(typ)}, mods...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return m
+}
+
+func TestDHCPGivesEachNodeItsAddress(t *testing.T) {
+	s := testSpec(t)
+
+	offer := exchange(t, s, request(t, dhcpv4.MessageTypeDiscover, "52:54:00:05:00:03"))
+	if offer == nil || offer.MessageType() != dhcpv4.MessageTypeOffer {
+		t.Fatalf("DISCOVER: got %v, want an OFFER", offer)
+	}
+
+	for what, ok := range map[string]bool{
+		"its address":      offer.YourIPAddr.Equal(net.ParseIP("10.5.0.3")),
+		"the bridge's /24": offer.SubnetMask().String() == net.CIDRMask(24, 32).String(),
+		"the router":       len(offer.Router()) == 1 && offer.Router()[0].Equal(net.ParseIP("10.5.0.1")),
+		"the server id":    offer.ServerIdentifier().Equal(net.ParseIP("10.5.0.1")),
+		"IPv4 resolvers":   len(offer.DNS()) == 1 && offer.DNS()[0].Equal(net.ParseIP("10.5.0.1")),
+		"its hostname":     offer.HostName() == "n2",
+		"a day's lease":    offer.IPAddressLeaseTime(0) == LeaseTime,
+	} {
+		if !ok {
+			t.Errorf("the offer lacks %s:\n%s", what, offer.Summary())
+		}
+	}
+
+	ack := exchange(t, s, request(t, dhcpv4.MessageTypeRequest, "52:54:00:05:00:03", dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.ParseIP("10.5.0.3")))))
+	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck || !ack.YourIPAddr.Equal(net.ParseIP("10.5.0.3")) {
+		t.Fatalf("REQUEST of its address: got %v, want an ACK of 10.5.0.3", ack)
+	}
+
+	// Another node's address is refused.
+	nak := exchange(t, s, request(t, dhcpv4.MessageTypeRequest, "52:54:00:05:00:03", dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.ParseIP("127.0.0.1")))))
+	if nak == nil || nak.MessageType() != dhcpv4.MessageTypeNak {
+		t.Fatalf("REQUEST of another address: got %v, want a NAK", nak)
+	}
+
+	// A machine that is not a node of the cluster gets nothing.
+	if got := exchange(t, s, request(t, dhcpv4.MessageTypeDiscover, "52:54:00:aa:bb:cc")); got != nil {
+		t.Fatalf("a stranger got %s", got.Summary())
+	}
+}
+
+// The config server gives a config to its node's address only: the config holds the secrets.
+func TestConfigServedToItsNodeOnly(t *testing.T) {
+	s := testSpec(t)
+	srv := httptest.NewServer(http.HandlerFunc(s.serveConfig))
+	t.Cleanup(srv.Close)
+
+	for path, want := range map[string]int{
+		ConfigPath("n1"):    http.StatusOK,        // n1's address is the test's 127.0.0.1
+		ConfigPath("n2"):    http.StatusForbidden, // n2 is 10.5.0.3
+		ConfigPath("other"): http.StatusNotFound,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+
+		if resp.StatusCode != want {
+			t.Errorf("%s: status %d, want %d (%s)", path, resp.StatusCode, want, body)
+		}
+
+		if want == http.StatusOK && string(body) != "version: v1alpha1\n" {
+			t.Errorf("%s: served %q", path, body)
+		}
+	}
+}
