@@ -316,6 +316,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
+	if req.Provisioner == ProvisionerQEMU && req.QEMU.ApplyConfig {
+		return c, cfgs, c.applyConfigs(ctx, progress)
+	}
+
 	return c, cfgs, nil
 }
 

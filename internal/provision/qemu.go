@@ -1,6 +1,8 @@
 package provision
 
 import (
+	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,9 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/metal"
@@ -31,8 +37,18 @@ const QEMUInstallDisk = "/dev/vda"
 type QEMURequest struct {
 	Kernel          string // vmlinuz of `make boot`
 	Initrd          string // its initramfs
-	DiskMB          int64  // each node's disk, a sparse file in its state folder
+	DiskMB          int64  // each node's disk, a file in its state folder
 	ExtraKernelArgs []string
+
+	Preallocate         bool     // allocate the disk files' blocks (else sparse)
+	ExtraDisks          int      // more disks of each worker
+	ExtraDisksSizeMB    int64    // their size
+	ExtraDisksDrivers   []string // their drivers, one per disk (virtio when not given)
+	BadRTC              bool     // the guests' clocks start two years behind
+	DisableDHCPHostname bool     // the leases name no hostname
+	// ApplyConfig boots the nodes without a config (maintenance mode) and applies each one's
+	// through the maintenance API, instead of talos.config=.
+	ApplyConfig bool
 }
 
 func (r *Request) checkQEMU() error {
@@ -51,6 +67,18 @@ func (r *Request) checkQEMU() error {
 		return errors.New("--cpus and --cpus-workers must be positive: they are the guests' CPUs")
 	case c.MTU < 576 || c.MTU > 65535:
 		return fmt.Errorf("--mtu %d is out of range: use 576 to 65535 (1500 is usual)", c.MTU)
+	case q.ExtraDisks < 0:
+		return fmt.Errorf("--extra-disks %d must not be negative", q.ExtraDisks)
+	case q.ExtraDisks > 0 && q.ExtraDisksSizeMB < 1:
+		return fmt.Errorf("--extra-disks-size %d must be positive (MB)", q.ExtraDisksSizeMB)
+	case len(q.ExtraDisksDrivers) > q.ExtraDisks:
+		return fmt.Errorf("--extra-disks-drivers names %d drivers for %d --extra-disks: give one per disk at most", len(q.ExtraDisksDrivers), q.ExtraDisks)
+	}
+
+	for _, d := range q.ExtraDisksDrivers {
+		if !slices.Contains(qemu.DiskDrivers, d) {
+			return fmt.Errorf("--extra-disks-drivers %q is not supported: use %s (the node's kernel carries their modules)", d, strings.Join(qemu.DiskDrivers, ", "))
+		}
 	}
 
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
@@ -99,7 +127,7 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 
 	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
 
-	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw}
+	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname}
 
 	for _, ns := range req.Nameservers {
 		if a, err := netip.ParseAddr(ns); err == nil {
@@ -160,12 +188,32 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	cmdline := append([]string{}, metal.DefaultKernelArgs...)
-	cmdline = append(cmdline, "talos.config="+c.ConfigServer+qemu.ConfigPath(n.Name))
+	if !req.QEMU.ApplyConfig {
+		cmdline = append(cmdline, "talos.config="+c.ConfigServer+qemu.ConfigPath(n.Name))
+	}
+
 	cmdline = append(cmdline, req.QEMU.ExtraKernelArgs...)
+
+	// As upstream: the extra disks are the workers'.
+	var extra []qemu.Disk
+
+	for i := range req.QEMU.ExtraDisks {
+		if n.Type != TypeWorker {
+			break
+		}
+
+		driver := "virtio"
+		if i < len(req.QEMU.ExtraDisksDrivers) {
+			driver = req.QEMU.ExtraDisksDrivers[i]
+		}
+
+		extra = append(extra, qemu.Disk{Path: filepath.Join(n.State, fmt.Sprintf("disk-%d.raw", i+1)), SizeMB: req.QEMU.ExtraDisksSizeMB, Driver: driver})
+	}
 
 	spec := qemu.NodeSpec{
 		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline,
-		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB,
+		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
+		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,
 		MAC: n.MAC, Bridge: c.Bridge, Tap: n.Tap, MTU: c.MTU,
 	}
@@ -178,6 +226,37 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	n.PID, err = c.startDetached(n.Name+".log", nil, "qemu", "--spec", string(specJSON))
 
 	return err
+}
+
+// applyConfigs gives each node booted in maintenance mode its config through the maintenance
+// API (no client certificate: the node has no PKI yet), as `talosctl apply-config --insecure`.
+func (c *Cluster) applyConfigs(ctx context.Context, progress io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+
+	for _, n := range c.Nodes {
+		cfg, err := os.ReadFile(n.Config)
+		if err != nil {
+			return err
+		}
+
+		if err = step(ctx, progress, "maintenance mode on "+n.Name+" to apply its config", func(ctx context.Context) error {
+			cl, err := client.New(ctx, client.WithEndpoints(n.Address),
+				client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // maintenance mode has no PKI yet
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+
+			_, err = cl.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: cfg, Mode: machine.ApplyConfigurationRequest_AUTO})
+
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+
+	return nil
 }
 
 // startDetached starts the node binary with args in its own session, output appended to the

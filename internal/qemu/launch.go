@@ -30,8 +30,12 @@ type NodeSpec struct {
 	Kernel   string   `json:"kernel"`
 	Initrd   string   `json:"initrd"`
 	Cmdline  []string `json:"cmdline"`
-	Disk     string   `json:"disk"` // a raw disk image, made sparse when missing
+	Disk     string   `json:"disk"` // a raw disk image, made when missing
 	DiskMB   int64    `json:"diskMB"`
+	// ExtraDisks are more disks after the first, on the drivers they name.
+	ExtraDisks  []Disk `json:"extraDisks,omitempty"`
+	Preallocate bool   `json:"preallocate,omitempty"` // allocate the disk files' blocks, not sparse
+	BadRTC      bool   `json:"badRTC,omitempty"`      // the guest's clock starts two years behind
 	MemoryMB int64    `json:"memoryMB"`
 	CPUs     int      `json:"cpus"`
 	KVM      bool     `json:"kvm"`
@@ -40,6 +44,17 @@ type NodeSpec struct {
 	Tap      string   `json:"tap"` // the node's tap, made by the launcher (at most 15 bytes)
 	MTU      int      `json:"mtu"`
 }
+
+// Disk is one more disk of a node.
+type Disk struct {
+	Path   string `json:"path"`
+	SizeMB int64  `json:"sizeMB"`
+	Driver string `json:"driver"` // one of DiskDrivers
+}
+
+// DiskDrivers are the disk controllers a node can have extra disks on: those whose modules the
+// boot assets carry (virtio_blk, ahci, virtio_scsi, nvme).
+var DiskDrivers = []string{"virtio", "ahci", "scsi", "nvme"}
 
 // Main is the launcher: `machined qemu --spec <json>`. It runs until QEMU ends (the node
 // powered off) or it is told to stop (SIGTERM, SIGINT), which stops QEMU.
@@ -64,8 +79,14 @@ func Main(args []string) error {
 
 // Launch makes the node's disk and tap and runs QEMU until it ends or ctx does.
 func Launch(ctx context.Context, spec NodeSpec) error {
-	if err := makeDisk(spec.Disk, spec.DiskMB); err != nil {
+	if err := makeDisk(spec.Disk, spec.DiskMB, spec.Preallocate); err != nil {
 		return err
+	}
+
+	for _, d := range spec.ExtraDisks {
+		if err := makeDisk(d.Path, d.SizeMB, spec.Preallocate); err != nil {
+			return err
+		}
 	}
 
 	// The tap lives as long as its file: QEMU holds it, and it goes when QEMU ends, however.
@@ -144,6 +165,14 @@ func (s NodeSpec) Args() []string {
 		"-device", "virtio-rng-pci",
 	}
 
+	for i, d := range s.ExtraDisks {
+		args = append(args, diskArgs(i, d)...)
+	}
+
+	if s.BadRTC {
+		args = append(args, "-rtc", "base="+time.Now().UTC().AddDate(-2, 0, 0).Format("2006-01-02T15:04:05"))
+	}
+
 	if s.KVM {
 		args = append(args, "-enable-kvm", "-cpu", "host")
 	}
@@ -151,8 +180,26 @@ func (s NodeSpec) Args() []string {
 	return args
 }
 
-// makeDisk creates the node's disk as a sparse file of sizeMB, keeping one that is there.
-func makeDisk(path string, sizeMB int64) error {
+// diskArgs attach extra disk i on its driver's controller.
+func diskArgs(i int, d Disk) []string {
+	id := fmt.Sprintf("disk%d", i+1)
+	drive := []string{"-drive", "file=" + d.Path + ",format=raw,if=none,id=" + id}
+
+	switch d.Driver {
+	case "ahci":
+		return append(drive, "-device", "ahci,id=ahci"+id, "-device", "ide-hd,drive="+id+",bus=ahci"+id+".0")
+	case "scsi":
+		return append(drive, "-device", "virtio-scsi-pci,id=scsi"+id, "-device", "scsi-hd,drive="+id+",bus=scsi"+id+".0")
+	case "nvme":
+		return append(drive, "-device", "nvme,drive="+id+",serial="+id)
+	default:
+		return append(drive, "-device", "virtio-blk-pci,drive="+id)
+	}
+}
+
+// makeDisk creates a disk file of sizeMB (its blocks allocated with preallocate, else sparse),
+// keeping one that is there.
+func makeDisk(path string, sizeMB int64, preallocate bool) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return nil
@@ -163,8 +210,16 @@ func makeDisk(path string, sizeMB int64) error {
 	}
 	defer f.Close()
 
-	if err = f.Truncate(sizeMB << 20); err != nil {
-		return fmt.Errorf("sizing the disk %s: %w", path, err)
+	if preallocate {
+		err = unix.Fallocate(int(f.Fd()), 0, 0, sizeMB<<20)
+	} else {
+		err = f.Truncate(sizeMB << 20)
+	}
+
+	if err != nil {
+		os.Remove(path)
+
+		return fmt.Errorf("sizing the disk %s: %w (is there %d MB free?)", path, err, sizeMB)
 	}
 
 	return f.Close()

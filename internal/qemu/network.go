@@ -29,6 +29,7 @@ type NetworkSpec struct {
 	Gateway     netip.Prefix `json:"gateway"` // the bridge's address: the nodes' router and server
 	Nameservers []netip.Addr `json:"nameservers,omitempty"`
 	Nodes       []NodeLease  `json:"nodes"`
+	NoHostname  bool         `json:"noHostname,omitempty"` // the leases name no hostname
 }
 
 // NodeLease is one node's fixed lease and its config file.
@@ -157,8 +158,11 @@ func (s NetworkSpec) handleDHCP(conn net.PacketConn, peer net.Addr, m *dhcpv4.DH
 			dhcpv4.WithNetmask(net.CIDRMask(s.Gateway.Bits(), 32)),
 			dhcpv4.WithRouter(gw),
 			dhcpv4.WithLeaseTime(uint32(LeaseTime/time.Second)),
-			dhcpv4.WithOption(dhcpv4.OptHostName(lease.Name)),
 		)
+
+		if !s.NoHostname {
+			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(lease.Name)))
+		}
 
 		if len(dns) > 0 {
 			mods = append(mods, dhcpv4.WithDNS(dns...))

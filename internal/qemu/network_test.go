@@ -146,3 +146,13 @@ func TestConfigServedToItsNodeOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestDHCPWithoutHostname(t *testing.T) {
+	s := testSpec(t)
+	s.NoHostname = true
+
+	offer := exchange(t, s, request(t, dhcpv4.MessageTypeDiscover, "52:54:00:05:00:03"))
+	if offer == nil || offer.MessageType() != dhcpv4.MessageTypeOffer || offer.HostName() != "" {
+		t.Fatalf("got %v, want an offer naming no hostname", offer)
+	}
+}

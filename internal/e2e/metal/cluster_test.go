@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,5 +110,85 @@ func TestClusterCreateQEMU(t *testing.T) {
 
 	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(out) > 0 {
 		t.Errorf("processes left behind: %s", out)
+	}
+}
+
+// With --with-apply-config the nodes boot without a config, into maintenance mode, and create
+// applies each one's through the maintenance API. The worker has its extra disks on the drivers
+// asked for, and its clock, started two years behind (--bad-rtc), is set by NTP.
+func TestClusterCreateQEMUApplyConfig(t *testing.T) {
+	if !netnstest.Private() {
+		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
+	}
+
+	testenv.StartNTPServer(t, "0.0.0.0:123", 0)
+
+	const cidr, gateway, worker = "10.5.8.0/24", "10.5.8.1", "10.5.8.3"
+
+	home := t.TempDir()
+	root := filepath.Join(home, "clusters")
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: home, ClusterRoot: root, Timeout: 10 * time.Minute}
+	dir := filepath.Join(root, "qemu-apply")
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, log := range []string{"qemu-apply-controlplane-1.log", "qemu-apply-worker-1.log", "network.log"} {
+				b, _ := os.ReadFile(filepath.Join(dir, log))
+				t.Logf("%s:\n%s", log, b[max(0, len(b)-6000):])
+			}
+		}
+
+		cli.Run(t, "cluster", "destroy", "--name", "qemu-apply", "--force")
+	})
+
+	start := time.Now()
+	out := cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-apply", "--cidr", cidr,
+		"--controlplanes", "1", "--workers", "1", "--memory", "2048", "--memory-workers", "1536", "--cpus", "1", "--cpus-workers", "1", "--disk", "2048",
+		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
+		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
+		"--with-apply-config", "--bad-rtc", "--disable-dhcp-hostname", "--disk-preallocate=false",
+		"--extra-disks", "2", "--extra-disks-drivers", "nvme,scsi", "--extra-disks-size", "512",
+		"--wait=false")
+	t.Logf("created with the configs applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	for _, node := range []string{"qemu-apply-controlplane-1", "qemu-apply-worker-1"} {
+		if !strings.Contains(out, "maintenance mode on "+node+" to apply its config: OK") {
+			t.Errorf("create did not apply %s's config:\n%s", node, out)
+		}
+
+		if console, _ := os.ReadFile(filepath.Join(dir, node+".log")); strings.Contains(string(console), "talos.config") {
+			t.Errorf("%s booted with talos.config=", node)
+		}
+	}
+
+	testenv.WaitFor(t, "the worker's clock synced from two years behind", 3*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", worker, "get", "timestatus", "-o", "yaml")
+		if code != 0 || !strings.Contains(out, "synced: true") {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
+
+	// Two years are about 17500 hours.
+	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-apply-worker-1.log")); !regexp.MustCompile(`time synced.*"offset": "17[45]\d\dh`).Match(console) {
+		t.Errorf("the worker's console shows no time sync from two years behind")
+	}
+
+	disks := cli.Must(t, "-n", worker, "get", "disks")
+	for _, re := range []string{`(?m)\snvme0n1\s+\d+\s+537 MB\s`, `(?m)\ssda\s+\d+\s+537 MB\s`, `(?m)\svda\s+\d+\s+2\.1 GB\s`} {
+		if !regexp.MustCompile(re).MatchString(disks) {
+			t.Errorf("get disks on the worker: no match for %s:\n%s", re, disks)
+		}
+	}
+
+	if disks = cli.Must(t, "-n", "10.5.8.2", "get", "disks"); strings.Contains(disks, "nvme0n1") {
+		t.Errorf("the control plane has the workers' extra disks:\n%s", disks)
+	}
+
+	// The preallocation was turned off: the disk files are sparse.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "qemu-apply-worker-1", "disk-1.raw"), &st); err != nil || st.Blocks*512 >= 512<<20 {
+		t.Errorf("the extra disk file: %v, %d bytes allocated (want sparse)", err, st.Blocks*512)
 	}
 }
