@@ -45,8 +45,12 @@ func TestQEMURequestRefused(t *testing.T) {
 		{"small memory", 0, func(r *Request) { r.Container.MemoryWorker = 512 }, []string{"--memory-workers", "1024"}},
 		{"no cpus", 0, func(r *Request) { r.Container.CPUs = 0 }, []string{"--cpus", "positive"}},
 		{"no kernel", 0, func(r *Request) { r.QEMU.Kernel = filepath.Join(dir, "missing") }, []string{"--vmlinuz-path", "make boot"}},
-		{"unsupported disk driver", 0, func(r *Request) { r.QEMU.ExtraDisks, r.QEMU.ExtraDisksSizeMB, r.QEMU.ExtraDisksDrivers = 1, 512, []string{"ide"} }, []string{`--extra-disks-drivers "ide"`, "virtio, ahci, scsi, nvme"}},
-		{"more drivers than disks", 0, func(r *Request) { r.QEMU.ExtraDisks, r.QEMU.ExtraDisksSizeMB, r.QEMU.ExtraDisksDrivers = 1, 512, []string{"nvme", "scsi"} }, []string{"--extra-disks-drivers names 2 drivers for 1"}},
+		{"unsupported disk driver", 0, func(r *Request) {
+			r.QEMU.ExtraDisks, r.QEMU.ExtraDisksSizeMB, r.QEMU.ExtraDisksDrivers = 1, 512, []string{"ide"}
+		}, []string{`--extra-disks-drivers "ide"`, "virtio, ahci, scsi, nvme"}},
+		{"more drivers than disks", 0, func(r *Request) {
+			r.QEMU.ExtraDisks, r.QEMU.ExtraDisksSizeMB, r.QEMU.ExtraDisksDrivers = 1, 512, []string{"nvme", "scsi"}
+		}, []string{"--extra-disks-drivers names 2 drivers for 1"}},
 		{"empty extra disks", 0, func(r *Request) { r.QEMU.ExtraDisks = 2 }, []string{"--extra-disks-size 0"}},
 		{"no initramfs", 0, func(r *Request) { r.QEMU.Initrd = filepath.Join(dir, "missing") }, []string{"--initrd-path", "make boot"}},
 	} {

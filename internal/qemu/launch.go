@@ -26,23 +26,23 @@ import (
 
 // NodeSpec is what a node's launcher gets from `talosctl cluster create`.
 type NodeSpec struct {
-	Name     string   `json:"name"`
-	Kernel   string   `json:"kernel"`
-	Initrd   string   `json:"initrd"`
-	Cmdline  []string `json:"cmdline"`
-	Disk     string   `json:"disk"` // a raw disk image, made when missing
-	DiskMB   int64    `json:"diskMB"`
+	Name    string   `json:"name"`
+	Kernel  string   `json:"kernel"`
+	Initrd  string   `json:"initrd"`
+	Cmdline []string `json:"cmdline"`
+	Disk    string   `json:"disk"` // a raw disk image, made when missing
+	DiskMB  int64    `json:"diskMB"`
 	// ExtraDisks are more disks after the first, on the drivers they name.
 	ExtraDisks  []Disk `json:"extraDisks,omitempty"`
 	Preallocate bool   `json:"preallocate,omitempty"` // allocate the disk files' blocks, not sparse
 	BadRTC      bool   `json:"badRTC,omitempty"`      // the guest's clock starts two years behind
-	MemoryMB int64    `json:"memoryMB"`
-	CPUs     int      `json:"cpus"`
-	KVM      bool     `json:"kvm"`
-	MAC      string   `json:"mac"`
-	Bridge   string   `json:"bridge"`
-	Tap      string   `json:"tap"` // the node's tap, made by the launcher (at most 15 bytes)
-	MTU      int      `json:"mtu"`
+	MemoryMB    int64  `json:"memoryMB"`
+	CPUs        int    `json:"cpus"`
+	KVM         bool   `json:"kvm"`
+	MAC         string `json:"mac"`
+	Bridge      string `json:"bridge"`
+	Tap         string `json:"tap"` // the node's tap, made by the launcher (at most 15 bytes)
+	MTU         int    `json:"mtu"`
 }
 
 // Disk is one more disk of a node.
