@@ -274,6 +274,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		Address:          n.opts.Address,
 		SharesHost:       n.r.SharesHost(),
 		OwnKernel:        n.opts.Platform == runtime.PlatformMetal,
+		DHCPLinks:        bootDHCPLinks(n.opts.Platform),
 		StateDir:         n.r.Paths.State(),
 		APIDSecretsDir:   n.r.Paths.Secrets("apid"),
 		TrustdSecretsDir: n.r.Paths.Secrets("trustd"),

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 )
 
-// LeaseTime is how long the nodes' DHCP leases last.
+// LeaseTime is how long the nodes' DHCP leases last (unless NetworkSpec.LeaseTime says).
 const LeaseTime = 24 * time.Hour
 
 // NetworkSpec is what a cluster's network process gets: the bridge it serves on and each
@@ -30,6 +31,8 @@ type NetworkSpec struct {
 	Nameservers []netip.Addr `json:"nameservers,omitempty"`
 	Nodes       []NodeLease  `json:"nodes"`
 	NoHostname  bool         `json:"noHostname,omitempty"` // the leases name no hostname
+	// LeaseTime is how long a lease lasts; zero: the LeaseTime constant.
+	LeaseTime time.Duration `json:"leaseTime,omitempty"`
 }
 
 // NodeLease is one node's fixed lease and its config file.
@@ -72,7 +75,7 @@ func NetworkMain(args []string) error {
 
 // Serve answers DHCP on the bridge and serves the configs on l until ctx ends.
 func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
-	dhcp, err := server4.NewServer(spec.Bridge, nil, spec.handleDHCP)
+	dhcp, err := server4.NewServer(spec.Bridge, nil, spec.HandleDHCP)
 	if err != nil {
 		return fmt.Errorf("DHCP server on %s: %w", spec.Bridge, err)
 	}
@@ -101,9 +104,9 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 	return err
 }
 
-// handleDHCP answers a node's DISCOVER with an offer of its address and its REQUEST with an
+// HandleDHCP answers a node's DISCOVER with an offer of its address and its REQUEST with an
 // ACK (a NAK when it asks for another address); other clients get nothing.
-func (s NetworkSpec) handleDHCP(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
+func (s NetworkSpec) HandleDHCP(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
 	if m.OpCode != dhcpv4.OpcodeBootRequest {
 		return
 	}
@@ -157,7 +160,7 @@ func (s NetworkSpec) handleDHCP(conn net.PacketConn, peer net.Addr, m *dhcpv4.DH
 			dhcpv4.WithYourIP(lease.Address.AsSlice()),
 			dhcpv4.WithNetmask(net.CIDRMask(s.Gateway.Bits(), 32)),
 			dhcpv4.WithRouter(gw),
-			dhcpv4.WithLeaseTime(uint32(LeaseTime/time.Second)),
+			dhcpv4.WithLeaseTime(uint32(cmp.Or(s.LeaseTime, LeaseTime)/time.Second)),
 		)
 
 		if !s.NoHostname {

@@ -46,7 +46,7 @@ func exchange(t *testing.T, s NetworkSpec, m *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 	}
 	defer client.Close()
 
-	s.handleDHCP(server, client.LocalAddr(), m)
+	s.HandleDHCP(server, client.LocalAddr(), m)
 
 	client.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 

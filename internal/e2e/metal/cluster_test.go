@@ -58,6 +58,11 @@ func TestClusterCreateQEMU(t *testing.T) {
 		t.Errorf("get addresses: no DHCP address eth0/%s/24:\n%s", node, out)
 	}
 
+	// machined keeps the boot's lease: it asked again and publishes it (renewed at 12 h).
+	if out := cli.Must(t, "-n", node, "get", "addressspecs"); !strings.Contains(out, "operator/eth0/10.5.7.2/24") {
+		t.Errorf("get addressspecs: no lease kept by machined:\n%s", out)
+	}
+
 	console, _ := os.ReadFile(filepath.Join(dir, "qemu-e2e-controlplane-1.log"))
 	if !strings.Contains(string(console), "[talos] DHCP on eth0: 10.5.7.2/24, gateway 10.5.7.1, lease 24h0m0s") {
 		t.Errorf("the console (in the cluster folder) shows no lease from the cluster's DHCP")

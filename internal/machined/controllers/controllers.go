@@ -38,6 +38,8 @@ type Options struct {
 	// OwnKernel is a node on its own kernel (metal): it sets the kernel's parameters and keeps
 	// its clock.
 	OwnKernel bool
+	// DHCPLinks are the links whose DHCP leases the node keeps (a metal boot's, without ip=).
+	DHCPLinks []string
 	// StateDir is the STATE folder, where the node id is kept.
 	StateDir string
 	// APIDSecretsDir and TrustdSecretsDir are the folders apid and trustd read their
@@ -139,7 +141,8 @@ func List(opts Options) []controller.Controller {
 
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {
-		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
+		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{},
+			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks})
 	}
 
 	if opts.RunsKubernetes {

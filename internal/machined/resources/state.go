@@ -55,6 +55,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.LinkSpec{},
 	&network.AddressSpec{},
 	&network.RouteSpec{},
+	&network.ResolverSpec{},
 	&network.HostDNSConfig{},
 	&network.DNSUpstream{},
 	&network.DNSResolveCache{},

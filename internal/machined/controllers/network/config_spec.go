@@ -36,8 +36,9 @@ func (ctrl *ConfigSpecController) Inputs() []controller.Input {
 func (ctrl *ConfigSpecController) Outputs() []controller.Output {
 	return []controller.Output{
 		{Type: network.LinkSpecType, Kind: controller.OutputExclusive},
-		{Type: network.AddressSpecType, Kind: controller.OutputExclusive},
-		{Type: network.RouteSpecType, Kind: controller.OutputExclusive},
+		// Shared with DHCP4Controller's leases.
+		{Type: network.AddressSpecType, Kind: controller.OutputShared},
+		{Type: network.RouteSpecType, Kind: controller.OutputShared},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -56,7 +57,8 @@ var hostDNSListen = netip.MustParseAddrPort("127.0.0.53:53")
 
 // ResolverController runs the node's name resolution in the container and metal modes, as
 // upstream's resolver and host DNS controllers do: the resolvers (ResolverStatus) are the
-// config's machine.network.nameservers or upstream's defaults; with
+// config's machine.network.nameservers, else the DHCP leases' (DHCP4Controller's resolver
+// specs), else upstream's defaults; with
 // machine.features.hostDNS.enabled the host DNS cache listens on 127.0.0.53 and the node's
 // resolv.conf points at it, and with forwardKubeDNSToHost it also listens on 169.254.116.108
 // (an address on lo) and the pods' resolv.conf points there, so CoreDNS forwards through it.
@@ -77,7 +79,10 @@ func (ctrl *ResolverController) Name() string { return "network.ResolverControll
 
 // Inputs implements controller.Controller.
 func (ctrl *ResolverController) Inputs() []controller.Input {
-	return []controller.Input{{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak}}
+	return []controller.Input{
+		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
+		{Namespace: network.NamespaceName, Type: network.ResolverSpecType, Kind: controller.InputWeak}, // DHCP's
+	}
 }
 
 // Outputs implements controller.Controller.
@@ -119,7 +124,12 @@ func (ctrl *ResolverController) Run(ctx context.Context, r controller.Runtime, l
 			c = cfg.Config()
 		}
 
-		if err = ctrl.reconcile(ctx, r, log, c); err != nil {
+		leased, err := leasedNameservers(ctx, r)
+		if err != nil {
+			return err
+		}
+
+		if err = ctrl.reconcile(ctx, r, log, c, leased); err != nil {
 			return err
 		}
 
@@ -142,13 +152,42 @@ func hostDNSOf(c talosconfig.Config) hostDNS {
 	return hostDNS{enabled: h.Enabled(), forward: h.Enabled() && h.ForwardKubeDNSToHost()}
 }
 
-func (ctrl *ResolverController) reconcile(ctx context.Context, r controller.Runtime, log *zap.Logger, c talosconfig.Config) error {
+// leasedNameservers are the name servers of the DHCP leases (the operator layer's resolver
+// specs), in the specs' order.
+func leasedNameservers(ctx context.Context, r controller.Reader) ([]netip.Addr, error) {
+	specs, err := safe.ReaderListAll[*network.ResolverSpec](ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("listing resolver specs: %w", err)
+	}
+
+	var out []netip.Addr
+
+	for spec := range specs.All() {
+		if spec.TypedSpec().ConfigLayer == network.ConfigOperator {
+			for _, a := range spec.TypedSpec().DNSServers {
+				if !slices.Contains(out, a) {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+
+	return out, nil
+}
+
+// reconcile runs the resolvers: the config's, else the DHCP leases' (leased), else upstream's
+// defaults.
+func (ctrl *ResolverController) reconcile(ctx context.Context, r controller.Runtime, log *zap.Logger, c talosconfig.Config, leased []netip.Addr) error {
 	var servers []netip.Addr
 
 	for _, s := range Nameservers(c) {
 		if a, err := netip.ParseAddr(s); err == nil {
 			servers = append(servers, a)
 		}
+	}
+
+	if len(leased) > 0 && (c == nil || c.Machine() == nil || len(c.Machine().Network().Resolvers()) == 0) {
+		servers = leased
 	}
 
 	want := hostDNSOf(c)

@@ -133,3 +133,51 @@ func TestResolverHostDNS(t *testing.T) {
 	_, err = lookup("127.0.0.53:53", "anything.example.")
 	require.Error(t, err, "the host DNS still answers once disabled")
 }
+
+// A node whose config names no resolvers uses the DHCP leases' (the operator layer's resolver
+// specs) before upstream's defaults; the config's win over both.
+func TestResolverFromTheLease(t *testing.T) {
+	root := t.TempDir()
+	env := ctest.Start(t, &networkctrl.ResolverController{Root: root})
+
+	noHostDNS := func(c *v1alpha1.Config) {
+		c.MachineConfig.MachineFeatures.HostDNSSupport = &v1alpha1.HostDNSConfig{HostDNSEnabled: new(false)}
+	}
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, noHostDNS))
+
+	servers := func(want ...string) {
+		t.Helper()
+
+		ctest.AssertResource(env, network.ResolverID, func(r *network.ResolverStatus, a *assert.Assertions) {
+			var got []string
+			for _, s := range r.TypedSpec().DNSServers {
+				got = append(got, s.String())
+			}
+
+			a.Equal(want, got)
+		})
+	}
+
+	servers("1.1.1.1", "8.8.8.8")
+
+	lease := network.NewResolverSpec(network.NamespaceName, "operator/dhcp4/eth0")
+	lease.TypedSpec().DNSServers = []netip.Addr{netip.MustParseAddr("10.9.5.53")}
+	lease.TypedSpec().ConfigLayer = network.ConfigOperator
+	env.Create(lease)
+
+	servers("10.9.5.53")
+
+	testenv.WaitFor(t, "resolv.conf naming the lease's resolver", 10*time.Second, func() error {
+		if h := readFile(t, filepath.Join(root, networkctrl.HostResolvConf)); h != "nameserver 10.9.5.53\n" {
+			return fmt.Errorf("resolv.conf %q", h)
+		}
+
+		return nil
+	})
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, noHostDNS, func(c *v1alpha1.Config) {
+		c.MachineConfig.MachineNetwork = &v1alpha1.NetworkConfig{NameServers: []string{"10.9.9.9"}}
+	}))
+
+	servers("10.9.9.9")
+}

@@ -1,0 +1,336 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"go.uber.org/zap"
+)
+
+// DHCP4Controller keeps the DHCPv4 leases of a metal node's links after the boot took them: it
+// asks again on each link (the boot's lease is not handed over), renews each lease at half its
+// time (RFC 2131's T1), asks any server from 7/8 of it (T2), and publishes each lease as an
+// address spec, a default route spec through its router and a resolver spec of its name
+// servers (the operator layer, as upstream's DHCP operator), which SpecController sets and
+// ResolverController uses when the config names no resolvers. A lease that runs out takes
+// them away.
+type DHCP4Controller struct {
+	// Links are the links the boot ran DHCP on; none with ip=.
+	Links []string
+	// Retry is the wait between failed attempts (default 30 s).
+	Retry time.Duration
+}
+
+// Name implements controller.Controller.
+func (ctrl *DHCP4Controller) Name() string { return "network.DHCP4Controller" }
+
+// Inputs implements controller.Controller.
+func (ctrl *DHCP4Controller) Inputs() []controller.Input { return nil }
+
+// Outputs implements controller.Controller.
+func (ctrl *DHCP4Controller) Outputs() []controller.Output {
+	return []controller.Output{
+		{Type: network.AddressSpecType, Kind: controller.OutputShared},
+		{Type: network.RouteSpecType, Kind: controller.OutputShared},
+		{Type: network.ResolverSpecType, Kind: controller.OutputExclusive},
+	}
+}
+
+// dhcpLease is a link's current lease; nil ack: none.
+type dhcpLease struct {
+	link string
+	ack  *dhcpv4.DHCPv4
+}
+
+// Run implements controller.Controller.
+func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
+	updates := make(chan dhcpLease)
+
+	for _, link := range ctrl.Links {
+		go ctrl.keep(ctx, link, updates, log.With(zap.String("link", link)))
+	}
+
+	leases := map[string]*dhcpv4.DHCPv4{}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.EventCh():
+			continue
+		case u := <-updates:
+			leases[u.link] = u.ack
+		}
+
+		if err := ctrl.publish(ctx, r, leases); err != nil {
+			return err
+		}
+	}
+}
+
+func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, leases map[string]*dhcpv4.DHCPv4) error {
+	r.StartTrackingOutputs()
+
+	for link, ack := range leases {
+		if ack == nil {
+			continue
+		}
+
+		addr, ok := leaseAddress(ack)
+		if !ok {
+			continue
+		}
+
+		if err := safe.WriterModify(ctx, r, network.NewAddressSpec(network.NamespaceName, network.LayeredID(network.ConfigOperator, network.AddressID(link, addr))),
+			func(res *network.AddressSpec) error {
+				*res.TypedSpec() = network.AddressSpecSpec{
+					Address: addr, LinkName: link, Family: nethelpers.FamilyInet4, Scope: nethelpers.ScopeGlobal,
+					Flags: nethelpers.AddressFlags(nethelpers.AddressPermanent), ConfigLayer: network.ConfigOperator,
+				}
+
+				return nil
+			}); err != nil {
+			return err
+		}
+
+		if routers := ack.Router(); len(routers) > 0 {
+			gw, _ := netip.AddrFromSlice(routers[0].To4())
+
+			// As the boot's route: metric 0, so that the two are one.
+			spec := network.RouteSpecSpec{
+				Family: nethelpers.FamilyInet4, Gateway: gw, OutLinkName: link, Table: nethelpers.TableMain,
+				Type: nethelpers.TypeUnicast, Protocol: nethelpers.ProtocolStatic, ConfigLayer: network.ConfigOperator,
+			}
+			spec.Normalize()
+
+			id := network.LayeredID(network.ConfigOperator, network.RouteID(spec.Table, spec.Family, spec.Destination, spec.Gateway, spec.Priority, link))
+			if err := safe.WriterModify(ctx, r, network.NewRouteSpec(network.NamespaceName, id), func(res *network.RouteSpec) error {
+				*res.TypedSpec() = spec
+
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+
+		var dns []netip.Addr
+
+		for _, ip := range ack.DNS() {
+			if a, ok := netip.AddrFromSlice(ip.To4()); ok {
+				dns = append(dns, a)
+			}
+		}
+
+		if len(dns) > 0 {
+			if err := safe.WriterModify(ctx, r, network.NewResolverSpec(network.NamespaceName, network.LayeredID(network.ConfigOperator, "dhcp4/"+link)),
+				func(res *network.ResolverSpec) error {
+					*res.TypedSpec() = network.ResolverSpecSpec{DNSServers: dns, ConfigLayer: network.ConfigOperator}
+
+					return nil
+				}); err != nil {
+				return err
+			}
+		}
+	}
+
+	return r.CleanupOutputs(ctx,
+		resource.NewMetadata(network.NamespaceName, network.AddressSpecType, "", resource.VersionUndefined),
+		resource.NewMetadata(network.NamespaceName, network.RouteSpecType, "", resource.VersionUndefined),
+		resource.NewMetadata(network.NamespaceName, network.ResolverSpecType, "", resource.VersionUndefined),
+	)
+}
+
+func leaseAddress(ack *dhcpv4.DHCPv4) (netip.Prefix, bool) {
+	addr, ok := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	bits, _ := ack.SubnetMask().Size()
+
+	if !ok || bits == 0 {
+		return netip.Prefix{}, false
+	}
+
+	return netip.PrefixFrom(addr, bits), true
+}
+
+// keep holds a lease on link until ctx ends, sending each change.
+func (ctrl *DHCP4Controller) keep(ctx context.Context, link string, updates chan<- dhcpLease, log *zap.Logger) {
+	retry := ctrl.Retry
+	if retry == 0 {
+		retry = 30 * time.Second
+	}
+
+	var lease *nclient4.Lease
+
+	send := func(l *nclient4.Lease) bool {
+		u := dhcpLease{link: link}
+		if l != nil {
+			u.ack = l.ACK
+		}
+
+		select {
+		case updates <- u:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+
+	for {
+		if lease == nil {
+			l, err := exchange(ctx, link, nil)
+			if err != nil {
+				log.Warn("DHCP: no lease, trying again", zap.Error(err), zap.Duration("in", retry))
+
+				if !sleep(ctx, retry) {
+					return
+				}
+
+				continue
+			}
+
+			lease = l
+			log.Info("DHCP: leased", zap.Stringer("address", l.ACK.YourIPAddr), zap.Duration("for", leaseTime(l)))
+
+			if !send(lease) {
+				return
+			}
+		}
+
+		t1, t2, end := leaseTimes(lease)
+
+		if !sleep(ctx, time.Until(t1)) {
+			return
+		}
+
+		// Renew with the server that gave the lease, then from T2 ask any server, until it
+		// ends.
+		for {
+			var (
+				l   *nclient4.Lease
+				err error
+			)
+
+			// No attempt runs past the lease's end, when its address must go.
+			attemptCtx, cancel := context.WithDeadline(ctx, end)
+
+			if time.Now().Before(t2) {
+				l, err = exchange(attemptCtx, link, lease)
+			} else {
+				l, err = exchange(attemptCtx, link, nil)
+			}
+
+			cancel()
+
+			if err == nil {
+				log.Info("DHCP: renewed", zap.Stringer("address", l.ACK.YourIPAddr), zap.Duration("for", leaseTime(l)))
+
+				// A new address replaces the old one's specs.
+				lease = l
+				if !send(lease) {
+					return
+				}
+
+				break
+			}
+
+			var nak *nclient4.ErrNak
+			if errors.As(err, &nak) || !time.Now().Before(end) {
+				log.Warn("DHCP: the lease is lost", zap.Error(err))
+
+				lease = nil
+
+				if !send(nil) {
+					return
+				}
+
+				break
+			}
+
+			log.Warn("DHCP: renewal failed, trying again", zap.Error(err))
+
+			if !sleep(ctx, min(retry, max(time.Until(end)/2, time.Second))) {
+				return
+			}
+		}
+	}
+}
+
+// leaseTime is how long the lease lasts (an hour when the server does not say).
+func leaseTime(l *nclient4.Lease) time.Duration { return l.ACK.IPAddressLeaseTime(time.Hour) }
+
+// leaseTimes are the lease's T1 (renew), T2 (rebind) and end, the server's when it gives them.
+func leaseTimes(l *nclient4.Lease) (t1, t2, end time.Time) {
+	d := leaseTime(l)
+
+	return l.CreationTime.Add(l.ACK.IPAddressRenewalTime(d / 2)), l.CreationTime.Add(l.ACK.IPAddressRebindingTime(d * 7 / 8)), l.CreationTime.Add(d)
+}
+
+// exchange renews lease with its server, or asks for a new one (DISCOVER to ACK) when lease is
+// nil, asking for the link's current address.
+func exchange(ctx context.Context, link string, lease *nclient4.Lease) (*nclient4.Lease, error) {
+	client, err := nclient4.New(link, nclient4.WithTimeout(3*time.Second), nclient4.WithRetry(3))
+	if err != nil {
+		return nil, fmt.Errorf("DHCP on %s: %w", link, err)
+	}
+	defer client.Close()
+
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	if lease != nil {
+		return client.Renew(ctx, lease)
+	}
+
+	mods := []dhcpv4.Modifier{dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter,
+		dhcpv4.OptionDomainNameServer, dhcpv4.OptionHostName, dhcpv4.OptionNTPServers)}
+
+	if ip := currentAddress(link); ip != nil {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip)))
+	}
+
+	return client.Request(ctx, mods...)
+}
+
+// currentAddress is link's first IPv4 address (the boot's lease), asked for again.
+func currentAddress(link string) net.IP {
+	iface, err := net.InterfaceByName(link)
+	if err != nil {
+		return nil
+	}
+
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return nil
+	}
+
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+			return ipn.IP
+		}
+	}
+
+	return nil
+}
+
+// sleep waits d or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,55 @@
+package machined
+
+import (
+	"net"
+	"os"
+	"slices"
+
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/metal"
+)
+
+// bootDHCPLinks are the links a metal boot leased addresses on (no ip= on the kernel's command
+// line): those not in talos.network.interface.ignore that have an IPv4 address. machined keeps
+// their leases.
+func bootDHCPLinks(platform string) []string {
+	if platform != runtime.PlatformMetal {
+		return nil
+	}
+
+	data, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return nil
+	}
+
+	cmdline := metal.ParseCmdline(string(data))
+	if cmdline.Get("ip") != "" {
+		return nil
+	}
+
+	ignore := cmdline.List("talos.network.interface.ignore")
+
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+
+	var links []string
+
+	for _, iface := range ifaces {
+		if iface.Flags&net.FlagLoopback != 0 || slices.Contains(ignore, iface.Name) {
+			continue
+		}
+
+		addrs, _ := iface.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				links = append(links, iface.Name)
+
+				break
+			}
+		}
+	}
+
+	return links
+}
