@@ -52,9 +52,10 @@ type Disk struct {
 	Driver string `json:"driver"` // one of DiskDrivers
 }
 
-// DiskDrivers are the disk controllers a node can have extra disks on: those whose modules the
-// boot assets carry (virtio_blk, ahci, virtio_scsi, nvme).
-var DiskDrivers = []string{"virtio", "ahci", "scsi", "nvme"}
+// DiskDrivers are the disk controllers a node can have extra disks on: those Debian's cloud
+// kernel drives from the boot assets (virtio_blk, virtio_scsi, nvme; it has no AHCI, and IDE's
+// modules are not in the initramfs).
+var DiskDrivers = []string{"virtio", "scsi", "nvme"}
 
 // Main is the launcher: `machined qemu --spec <json>`. It runs until QEMU ends (the node
 // powered off) or it is told to stop (SIGTERM, SIGINT), which stops QEMU.
@@ -186,8 +187,6 @@ func diskArgs(i int, d Disk) []string {
 	drive := []string{"-drive", "file=" + d.Path + ",format=raw,if=none,id=" + id}
 
 	switch d.Driver {
-	case "ahci":
-		return append(drive, "-device", "ahci,id=ahci"+id, "-device", "ide-hd,drive="+id+",bus=ahci"+id+".0")
 	case "scsi":
 		return append(drive, "-device", "virtio-scsi-pci,id=scsi"+id, "-device", "scsi-hd,drive="+id+",bus=scsi"+id+".0")
 	case "nvme":

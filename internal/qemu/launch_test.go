@@ -49,7 +49,7 @@ func TestMakeDisk(t *testing.T) {
 // Each extra disk is on its driver's controller; a bad RTC starts in the past.
 func TestArgs(t *testing.T) {
 	s := NodeSpec{Name: "n", MemoryMB: 2048, CPUs: 2, Disk: "/d/disk.raw", MAC: "52:54:00:05:00:02", BadRTC: true,
-		ExtraDisks: []Disk{{Path: "/d/disk-1.raw", Driver: "nvme"}, {Path: "/d/disk-2.raw", Driver: "scsi"}, {Path: "/d/disk-3.raw", Driver: "ahci"}}}
+		ExtraDisks: []Disk{{Path: "/d/disk-1.raw", Driver: "nvme"}, {Path: "/d/disk-2.raw", Driver: "scsi"}}}
 
 	args := strings.Join(s.Args(), " ")
 
@@ -57,7 +57,6 @@ func TestArgs(t *testing.T) {
 		"-drive file=/d/disk.raw,format=raw,if=virtio",
 		"file=/d/disk-1.raw,format=raw,if=none,id=disk1 -device nvme,drive=disk1",
 		"-device virtio-scsi-pci,id=scsidisk2 -device scsi-hd,drive=disk2,bus=scsidisk2.0",
-		"-device ahci,id=ahcidisk3 -device ide-hd,drive=disk3,bus=ahcidisk3.0",
 		"virtio-net-pci,netdev=net0,mac=52:54:00:05:00:02",
 		"-rtc base=",
 	} {

@@ -228,7 +228,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&req.QEMU.Preallocate, "disk-preallocate", true, "whether disk space should be preallocated (qemu)")
 	f.IntVar(&req.QEMU.ExtraDisks, "extra-disks", 0, "number of extra disks to create for each worker VM (qemu)")
 	f.Int64Var(&req.QEMU.ExtraDisksSizeMB, "extra-disks-size", 5*1024, "default limit on disk size in MB (each VM) (qemu)")
-	f.StringSliceVar(&req.QEMU.ExtraDisksDrivers, "extra-disks-drivers", nil, "driver for each extra disk (virtio, ahci, scsi, nvme) (qemu)")
+	f.StringSliceVar(&req.QEMU.ExtraDisksDrivers, "extra-disks-drivers", nil, "driver for each extra disk (virtio, scsi, nvme) (qemu)")
 	f.BoolVar(&req.QEMU.BadRTC, "bad-rtc", false, "launch VM with bad RTC state: two years behind (qemu)")
 	f.BoolVar(&req.QEMU.DisableDHCPHostname, "disable-dhcp-hostname", false, "skip announcing hostname via DHCP (qemu)")
 	f.BoolVar(&req.QEMU.ApplyConfig, "with-apply-config", false, "enable apply config when the VM is starting in maintenance mode (qemu)")
