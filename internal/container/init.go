@@ -425,6 +425,17 @@ func BuildMetalRoot(spec Spec) error {
 		return err
 	}
 
+	if spec.Modules != "" {
+		target := filepath.Join(root, "usr/lib/modules")
+		if err := unix.Mount(spec.Modules, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding the kernel's modules at %s: %w", target, err)
+		}
+
+		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("making the kernel's modules read-only: %w", err)
+		}
+	}
+
 	if err := unix.Chdir(root); err != nil {
 		return err
 	}

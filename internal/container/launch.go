@@ -39,6 +39,9 @@ type Spec struct {
 	Cgroup   string       `json:"cgroup"`   // cgroup name (cluster/node); empty: none
 	Limits   Limits       `json:"limits"`
 	Network  NodeNetwork  `json:"network"`
+	// Modules (metal) is the kernel's modules folder, bound read-only at /usr/lib/modules in the
+	// node's root: machined loads what the config asks for (bonding, 8021q) from it.
+	Modules string `json:"modules,omitempty"`
 }
 
 func (s *Spec) check() error {

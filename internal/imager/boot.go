@@ -32,10 +32,12 @@ type BootAssets struct {
 	Modules             []string
 }
 
-// bootModules are the modules the initramfs carries: metal.BootModules and the drivers of
-// the devices a QEMU or cloud machine boots with, each with what it depends on.
+// bootModules are the modules the initramfs carries: metal.BootModules, the drivers of the
+// devices a QEMU or cloud machine boots with, and those machined loads when the config asks
+// (bonding, 8021q for VLANs), each with what it depends on.
 var bootModules = append(slices.Clone(metal.BootModules),
-	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod")
+	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod",
+	"bonding", "8021q")
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
 // is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node

@@ -275,6 +275,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		SharesHost:       n.r.SharesHost(),
 		OwnKernel:        n.opts.Platform == runtime.PlatformMetal,
 		DHCPLinks:        bootDHCPLinks(n.opts.Platform),
+		LoadModule:       metal.LoadModule,
 		StateDir:         n.r.Paths.State(),
 		APIDSecretsDir:   n.r.Paths.Secrets("apid"),
 		TrustdSecretsDir: n.r.Paths.Secrets("trustd"),

@@ -122,7 +122,7 @@ func InitMain([]string) error {
 		}
 	}
 
-	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address}
+	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules}
 
 	// talos.config= is the first boot's config, downloaded now that the network is up.
 	if arg := cmdline.Get("talos.config"); arg != "" {

@@ -88,6 +88,10 @@ func (m *Modules) Load(name string) error {
 	return m.insert(path)
 }
 
+// moduleParams are the parameters modules are loaded with: bonding would make a bond0 of its own
+// otherwise (the config names the bonds).
+var moduleParams = map[string]string{"bonding": "max_bonds=0"}
+
 func (m *Modules) insert(path string) error {
 	name := moduleName(path)
 	if m.loaded[name] {
@@ -100,7 +104,7 @@ func (m *Modules) insert(path string) error {
 	}
 	defer f.Close()
 
-	if err = unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err = unix.FinitModule(int(f.Fd()), moduleParams[name], 0); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("loading module %s: %w", name, err)
 	}
 
@@ -195,4 +199,24 @@ func eachLine(path string, fn func(string)) error {
 	}
 
 	return s.Err()
+}
+
+// NodeModules is where a metal node's root has the kernel's modules: the initramfs's, bound
+// there by the boot.
+const NodeModules = "/usr/lib/modules"
+
+// LoadModule loads a module of the running kernel (and what it depends on) from NodeModules,
+// for machined: the bonding driver when the config names a bond, say.
+func LoadModule(name string) error {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return err
+	}
+
+	mods, err := OpenModules(filepath.Join(NodeModules, unix.ByteSliceToString(uts.Release[:])))
+	if err != nil {
+		return err
+	}
+
+	return mods.Load(name)
 }

@@ -583,3 +583,61 @@ func TestNetworkFromConfig(t *testing.T) {
 		t.Errorf("/etc/resolv.conf does not name the host DNS:\n%s", out)
 	}
 }
+
+// A bond of two cards and a VLAN from machine.network.interfaces: machined loads the bonding
+// and 8021q modules (carried by the initramfs), makes bond0 with the cards as its members and
+// eth0.100 on eth0, and gives them their addresses; the guest's kernel reports both.
+func TestBondAndVLANFromConfig(t *testing.T) {
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
+	src := serveConfig(t, cli, `machine:
+  network:
+    interfaces:
+      - interface: bond0
+        addresses: [10.9.7.5/24]
+        bond:
+          interfaces: [eth1, eth2]
+          mode: active-backup
+          miimon: 100
+      - interface: eth0
+        vlans:
+          - vlanId: 100
+            addresses: [10.100.0.5/24]
+`)
+
+	card := []string{"-nic", "user,model=virtio-net-pci,restrict=on,net=10.0.3.0/24"}
+	m := bootWith(t, qemuOptions{open: true, args: append(slices.Clone(card), card...)},
+		"ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off", "talos.config="+src.arg)
+
+	cli.TalosConfig = src.talosconfig
+	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
+
+	testenv.WaitFor(t, "the bond's and the VLAN's addresses", 4*time.Minute, func() error {
+		select {
+		case <-m.exited:
+			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
+		default:
+		}
+
+		out, errOut, code := cli.Run(t, "-e", ep, "-n", "10.0.2.15", "get", "addresses")
+		if code != 0 {
+			return fmt.Errorf("%s", errOut)
+		}
+
+		if !regexp.MustCompile(`(?m)bond0/10\.9\.7\.5/24\s`).MatchString(out) || !regexp.MustCompile(`(?m)eth0\.100/10\.100\.0\.5/24\s`).MatchString(out) {
+			return fmt.Errorf("no bond0/10.9.7.5/24 and eth0.100/10.100.0.5/24:\n%s", out)
+		}
+
+		return nil
+	})
+
+	bond := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/proc/net/bonding/bond0")
+	for _, want := range []string{"Bonding Mode: fault-tolerance (active-backup)", "MII Polling Interval (ms): 100", "Slave Interface: eth1", "Slave Interface: eth2"} {
+		if !strings.Contains(bond, want) {
+			t.Errorf("the guest's bond0 has no %q:\n%s", want, bond)
+		}
+	}
+
+	if vlan := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/proc/net/vlan/config"); !regexp.MustCompile(`eth0\.100\s+\|\s+100\s+\|\s+eth0`).MatchString(vlan) {
+		t.Errorf("the guest's VLANs:\n%s", vlan)
+	}
+}

@@ -40,6 +40,8 @@ type Options struct {
 	OwnKernel bool
 	// DHCPLinks are the links whose DHCP leases the node keeps (a metal boot's, without ip=).
 	DHCPLinks []string
+	// LoadModule loads a kernel module (metal); nil: none is loaded.
+	LoadModule func(name string) error
 	// StateDir is the STATE folder, where the node id is kept.
 	StateDir string
 	// APIDSecretsDir and TrustdSecretsDir are the folders apid and trustd read their
@@ -141,7 +143,7 @@ func List(opts Options) []controller.Controller {
 
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {
-		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{},
+		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{LoadModule: opts.LoadModule},
 			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks})
 	}
 

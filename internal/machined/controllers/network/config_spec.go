@@ -20,7 +20,8 @@ import (
 // ConfigSpecController turns the config's machine.network.interfaces into the specs of the
 // links, addresses and routes the node sets (LinkSpec, AddressSpec, RouteSpec, layer
 // "configuration"), as upstream's config controllers do. SpecController applies them. An
-// interface is named by `interface`; bonds, VLANs, bridges and deviceSelector are not done
+// interface is named by `interface`; a bond is a logical link its members join, a VLAN a
+// logical link <interface>.<vlanId> on its interface; bridges and deviceSelector are not done
 // yet and are logged as skipped.
 type ConfigSpecController struct{}
 
@@ -87,20 +88,86 @@ func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runti
 		return nil
 	case dev.Ignore():
 		return nil
-	case dev.Bond() != nil || len(dev.Vlans()) > 0 || dev.Bridge() != nil:
-		log.Warn("machine.network.interfaces: bonds, VLANs and bridges are not supported yet: only the addresses and routes are set", zap.String("interface", name))
+	case dev.Bridge() != nil:
+		log.Warn("machine.network.interfaces: bridges are not supported yet: only the addresses and routes are set", zap.String("interface", name))
 	}
 
-	if err := safe.WriterModify(ctx, r, network.NewLinkSpec(network.NamespaceName, network.LinkID(name)),
+	link := network.LinkSpecSpec{Name: name, Up: true, MTU: uint32(max(dev.MTU(), 0)), ConfigLayer: network.ConfigMachineConfiguration}
+
+	if bond := dev.Bond(); bond != nil {
+		master, err := bondMaster(bond)
+		if err != nil {
+			return fmt.Errorf("machine.network.interfaces[%s].bond: %w", name, err)
+		}
+
+		link.Logical, link.Kind, link.Type, link.BondMaster = true, "bond", nethelpers.LinkEther, master
+
+		if len(bond.Selectors()) > 0 {
+			log.Warn("machine.network.interfaces: bond members chosen by deviceSelectors are not supported yet: skipped", zap.String("interface", name))
+		}
+
+		for i, member := range bond.Interfaces() {
+			if err = writeLinkSpec(ctx, r, network.LinkSpecSpec{
+				Name: member, Up: true, BondSlave: network.BondSlave{MasterName: name, SlaveIndex: i}, ConfigLayer: network.ConfigMachineConfiguration,
+			}); err != nil {
+				return err
+			}
+		}
+	}
+
+	if err := writeLinkSpec(ctx, r, link); err != nil {
+		return err
+	}
+
+	if err := linkAddressesAndRoutes(ctx, r, name, dev.Addresses(), dev.Routes()); err != nil {
+		return err
+	}
+
+	// A VLAN is a link of its own on the interface, named <interface>.<id> as upstream's.
+	for _, vlan := range dev.Vlans() {
+		vname := fmt.Sprintf("%s.%d", name, vlan.ID())
+
+		if err := writeLinkSpec(ctx, r, network.LinkSpecSpec{
+			Name: vname, Logical: true, Up: true, MTU: vlan.MTU(), Kind: "vlan", Type: nethelpers.LinkEther, ParentName: name,
+			VLAN: network.VLANSpec{VID: vlan.ID(), Protocol: nethelpers.VLANProtocol8021Q}, ConfigLayer: network.ConfigMachineConfiguration,
+		}); err != nil {
+			return err
+		}
+
+		if err := linkAddressesAndRoutes(ctx, r, vname, vlan.Addresses(), vlan.Routes()); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// bondMaster is the bond's mode and link monitoring, as the kernel's bonding driver takes them.
+func bondMaster(bond talosconfig.Bond) (network.BondMasterSpec, error) {
+	mode, err := nethelpers.BondModeByName(bond.Mode())
+	if err != nil {
+		return network.BondMasterSpec{}, fmt.Errorf("mode %q: %w", bond.Mode(), err)
+	}
+
+	return network.BondMasterSpec{Mode: mode, MIIMon: bond.MIIMon(), UpDelay: bond.UpDelay(), DownDelay: bond.DownDelay()}, nil
+}
+
+func writeLinkSpec(ctx context.Context, r controller.Runtime, spec network.LinkSpecSpec) error {
+	if err := safe.WriterModify(ctx, r, network.NewLinkSpec(network.NamespaceName, network.LinkID(spec.Name)),
 		func(res *network.LinkSpec) error {
-			*res.TypedSpec() = network.LinkSpecSpec{Name: name, Up: true, MTU: uint32(max(dev.MTU(), 0)), ConfigLayer: network.ConfigMachineConfiguration}
+			*res.TypedSpec() = spec
 
 			return nil
 		}); err != nil {
-		return fmt.Errorf("writing the link spec of %s: %w", name, err)
+		return fmt.Errorf("writing the link spec of %s: %w", spec.Name, err)
 	}
 
-	for _, a := range dev.Addresses() {
+	return nil
+}
+
+// linkAddressesAndRoutes writes the address and route specs of one link.
+func linkAddressesAndRoutes(ctx context.Context, r controller.Runtime, name string, addresses []string, routes []talosconfig.Route) error {
+	for _, a := range addresses {
 		prefix, err := netip.ParsePrefix(a)
 		if err != nil { // validation refuses it before
 			return fmt.Errorf("machine.network.interfaces[%s].addresses: %q: %w", name, a, err)
@@ -119,7 +186,7 @@ func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runti
 		}
 	}
 
-	for _, route := range dev.Routes() {
+	for _, route := range routes {
 		spec := network.RouteSpecSpec{
 			OutLinkName: name, Table: nethelpers.TableMain, Priority: route.Metric(), Type: nethelpers.TypeUnicast,
 			Protocol: nethelpers.ProtocolStatic, MTU: route.MTU(), ConfigLayer: network.ConfigMachineConfiguration,

@@ -16,12 +16,18 @@ import (
 )
 
 // SpecController sets the links, addresses and routes of the specs on the node's kernel
-// (metal): links up with their MTU, addresses and routes added. What it added and is no longer
-// specified it removes; what others set (the boot's ip= or DHCP) it leaves. A spec that cannot
+// (metal): logical links (bonds, VLANs) created, bond members joined, links up with their MTU,
+// addresses and routes added. What it added or created and is no longer specified it removes;
+// what others set (the boot's ip= or DHCP) it leaves. A spec that cannot
 // be set yet (its link is missing) is tried again on the next change.
 type SpecController struct {
 	addresses map[string]network.AddressSpecSpec // added, by ID
 	routes    map[string]network.RouteSpecSpec
+	logical   map[string]bool // links created (VLANs, bonds), by name
+
+	// LoadModule loads a kernel module a logical link needs (bonding, 8021q); nil: none is
+	// loaded (built in, or there already).
+	LoadModule func(name string) error
 }
 
 // Name implements controller.Controller.
@@ -41,7 +47,7 @@ func (ctrl *SpecController) Outputs() []controller.Output { return nil }
 
 // Run implements controller.Controller.
 func (ctrl *SpecController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	ctrl.addresses, ctrl.routes = map[string]network.AddressSpecSpec{}, map[string]network.RouteSpecSpec{}
+	ctrl.addresses, ctrl.routes, ctrl.logical = map[string]network.AddressSpecSpec{}, map[string]network.RouteSpecSpec{}, map[string]bool{}
 
 	// Links come and go (a NIC's driver loads late): a change of links sets the specs again.
 	return watchNetlink(ctx, r, unix.RTMGRP_LINK, func(conn *rtnetlink.Conn) error {
@@ -50,21 +56,68 @@ func (ctrl *SpecController) Run(ctx context.Context, r controller.Runtime, log *
 }
 
 func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, conn *rtnetlink.Conn, log *zap.Logger) error {
-	links, err := conn.Link.List()
+	index, masters, err := listLinks(conn)
 	if err != nil {
-		return fmt.Errorf("listing links: %w", err)
-	}
-
-	index := map[string]uint32{}
-	for _, l := range links {
-		if l.Attributes != nil {
-			index[l.Attributes.Name] = l.Index
-		}
+		return err
 	}
 
 	linkSpecs, err := safe.ReaderListAll[*network.LinkSpec](ctx, r)
 	if err != nil {
 		return err
+	}
+
+	// Logical links first: bonds and VLANs are made, and those no longer specified removed.
+	wantLogical, changed := map[string]bool{}, false
+
+	for spec := range linkSpecs.All() {
+		s := spec.TypedSpec()
+		if !s.Logical {
+			continue
+		}
+
+		wantLogical[s.Name] = true
+
+		if _, ok := index[s.Name]; ok {
+			continue
+		}
+
+		if module := linkModules[s.Kind]; module != "" && ctrl.LoadModule != nil {
+			if err = ctrl.LoadModule(module); err != nil {
+				log.Warn("loading the module of a link", zap.String("link", s.Name), zap.String("module", module), zap.Error(err))
+			}
+		}
+
+		if err = createLogical(conn, *s, index); err != nil {
+			log.Warn("creating link", zap.String("link", s.Name), zap.Error(err))
+
+			continue
+		}
+
+		ctrl.logical[s.Name], changed = true, true
+	}
+
+	for name := range ctrl.logical {
+		if wantLogical[name] {
+			continue
+		}
+
+		if idx, ok := index[name]; ok {
+			if err = conn.Link.Delete(idx); err != nil {
+				log.Warn("removing link", zap.String("link", name), zap.Error(err))
+
+				continue
+			}
+
+			changed = true
+		}
+
+		delete(ctrl.logical, name)
+	}
+
+	if changed {
+		if index, masters, err = listLinks(conn); err != nil {
+			return err
+		}
 	}
 
 	for spec := range linkSpecs.All() {
@@ -75,6 +128,15 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 			log.Warn("no such link yet", zap.String("link", s.Name))
 
 			continue
+		}
+
+		if s.BondSlave.MasterName != "" {
+			master, ok := index[s.BondSlave.MasterName]
+			if ok && masters[s.Name] != master {
+				if err = enslave(conn, idx, master); err != nil {
+					log.Warn("adding to bond", zap.String("link", s.Name), zap.String("bond", s.BondSlave.MasterName), zap.Error(err))
+				}
+			}
 		}
 
 		msg := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Change: unix.IFF_UP}
@@ -162,6 +224,30 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 	}
 
 	return nil
+}
+
+// listLinks indexes the kernel's links by name, with each one's master (0: none).
+func listLinks(conn *rtnetlink.Conn) (index, masters map[string]uint32, err error) {
+	links, err := conn.Link.List()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing links: %w", err)
+	}
+
+	index, masters = map[string]uint32{}, map[string]uint32{}
+
+	for _, l := range links {
+		if l.Attributes == nil {
+			continue
+		}
+
+		index[l.Attributes.Name] = l.Index
+
+		if l.Attributes.Master != nil {
+			masters[l.Attributes.Name] = *l.Attributes.Master
+		}
+	}
+
+	return index, masters, nil
 }
 
 func addressMessage(s network.AddressSpecSpec, idx uint32) *rtnetlink.AddressMessage {

@@ -1,0 +1,101 @@
+package network
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/jsimonetti/rtnetlink/v2/driver"
+	"github.com/mdlayher/netlink"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"golang.org/x/sys/unix"
+)
+
+// The kernel's VLAN link attributes (linux/if_link.h).
+const (
+	iflaVLANID       = 1
+	iflaVLANProtocol = 5
+)
+
+// linkModules are the kernel modules of the logical links' kinds.
+var linkModules = map[string]string{"bond": "bonding", "vlan": "8021q"}
+
+// vlanData is a VLAN link's IFLA_INFO_DATA (the rtnetlink module has no VLAN driver).
+type vlanData struct {
+	id       uint16
+	protocol uint16
+}
+
+func (v *vlanData) New() rtnetlink.LinkDriver { return &vlanData{} }
+
+func (v *vlanData) Kind() string { return "vlan" }
+
+func (v *vlanData) Encode(ae *netlink.AttributeEncoder) error {
+	ae.Uint16(iflaVLANID, v.id)
+
+	if v.protocol != 0 {
+		// The protocol is big-endian on the wire (__be16).
+		ae.Bytes(iflaVLANProtocol, binary.BigEndian.AppendUint16(nil, v.protocol))
+	}
+
+	return nil
+}
+
+func (v *vlanData) Decode(ad *netlink.AttributeDecoder) error {
+	for ad.Next() {
+		if ad.Type() == iflaVLANID {
+			v.id = ad.Uint16()
+		}
+	}
+
+	return nil
+}
+
+// createLogical makes the logical link of spec (a VLAN on its parent, a bond).
+func createLogical(conn *rtnetlink.Conn, s network.LinkSpecSpec, index map[string]uint32) error {
+	attrs := &rtnetlink.LinkAttributes{Name: s.Name, MTU: s.MTU}
+
+	switch s.Kind {
+	case "vlan":
+		parent, ok := index[s.ParentName]
+		if !ok {
+			return fmt.Errorf("VLAN %s: no parent link %s yet", s.Name, s.ParentName)
+		}
+
+		attrs.Type = parent // IFLA_LINK, in this module's name
+		attrs.Info = &rtnetlink.LinkInfo{Kind: "vlan", Data: &vlanData{id: s.VLAN.VID, protocol: uint16(s.VLAN.Protocol)}}
+	case "bond":
+		bond := &driver.Bond{Mode: driver.BondMode(s.BondMaster.Mode)}
+		if s.BondMaster.MIIMon != 0 {
+			bond.Miimon = &s.BondMaster.MIIMon
+		}
+
+		if s.BondMaster.UpDelay != 0 {
+			bond.UpDelay = &s.BondMaster.UpDelay
+		}
+
+		if s.BondMaster.DownDelay != 0 {
+			bond.DownDelay = &s.BondMaster.DownDelay
+		}
+
+		attrs.Info = &rtnetlink.LinkInfo{Kind: "bond", Data: bond}
+	default:
+		return fmt.Errorf("link %s: kind %q is not supported yet", s.Name, s.Kind)
+	}
+
+	if err := conn.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Attributes: attrs}); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("creating %s %s: %w", s.Kind, s.Name, err)
+	}
+
+	return nil
+}
+
+// enslave makes the link with index idx a member of the bond master (it must be down to join).
+func enslave(conn *rtnetlink.Conn, idx, master uint32) error {
+	if err := conn.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Change: unix.IFF_UP}); err != nil {
+		return err
+	}
+
+	return conn.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Attributes: &rtnetlink.LinkAttributes{Master: &master}})
+}
