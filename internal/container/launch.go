@@ -40,7 +40,7 @@ type Spec struct {
 	Limits   Limits       `json:"limits"`
 	Network  NodeNetwork  `json:"network"`
 	// Modules (metal) is the kernel's modules folder, bound read-only at /usr/lib/modules in the
-	// node's root: machined loads what the config asks for (bonding, 8021q) from it.
+	// node's root: machined loads what the config asks for (bonding, 8021q, bridge) from it.
 	Modules string `json:"modules,omitempty"`
 }
 

@@ -34,10 +34,10 @@ type BootAssets struct {
 
 // bootModules are the modules the initramfs carries: metal.BootModules, the drivers of the
 // devices a QEMU or cloud machine boots with, and those machined loads when the config asks
-// (bonding, 8021q for VLANs), each with what it depends on.
+// (bonding, 8021q for VLANs, bridge), each with what it depends on.
 var bootModules = append(slices.Clone(metal.BootModules),
 	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod",
-	"bonding", "8021q")
+	"bonding", "8021q", "bridge")
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
 // is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node

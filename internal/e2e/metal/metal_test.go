@@ -584,9 +584,10 @@ func TestNetworkFromConfig(t *testing.T) {
 	}
 }
 
-// A bond of two cards and a VLAN from machine.network.interfaces: machined loads the bonding
-// and 8021q modules (carried by the initramfs), makes bond0 with the cards as its members and
-// eth0.100 on eth0, and gives them their addresses; the guest's kernel reports both.
+// A bond of two cards, a VLAN and a bridge from machine.network.interfaces: machined loads the
+// bonding, 8021q and bridge modules (carried by the initramfs), makes bond0 with two cards as
+// its members, eth0.100 on eth0 and br0 with the third card, and gives them their addresses;
+// the guest's kernel reports them.
 func TestBondAndVLANFromConfig(t *testing.T) {
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 	src := serveConfig(t, cli, `machine:
@@ -602,10 +603,16 @@ func TestBondAndVLANFromConfig(t *testing.T) {
         vlans:
           - vlanId: 100
             addresses: [10.100.0.5/24]
+      - interface: br0
+        addresses: [10.9.8.5/24]
+        bridge:
+          interfaces: [eth3]
+          stp:
+            enabled: true
 `)
 
 	card := []string{"-nic", "user,model=virtio-net-pci,restrict=on,net=10.0.3.0/24"}
-	m := bootWith(t, qemuOptions{open: true, args: append(slices.Clone(card), card...)},
+	m := bootWith(t, qemuOptions{open: true, args: slices.Concat(card, card, card)},
 		"ip=10.0.2.15::10.0.2.2:255.255.255.0:metal-1:eth0:off", "talos.config="+src.arg)
 
 	cli.TalosConfig = src.talosconfig
@@ -623,8 +630,10 @@ func TestBondAndVLANFromConfig(t *testing.T) {
 			return fmt.Errorf("%s", errOut)
 		}
 
-		if !regexp.MustCompile(`(?m)bond0/10\.9\.7\.5/24\s`).MatchString(out) || !regexp.MustCompile(`(?m)eth0\.100/10\.100\.0\.5/24\s`).MatchString(out) {
-			return fmt.Errorf("no bond0/10.9.7.5/24 and eth0.100/10.100.0.5/24:\n%s", out)
+		for _, want := range []string{`bond0/10\.9\.7\.5/24`, `eth0\.100/10\.100\.0\.5/24`, `br0/10\.9\.8\.5/24`} {
+			if !regexp.MustCompile(`(?m)` + want + `\s`).MatchString(out) {
+				return fmt.Errorf("no %s:\n%s", want, out)
+			}
 		}
 
 		return nil
@@ -639,5 +648,13 @@ func TestBondAndVLANFromConfig(t *testing.T) {
 
 	if vlan := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/proc/net/vlan/config"); !regexp.MustCompile(`eth0\.100\s+\|\s+100\s+\|\s+eth0`).MatchString(vlan) {
 		t.Errorf("the guest's VLANs:\n%s", vlan)
+	}
+
+	if stp := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/sys/class/net/br0/bridge/stp_state"); strings.TrimSpace(stp) != "1" {
+		t.Errorf("br0's spanning tree: %q", stp)
+	}
+
+	if ports := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "list", "/sys/class/net/br0/brif"); !strings.Contains(ports, "eth3") {
+		t.Errorf("br0's ports:\n%s", ports)
 	}
 }

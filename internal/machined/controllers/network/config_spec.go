@@ -20,9 +20,9 @@ import (
 // ConfigSpecController turns the config's machine.network.interfaces into the specs of the
 // links, addresses and routes the node sets (LinkSpec, AddressSpec, RouteSpec, layer
 // "configuration"), as upstream's config controllers do. SpecController applies them. An
-// interface is named by `interface`; a bond is a logical link its members join, a VLAN a
-// logical link <interface>.<vlanId> on its interface; bridges and deviceSelector are not done
-// yet and are logged as skipped.
+// interface is named by `interface`; a bond or a bridge is a logical link its members join, a
+// VLAN a logical link <interface>.<vlanId> on its interface; deviceSelector is not done yet
+// and is logged as skipped.
 type ConfigSpecController struct{}
 
 // Name implements controller.Controller.
@@ -88,8 +88,6 @@ func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runti
 		return nil
 	case dev.Ignore():
 		return nil
-	case dev.Bridge() != nil:
-		log.Warn("machine.network.interfaces: bridges are not supported yet: only the addresses and routes are set", zap.String("interface", name))
 	}
 
 	link := network.LinkSpecSpec{Name: name, Up: true, MTU: uint32(max(dev.MTU(), 0)), ConfigLayer: network.ConfigMachineConfiguration}
@@ -109,6 +107,21 @@ func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runti
 		for i, member := range bond.Interfaces() {
 			if err = writeLinkSpec(ctx, r, network.LinkSpecSpec{
 				Name: member, Up: true, BondSlave: network.BondSlave{MasterName: name, SlaveIndex: i}, ConfigLayer: network.ConfigMachineConfiguration,
+			}); err != nil {
+				return err
+			}
+		}
+	}
+
+	if bridge := dev.Bridge(); bridge != nil {
+		link.Logical, link.Kind, link.Type = true, "bridge", nethelpers.LinkEther
+		link.BridgeMaster = network.BridgeMasterSpec{
+			STP: network.STPSpec{Enabled: bridge.STP().Enabled()}, VLAN: network.BridgeVLANSpec{FilteringEnabled: bridge.VLAN().FilteringEnabled()},
+		}
+
+		for _, member := range bridge.Interfaces() {
+			if err := writeLinkSpec(ctx, r, network.LinkSpecSpec{
+				Name: member, Up: true, BridgeSlave: network.BridgeSlave{MasterName: name}, ConfigLayer: network.ConfigMachineConfiguration,
 			}); err != nil {
 				return err
 			}

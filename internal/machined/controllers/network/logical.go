@@ -12,14 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The kernel's VLAN link attributes (linux/if_link.h).
+// The kernel's VLAN and bridge link attributes (linux/if_link.h).
 const (
-	iflaVLANID       = 1
-	iflaVLANProtocol = 5
+	iflaVLANID          = 1
+	iflaVLANProtocol    = 5
+	iflaBrSTPState      = 5
+	iflaBrVLANFiltering = 7
 )
 
 // linkModules are the kernel modules of the logical links' kinds.
-var linkModules = map[string]string{"bond": "bonding", "vlan": "8021q"}
+var linkModules = map[string]string{"bond": "bonding", "vlan": "8021q", "bridge": "bridge"}
 
 // vlanData is a VLAN link's IFLA_INFO_DATA (the rtnetlink module has no VLAN driver).
 type vlanData struct {
@@ -52,6 +54,33 @@ func (v *vlanData) Decode(ad *netlink.AttributeDecoder) error {
 	return nil
 }
 
+// bridgeData is a bridge's IFLA_INFO_DATA: spanning tree and VLAN filtering.
+type bridgeData struct {
+	stp, vlanFiltering bool
+}
+
+func (b *bridgeData) New() rtnetlink.LinkDriver { return &bridgeData{} }
+
+func (b *bridgeData) Kind() string { return "bridge" }
+
+func (b *bridgeData) Encode(ae *netlink.AttributeEncoder) error {
+	stp := uint32(0)
+	if b.stp {
+		stp = 1
+	}
+
+	ae.Uint32(iflaBrSTPState, stp)
+
+	// Only when asked: a kernel without VLAN filtering refuses the attribute, even off.
+	if b.vlanFiltering {
+		ae.Uint8(iflaBrVLANFiltering, 1)
+	}
+
+	return nil
+}
+
+func (b *bridgeData) Decode(*netlink.AttributeDecoder) error { return nil }
+
 // createLogical makes the logical link of spec (a VLAN on its parent, a bond).
 func createLogical(conn *rtnetlink.Conn, s network.LinkSpecSpec, index map[string]uint32) error {
 	attrs := &rtnetlink.LinkAttributes{Name: s.Name, MTU: s.MTU}
@@ -80,6 +109,8 @@ func createLogical(conn *rtnetlink.Conn, s network.LinkSpecSpec, index map[strin
 		}
 
 		attrs.Info = &rtnetlink.LinkInfo{Kind: "bond", Data: bond}
+	case "bridge":
+		attrs.Info = &rtnetlink.LinkInfo{Kind: "bridge", Data: &bridgeData{stp: s.BridgeMaster.STP.Enabled, vlanFiltering: s.BridgeMaster.VLAN.FilteringEnabled}}
 	default:
 		return fmt.Errorf("link %s: kind %q is not supported yet", s.Name, s.Kind)
 	}
@@ -91,7 +122,8 @@ func createLogical(conn *rtnetlink.Conn, s network.LinkSpecSpec, index map[strin
 	return nil
 }
 
-// enslave makes the link with index idx a member of the bond master (it must be down to join).
+// enslave makes the link with index idx a member of the bond or bridge master (a bond's member
+// must be down to join; the caller brings it up again).
 func enslave(conn *rtnetlink.Conn, idx, master uint32) error {
 	if err := conn.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Change: unix.IFF_UP}); err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 )
 
 // SpecController sets the links, addresses and routes of the specs on the node's kernel
-// (metal): logical links (bonds, VLANs) created, bond members joined, links up with their MTU,
+// (metal): logical links (bonds, bridges, VLANs) created, their members joined, links up with their MTU,
 // addresses and routes added. What it added or created and is no longer specified it removes;
 // what others set (the boot's ip= or DHCP) it leaves. A spec that cannot
 // be set yet (its link is missing) is tried again on the next change.
@@ -130,11 +130,10 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 			continue
 		}
 
-		if s.BondSlave.MasterName != "" {
-			master, ok := index[s.BondSlave.MasterName]
-			if ok && masters[s.Name] != master {
+		for _, m := range []string{s.BondSlave.MasterName, s.BridgeSlave.MasterName} {
+			if master, ok := index[m]; ok && m != "" && masters[s.Name] != master {
 				if err = enslave(conn, idx, master); err != nil {
-					log.Warn("adding to bond", zap.String("link", s.Name), zap.String("bond", s.BondSlave.MasterName), zap.Error(err))
+					log.Warn("adding a member", zap.String("link", s.Name), zap.String("master", m), zap.Error(err))
 				}
 			}
 		}
@@ -165,6 +164,12 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 
 	for id, s := range ctrl.addresses {
 		if _, ok := wantAddrs[id]; !ok {
+			if _, ok = index[s.LinkName]; !ok {
+				delete(ctrl.addresses, id) // it went with its link
+
+				continue
+			}
+
 			if err = conn.Address.Delete(addressMessage(s, index[s.LinkName])); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 				log.Warn("removing address", zap.String("address", id), zap.Error(err))
 			}
@@ -200,6 +205,12 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 
 	for id, s := range ctrl.routes {
 		if _, ok := wantRoutes[id]; !ok {
+			if _, ok = index[s.OutLinkName]; !ok {
+				delete(ctrl.routes, id) // it went with its link
+
+				continue
+			}
+
 			if err = conn.Route.Delete(routeMessage(s, index[s.OutLinkName])); err != nil && !errors.Is(err, unix.ESRCH) {
 				log.Warn("removing route", zap.String("route", id), zap.Error(err))
 			}

@@ -85,3 +85,58 @@ func TestConfigSpecsOnALink(t *testing.T) {
 		return nil
 	})
 }
+
+// A bridge from the config is made with its spanning tree on and its member joined, gets its
+// address, and goes (releasing its member) when the config drops it.
+func TestBridgeFromConfig(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to add a link: run as root under nsrun")
+	}
+
+	if out, err := exec.Command("ip", "link", "add", "brm0", "type", "veth", "peer", "name", "brm1").CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", "brm0").Run()
+		exec.Command("ip", "link", "del", "br9").Run()
+	})
+
+	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
+
+	bridge := &v1alpha1.Device{
+		DeviceInterface: "br9",
+		DeviceAddresses: []string{"10.9.9.5/24"},
+		DeviceBridge:    &v1alpha1.Bridge{BridgedInterfaces: []string{"brm0"}, BridgeSTP: &v1alpha1.STP{STPEnabled: new(true)}},
+	}
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(bridge)))
+
+	ipOut := func(args ...string) string {
+		out, _ := exec.Command("ip", args...).CombinedOutput()
+
+		return string(out)
+	}
+
+	testenv.WaitFor(t, "br9 with STP, its member and its address", 10*time.Second, func() error {
+		br, member, addrs := ipOut("-d", "link", "show", "br9"), ipOut("link", "show", "brm0"), ipOut("-o", "addr", "show", "br9")
+		if !strings.Contains(br, "stp_state 1") || !strings.Contains(member, "master br9") || !strings.Contains(addrs, "10.9.9.5/24") {
+			return fmt.Errorf("bridge:\n%smember:\n%saddresses:\n%s", br, member, addrs)
+		}
+
+		return nil
+	})
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
+
+	testenv.WaitFor(t, "br9 removed", 10*time.Second, func() error {
+		if out, err := exec.Command("ip", "link", "show", "br9").CombinedOutput(); err == nil {
+			return fmt.Errorf("br9 still there:\n%s", out)
+		}
+
+		if member := ipOut("link", "show", "brm0"); strings.Contains(member, "master") {
+			return fmt.Errorf("brm0 still a member:\n%s", member)
+		}
+
+		return nil
+	})
+}
