@@ -585,8 +585,8 @@ func TestNetworkFromConfig(t *testing.T) {
 }
 
 // A bond of two cards, a VLAN and a bridge from machine.network.interfaces: machined loads the
-// bonding, 8021q and bridge modules (carried by the initramfs), makes bond0 with two cards as
-// its members, eth0.100 on eth0 and br0 with the third card, and gives them their addresses;
+// bonding, 8021q and bridge modules (carried by the initramfs), makes bond0 with the two cards
+// its deviceSelectors pick as its members, eth0.100 on eth0 and br0 with the third card, and gives them their addresses;
 // the guest's kernel reports them.
 func TestBondAndVLANFromConfig(t *testing.T) {
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
@@ -596,7 +596,12 @@ func TestBondAndVLANFromConfig(t *testing.T) {
       - interface: bond0
         addresses: [10.9.7.5/24]
         bond:
-          interfaces: [eth1, eth2]
+          deviceSelectors: # QEMU numbers the cards' addresses from 52:54:00:12:34:56
+            - hardwareAddr: "52:54:00:12:34:57"
+              physical: true
+            - hardwareAddr: "52:54:00:12:34:58"
+              driver: virtio*
+              physical: true
           mode: active-backup
           miimon: 100
       - interface: eth0
@@ -648,6 +653,12 @@ func TestBondAndVLANFromConfig(t *testing.T) {
 
 	if vlan := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/proc/net/vlan/config"); !regexp.MustCompile(`eth0\.100\s+\|\s+100\s+\|\s+eth0`).MatchString(vlan) {
 		t.Errorf("the guest's VLANs:\n%s", vlan)
+	}
+
+	// The cards' statuses show what the selectors match.
+	if link := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "get", "links", "eth1", "-o", "yaml"); !strings.Contains(link, "driver: virtio_net") ||
+		!regexp.MustCompile(`busPath: 0000:00:0[0-9a-f]\.0`).MatchString(link) || !strings.Contains(link, "pciID: 1AF4:1000") {
+		t.Errorf("eth1's status has no driver, bus path or PCI ID:\n%s", link)
 	}
 
 	if stp := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/sys/class/net/br0/bridge/stp_state"); strings.TrimSpace(stp) != "1" {

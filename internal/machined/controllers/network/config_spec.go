@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -20,9 +21,9 @@ import (
 // ConfigSpecController turns the config's machine.network.interfaces into the specs of the
 // links, addresses and routes the node sets (LinkSpec, AddressSpec, RouteSpec, layer
 // "configuration"), as upstream's config controllers do. SpecController applies them. An
-// interface is named by `interface`; a bond or a bridge is a logical link its members join, a
-// VLAN a logical link <interface>.<vlanId> on its interface; deviceSelector is not done yet
-// and is logged as skipped.
+// interface is named by `interface` or picked by deviceSelector (every link whose status matches
+// it, as the statuses change); a bond (members by name or deviceSelectors) or a bridge is a
+// logical link its members join, a VLAN a logical link <interface>.<vlanId> on its interface.
 type ConfigSpecController struct{}
 
 // Name implements controller.Controller.
@@ -30,7 +31,11 @@ func (ctrl *ConfigSpecController) Name() string { return "network.ConfigSpecCont
 
 // Inputs implements controller.Controller.
 func (ctrl *ConfigSpecController) Inputs() []controller.Input {
-	return []controller.Input{{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak}}
+	return []controller.Input{
+		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
+		// deviceSelector picks links by what their statuses show.
+		{Namespace: network.NamespaceName, Type: network.LinkStatusType, Kind: controller.InputWeak},
+	}
 }
 
 // Outputs implements controller.Controller.
@@ -59,9 +64,14 @@ func (ctrl *ConfigSpecController) Run(ctx context.Context, r controller.Runtime,
 
 		r.StartTrackingOutputs()
 
+		links, err := safe.ReaderListAll[*network.LinkStatus](ctx, r)
+		if err != nil {
+			return err
+		}
+
 		if cfg != nil && cfg.Config().Machine() != nil {
 			for _, dev := range cfg.Config().Machine().Network().Devices() {
-				if err = ctrl.device(ctx, r, log, dev); err != nil {
+				if err = ctrl.device(ctx, r, log, dev, links); err != nil {
 					return err
 				}
 			}
@@ -78,17 +88,50 @@ func (ctrl *ConfigSpecController) Run(ctx context.Context, r controller.Runtime,
 	}
 }
 
-func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runtime, log *zap.Logger, dev talosconfig.Device) error {
-	name := dev.Interface()
+// selected names the links that match any of the selectors.
+func selected(links safe.List[*network.LinkStatus], selectors ...talosconfig.NetworkDeviceSelector) []string {
+	var names []string
 
-	switch {
-	case name == "":
-		log.Warn("machine.network.interfaces: an interface chosen by deviceSelector is not supported yet: skipped")
+	for link := range links.All() {
+		for _, sel := range selectors {
+			if matchesSelector(sel, link.TypedSpec()) {
+				names = append(names, link.Metadata().ID())
 
-		return nil
-	case dev.Ignore():
+				break
+			}
+		}
+	}
+
+	return names
+}
+
+// device writes the specs of one machine.network.interfaces entry: the interface it names, or
+// every link its deviceSelector matches.
+func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runtime, log *zap.Logger, dev talosconfig.Device, links safe.List[*network.LinkStatus]) error {
+	if dev.Ignore() {
 		return nil
 	}
+
+	if dev.Interface() != "" {
+		return ctrl.link(ctx, r, log, dev, dev.Interface(), links)
+	}
+
+	names := selected(links, dev.Selector())
+	if len(names) == 0 {
+		log.Warn("machine.network.interfaces: no link matches a deviceSelector yet")
+	}
+
+	for _, name := range names {
+		if err := ctrl.link(ctx, r, log, dev, name, links); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// link writes the specs of the link name as dev configures it.
+func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime, log *zap.Logger, dev talosconfig.Device, name string, links safe.List[*network.LinkStatus]) error {
 
 	link := network.LinkSpecSpec{Name: name, Up: true, MTU: uint32(max(dev.MTU(), 0)), ConfigLayer: network.ConfigMachineConfiguration}
 
@@ -100,11 +143,17 @@ func (ctrl *ConfigSpecController) device(ctx context.Context, r controller.Runti
 
 		link.Logical, link.Kind, link.Type, link.BondMaster = true, "bond", nethelpers.LinkEther, master
 
-		if len(bond.Selectors()) > 0 {
-			log.Warn("machine.network.interfaces: bond members chosen by deviceSelectors are not supported yet: skipped", zap.String("interface", name))
+		members := slices.Clone(bond.Interfaces())
+
+		if sels := bond.Selectors(); len(sels) > 0 {
+			members = append(members, selected(links, sels...)...)
 		}
 
-		for i, member := range bond.Interfaces() {
+		if len(members) == 0 {
+			log.Warn("machine.network.interfaces: no member of the bond is there yet", zap.String("interface", name))
+		}
+
+		for i, member := range members {
 			if err = writeLinkSpec(ctx, r, network.LinkSpecSpec{
 				Name: member, Up: true, BondSlave: network.BondSlave{MasterName: name, SlaveIndex: i}, ConfigLayer: network.ConfigMachineConfiguration,
 			}); err != nil {

@@ -43,8 +43,11 @@ func (ctrl *LinkStatusController) Run(ctx context.Context, r controller.Runtime,
 				continue
 			}
 
+			hw := readLinkHardware(SysClassNet, l.Attributes.Name)
+
 			if err = safe.WriterModify(ctx, r, network.NewLinkStatus(network.NamespaceName, l.Attributes.Name), func(res *network.LinkStatus) error {
 				fillLinkStatus(res.TypedSpec(), l)
+				res.TypedSpec().Driver, res.TypedSpec().BusPath, res.TypedSpec().PCIID = hw.driver, hw.busPath, hw.pciID
 
 				return nil
 			}); err != nil {

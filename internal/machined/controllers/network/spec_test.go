@@ -140,3 +140,43 @@ func TestBridgeFromConfig(t *testing.T) {
 		return nil
 	})
 }
+
+// deviceSelector picks a link by what its status shows (its hardware address here): the link
+// gets the address; another link does not.
+func TestDeviceSelectorPicksTheLink(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to add a link: run as root under nsrun")
+	}
+
+	for _, args := range [][]string{
+		{"link", "add", "sel0", "address", "52:54:00:aa:00:01", "type", "veth", "peer", "name", "sel1", "address", "52:54:00:aa:00:02"},
+		{"link", "set", "sel1", "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "sel0").Run() })
+
+	env := ctest.Start(t, &networkctrl.LinkStatusController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(&v1alpha1.Device{
+		DeviceSelector:  &v1alpha1.NetworkDeviceSelector{NetworkDeviceHardwareAddress: "52:54:00:aa:00:0*"},
+		DeviceAddresses: []string{"10.9.6.5/24"},
+	}, &v1alpha1.Device{
+		DeviceSelector:  &v1alpha1.NetworkDeviceSelector{NetworkDeviceHardwareAddress: "52:54:00:aa:00:02"},
+		DeviceAddresses: []string{"10.9.6.6/24"},
+	})))
+
+	ctest.AssertIDs[*network.AddressSpec](env, "sel0/10.9.6.5/24", "sel1/10.9.6.5/24", "sel1/10.9.6.6/24")
+
+	testenv.WaitFor(t, "the selected links' addresses", 10*time.Second, func() error {
+		out, _ := exec.Command("ip", "-o", "addr", "show", "sel0").CombinedOutput()
+		if !strings.Contains(string(out), "10.9.6.5/24") || strings.Contains(string(out), "10.9.6.6") {
+			return fmt.Errorf("sel0:\n%s", out)
+		}
+
+		return nil
+	})
+}
