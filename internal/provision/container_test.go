@@ -38,30 +38,9 @@ func TestContainerRequestRefused(t *testing.T) {
 		{"unknown provisioner", 0, func(r *Request) { r.Provisioner = "docker" }, []string{`--provisioner "docker"`, "process", "container"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			orig := geteuid
-			geteuid = func() int { return tc.euid }
-
-			t.Cleanup(func() { geteuid = orig })
-
 			req := good()
-			req.StateRoot = t.TempDir()
 			tc.change(&req)
-
-			_, _, err := Create(context.Background(), req)
-			if err == nil {
-				t.Fatal("create accepted the request")
-			}
-
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
-
-			// Nothing was made.
-			if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
-				t.Errorf("the refused create left %v", entries)
-			}
+			assertRefused(t, req, tc.euid, tc.want...)
 		})
 	}
 }
@@ -80,5 +59,33 @@ func TestGatewayAndLinkNames(t *testing.T) {
 	a, b := "br-"+shortHash("/a", 12), "br-"+shortHash("/b", 12)
 	if len(a) > 15 || a == b {
 		t.Fatalf("bridge names %q %q", a, b)
+	}
+}
+
+// assertRefused runs Create with req as the user euid and checks that it fails saying every
+// one of want, and makes nothing.
+func assertRefused(t *testing.T, req Request, euid int, want ...string) {
+	t.Helper()
+
+	orig := geteuid
+	geteuid = func() int { return euid }
+
+	t.Cleanup(func() { geteuid = orig })
+
+	req.StateRoot = t.TempDir()
+
+	_, _, err := Create(context.Background(), req)
+	if err == nil {
+		t.Fatal("create accepted the request")
+	}
+
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+
+	if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
+		t.Errorf("the refused create left %v", entries)
 	}
 }

@@ -1,12 +1,10 @@
 package provision
 
 import (
-	"context"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -55,29 +53,9 @@ func TestQEMURequestRefused(t *testing.T) {
 		{"no initramfs", 0, func(r *Request) { r.QEMU.Initrd = filepath.Join(dir, "missing") }, []string{"--initrd-path", "make boot"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			orig := geteuid
-			geteuid = func() int { return tc.euid }
-
-			t.Cleanup(func() { geteuid = orig })
-
 			req := good()
-			req.StateRoot = t.TempDir()
 			tc.change(&req)
-
-			_, _, err := Create(context.Background(), req)
-			if err == nil {
-				t.Fatal("create accepted the request")
-			}
-
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
-
-			if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
-				t.Errorf("the refused create left %v", entries)
-			}
+			assertRefused(t, req, tc.euid, tc.want...)
 		})
 	}
 }

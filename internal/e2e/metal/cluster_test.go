@@ -72,14 +72,7 @@ func TestClusterCreateQEMU(t *testing.T) {
 		t.Errorf("the network process served no config:\n%s", network)
 	}
 
-	testenv.WaitFor(t, "time synced from the test's NTP server", 2*time.Minute, func() error {
-		out, errOut, code := cli.Run(t, "-n", node, "get", "timestatus", "-o", "yaml")
-		if code != 0 || !strings.Contains(out, "synced: true") {
-			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
-		}
-
-		return nil
-	})
+	waitTimeSynced(t, cli, node, "time synced from the test's NTP server")
 
 	if ntp.Requests() == 0 {
 		t.Errorf("the node asked the test's NTP server nothing")
@@ -166,14 +159,7 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 		}
 	}
 
-	testenv.WaitFor(t, "the worker's clock synced from two years behind", 3*time.Minute, func() error {
-		out, errOut, code := cli.Run(t, "-n", worker, "get", "timestatus", "-o", "yaml")
-		if code != 0 || !strings.Contains(out, "synced: true") {
-			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
-		}
-
-		return nil
-	})
+	waitTimeSynced(t, cli, worker, "the worker's clock synced from two years behind")
 
 	// Two years are about 17500 hours.
 	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-apply-worker-1.log")); !regexp.MustCompile(`time synced.*"offset": "17[45]\d\dh`).Match(console) {
@@ -196,4 +182,18 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 	if err := syscall.Stat(filepath.Join(dir, "qemu-apply-worker-1", "disk-1.raw"), &st); err != nil || st.Blocks*512 >= 512<<20 {
 		t.Errorf("the extra disk file: %v, %d bytes allocated (want sparse)", err, st.Blocks*512)
 	}
+}
+
+// waitTimeSynced waits for the node's time status to say synced.
+func waitTimeSynced(t *testing.T, cli testenv.CLI, node, what string) {
+	t.Helper()
+
+	testenv.WaitFor(t, what, 3*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", node, "get", "timestatus", "-o", "yaml")
+		if code != 0 || !strings.Contains(out, "synced: true") {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
 }

@@ -181,6 +181,16 @@ func bootWith(t testing.TB, o qemuOptions, args ...string) *machine {
 	return m
 }
 
+// running is an error once QEMU has ended, with what it said.
+func (m *machine) running() error {
+	select {
+	case <-m.exited:
+		return fmt.Errorf("QEMU exited: %s", m.stderr.String())
+	default:
+		return nil
+	}
+}
+
 func (m *machine) consoleText() string {
 	b, _ := os.ReadFile(m.console)
 
@@ -323,10 +333,8 @@ func waitMaintenance(t testing.TB, m *machine) {
 	t.Helper()
 
 	testenv.WaitFor(t, "the maintenance API", 4*time.Minute, func() error {
-		select {
-		case <-m.exited:
-			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
-		default:
+		if err := m.running(); err != nil {
+			return err
 		}
 
 		if _, errOut, code := m.talosctl(t, "version"); code != 0 {
@@ -393,10 +401,8 @@ func TestConfigFromURLAndTimeSync(t *testing.T) {
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
 
 	testenv.WaitFor(t, "apid with a certificate valid now", 4*time.Minute, func() error {
-		select {
-		case <-m.exited:
-			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
-		default:
+		if err := m.running(); err != nil {
+			return err
 		}
 
 		out, errOut, code := cli.Run(t, "-e", ep, "-n", "10.0.2.15", "get", "timestatus", "-o", "yaml")
@@ -535,10 +541,8 @@ func TestNetworkFromConfig(t *testing.T) {
 	}
 
 	testenv.WaitFor(t, "eth1's address from the config", 4*time.Minute, func() error {
-		select {
-		case <-m.exited:
-			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
-		default:
+		if err := m.running(); err != nil {
+			return err
 		}
 
 		out, err := get("addresses")
@@ -624,10 +628,8 @@ func TestBondAndVLANFromConfig(t *testing.T) {
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
 
 	testenv.WaitFor(t, "the bond's and the VLAN's addresses", 4*time.Minute, func() error {
-		select {
-		case <-m.exited:
-			return fmt.Errorf("QEMU exited: %s", m.stderr.String())
-		default:
+		if err := m.running(); err != nil {
+			return err
 		}
 
 		out, errOut, code := cli.Run(t, "-e", ep, "-n", "10.0.2.15", "get", "addresses")
