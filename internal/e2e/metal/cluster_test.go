@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,29 +22,9 @@ import (
 // server, its time from the NTP server the test runs on the bridge's address; etcd is
 // bootstrapped. `cluster destroy` leaves no process, link or folder behind.
 func TestClusterCreateQEMU(t *testing.T) {
-	if !netnstest.Private() {
-		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
-	}
-
-	ntp := testenv.StartNTPServer(t, "0.0.0.0:123", 0)
+	ntp, cli, dir := qemuCluster(t, "qemu-e2e", "qemu-e2e-controlplane-1")
 
 	const cidr, gateway, node = "10.5.7.0/24", "10.5.7.1", "10.5.7.2"
-
-	home := t.TempDir()
-	root := filepath.Join(home, "clusters")
-	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: home, ClusterRoot: root, Timeout: 6 * time.Minute}
-	dir := filepath.Join(root, "qemu-e2e")
-
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, log := range []string{"qemu-e2e-controlplane-1.log", "network.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, log))
-				t.Logf("%s:\n%s", log, b[max(0, len(b)-6000):])
-			}
-		}
-
-		cli.Run(t, "cluster", "destroy", "--name", "qemu-e2e", "--force")
-	})
 
 	start := time.Now()
 	cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-e2e", "--cidr", cidr,
@@ -115,29 +96,9 @@ func TestClusterCreateQEMU(t *testing.T) {
 // applies each one's through the maintenance API. The worker has its extra disks on the drivers
 // asked for, and its clock, started two years behind (--bad-rtc), is set by NTP.
 func TestClusterCreateQEMUApplyConfig(t *testing.T) {
-	if !netnstest.Private() {
-		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
-	}
-
-	testenv.StartNTPServer(t, "0.0.0.0:123", 0)
+	_, cli, dir := qemuCluster(t, "qemu-apply", "qemu-apply-controlplane-1", "qemu-apply-worker-1")
 
 	const cidr, gateway, worker = "10.5.8.0/24", "10.5.8.1", "10.5.8.3"
-
-	home := t.TempDir()
-	root := filepath.Join(home, "clusters")
-	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: home, ClusterRoot: root, Timeout: 10 * time.Minute}
-	dir := filepath.Join(root, "qemu-apply")
-
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, log := range []string{"qemu-apply-controlplane-1.log", "qemu-apply-worker-1.log", "network.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, log))
-				t.Logf("%s:\n%s", log, b[max(0, len(b)-6000):])
-			}
-		}
-
-		cli.Run(t, "cluster", "destroy", "--name", "qemu-apply", "--force")
-	})
 
 	start := time.Now()
 	out := cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-apply", "--cidr", cidr,
@@ -196,4 +157,36 @@ func waitTimeSynced(t *testing.T, cli testenv.CLI, node, what string) {
 
 		return nil
 	})
+}
+
+// qemuCluster prepares a qemu cluster named name: an NTP server on every address of the test's
+// network namespace (the cluster's bridge included), a talosctl with a home of its own, and,
+// when the test ends, the nodes' and the network process's logs if it failed, and a destroy.
+// It returns the NTP server, the talosctl and the cluster's folder.
+func qemuCluster(t *testing.T, name string, nodes ...string) (*testenv.NTPServer, testenv.CLI, string) {
+	t.Helper()
+
+	if !netnstest.Private() {
+		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
+	}
+
+	ntp := testenv.StartNTPServer(t, "0.0.0.0:123", 0)
+
+	home := t.TempDir()
+	root := filepath.Join(home, "clusters")
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: home, ClusterRoot: root, Timeout: 10 * time.Minute}
+	dir := filepath.Join(root, name)
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, log := range append(slices.Clone(nodes), "network") {
+				b, _ := os.ReadFile(filepath.Join(dir, log+".log"))
+				t.Logf("%s.log:\n%s", log, b[max(0, len(b)-6000):])
+			}
+		}
+
+		cli.Run(t, "cluster", "destroy", "--name", name, "--force")
+	})
+
+	return ntp, cli, dir
 }
