@@ -56,6 +56,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.AddressSpec{},
 	&network.RouteSpec{},
 	&network.ResolverSpec{},
+	&network.OperatorSpec{},
 	&network.HostDNSConfig{},
 	&network.DNSUpstream{},
 	&network.DNSResolveCache{},

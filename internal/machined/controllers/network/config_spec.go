@@ -45,6 +45,7 @@ func (ctrl *ConfigSpecController) Outputs() []controller.Output {
 		// Shared with DHCP4Controller's leases.
 		{Type: network.AddressSpecType, Kind: controller.OutputShared},
 		{Type: network.RouteSpecType, Kind: controller.OutputShared},
+		{Type: network.OperatorSpecType, Kind: controller.OutputExclusive},
 	}
 }
 
@@ -77,8 +78,9 @@ func (ctrl *ConfigSpecController) Run(ctx context.Context, r controller.Runtime,
 			}
 		}
 
-		// One cleanup for the three types: it ends the tracking.
+		// One cleanup for the types: it ends the tracking.
 		if err = r.CleanupOutputs(ctx,
+			resource.NewMetadata(network.NamespaceName, network.OperatorSpecType, "", resource.VersionUndefined),
 			resource.NewMetadata(network.NamespaceName, network.LinkSpecType, "", resource.VersionUndefined),
 			resource.NewMetadata(network.NamespaceName, network.AddressSpecType, "", resource.VersionUndefined),
 			resource.NewMetadata(network.NamespaceName, network.RouteSpecType, "", resource.VersionUndefined),
@@ -185,6 +187,12 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 		return err
 	}
 
+	if dev.DHCP() {
+		if err := writeDHCP4(ctx, r, name, dev.DHCPOptions()); err != nil {
+			return err
+		}
+	}
+
 	// A VLAN is a link of its own on the interface, named <interface>.<id> as upstream's.
 	for _, vlan := range dev.Vlans() {
 		vname := fmt.Sprintf("%s.%d", name, vlan.ID())
@@ -199,6 +207,12 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 		if err := linkAddressesAndRoutes(ctx, r, vname, vlan.Addresses(), vlan.Routes()); err != nil {
 			return err
 		}
+
+		if vlan.DHCP() {
+			if err := writeDHCP4(ctx, r, vname, vlan.DHCPOptions()); err != nil {
+				return err
+			}
+		}
 	}
 
 	return nil
@@ -212,6 +226,37 @@ func bondMaster(bond talosconfig.Bond) (network.BondMasterSpec, error) {
 	}
 
 	return network.BondMasterSpec{Mode: mode, MIIMon: bond.MIIMon(), UpDelay: bond.UpDelay(), DownDelay: bond.DownDelay()}, nil
+}
+
+// writeDHCP4 asks DHCP4Controller to keep a lease on link (unless the options turn IPv4 off),
+// its default route with the options' metric (upstream's 1024 when none).
+func writeDHCP4(ctx context.Context, r controller.Runtime, link string, opts talosconfig.DHCPOptions) error {
+	metric := uint32(network.DefaultRouteMetric)
+
+	if opts != nil {
+		if !opts.IPv4() {
+			return nil
+		}
+
+		if opts.RouteMetric() != 0 {
+			metric = opts.RouteMetric()
+		}
+	}
+
+	id := "dhcp4/" + link
+
+	if err := safe.WriterModify(ctx, r, network.NewOperatorSpec(network.NamespaceName, id), func(res *network.OperatorSpec) error {
+		*res.TypedSpec() = network.OperatorSpecSpec{
+			Operator: network.OperatorDHCP4, LinkName: link, RequireUp: true,
+			DHCP4: network.DHCP4OperatorSpec{RouteMetric: metric}, ConfigLayer: network.ConfigMachineConfiguration,
+		}
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("writing the operator spec %s: %w", id, err)
+	}
+
+	return nil
 }
 
 func writeLinkSpec(ctx context.Context, r controller.Runtime, spec network.LinkSpecSpec) error {

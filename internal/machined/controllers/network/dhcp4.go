@@ -18,8 +18,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// DHCP4Controller keeps the DHCPv4 leases of a metal node's links after the boot took them: it
-// asks again on each link (the boot's lease is not handed over), renews each lease at half its
+// DHCP4Controller keeps the DHCPv4 leases of a metal node's links: those the boot leased (it
+// asks again on each: the boot's lease is not handed over) and those the config runs DHCP on
+// (the DHCP4 operator specs of ConfigSpecController, `dhcp: true` on an interface or a VLAN),
+// starting and stopping as the config changes. It renews each lease at half its
 // time (RFC 2131's T1), asks any server from 7/8 of it (T2), and publishes each lease as an
 // address spec, a default route spec through its router and a resolver spec of its name
 // servers (the operator layer, as upstream's DHCP operator), which SpecController sets and
@@ -36,7 +38,9 @@ type DHCP4Controller struct {
 func (ctrl *DHCP4Controller) Name() string { return "network.DHCP4Controller" }
 
 // Inputs implements controller.Controller.
-func (ctrl *DHCP4Controller) Inputs() []controller.Input { return nil }
+func (ctrl *DHCP4Controller) Inputs() []controller.Input {
+	return []controller.Input{{Namespace: network.NamespaceName, Type: network.OperatorSpecType, Kind: controller.InputWeak}}
+}
 
 // Outputs implements controller.Controller.
 func (ctrl *DHCP4Controller) Outputs() []controller.Output {
@@ -56,30 +60,82 @@ type dhcpLease struct {
 // Run implements controller.Controller.
 func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
 	updates := make(chan dhcpLease)
-
-	for _, link := range ctrl.Links {
-		go ctrl.keep(ctx, link, updates, log.With(zap.String("link", link)))
-	}
-
+	keepers := map[string]context.CancelFunc{}
 	leases := map[string]*dhcpv4.DHCPv4{}
+	metrics := map[string]uint32{} // the default route's, by link
+
+	defer func() {
+		for _, cancel := range keepers {
+			cancel()
+		}
+	}()
 
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-r.EventCh():
-			continue
 		case u := <-updates:
-			leases[u.link] = u.ack
+			if _, kept := keepers[u.link]; kept {
+				leases[u.link] = u.ack
+			}
+		case <-r.EventCh():
+			want, err := ctrl.links(ctx, r)
+			if err != nil {
+				return err
+			}
+
+			for link, cancel := range keepers {
+				if _, ok := want[link]; !ok {
+					cancel()
+					delete(keepers, link)
+					delete(leases, link)
+				}
+			}
+
+			for link, metric := range want {
+				metrics[link] = metric
+
+				if _, ok := keepers[link]; !ok {
+					linkCtx, cancel := context.WithCancel(ctx)
+					keepers[link] = cancel
+
+					go ctrl.keep(linkCtx, link, updates, log.With(zap.String("link", link)))
+				}
+			}
 		}
 
-		if err := ctrl.publish(ctx, r, leases); err != nil {
+		if err := ctrl.publish(ctx, r, leases, metrics); err != nil {
 			return err
 		}
 	}
 }
 
-func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, leases map[string]*dhcpv4.DHCPv4) error {
+// links are the links to keep a lease on, with their default route's metric: the boot's (0, as
+// the boot's route) and the DHCP4 operator specs'.
+func (ctrl *DHCP4Controller) links(ctx context.Context, r controller.Reader) (map[string]uint32, error) {
+	want := map[string]uint32{}
+
+	for _, link := range ctrl.Links {
+		want[link] = 0
+	}
+
+	specs, err := safe.ReaderListAll[*network.OperatorSpec](ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("listing operator specs: %w", err)
+	}
+
+	for spec := range specs.All() {
+		if s := spec.TypedSpec(); s.Operator == network.OperatorDHCP4 {
+			if _, boot := want[s.LinkName]; !boot {
+				want[s.LinkName] = s.DHCP4.RouteMetric
+			}
+		}
+	}
+
+	return want, nil
+}
+
+func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, leases map[string]*dhcpv4.DHCPv4, metrics map[string]uint32) error {
 	r.StartTrackingOutputs()
 
 	for link, ack := range leases {
@@ -107,9 +163,9 @@ func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, 
 		if routers := ack.Router(); len(routers) > 0 {
 			gw, _ := netip.AddrFromSlice(routers[0].To4())
 
-			// As the boot's route: metric 0, so that the two are one.
+			// A boot link's as the boot's route (metric 0), so that the two are one.
 			spec := network.RouteSpecSpec{
-				Family: nethelpers.FamilyInet4, Gateway: gw, OutLinkName: link, Table: nethelpers.TableMain,
+				Family: nethelpers.FamilyInet4, Gateway: gw, OutLinkName: link, Table: nethelpers.TableMain, Priority: metrics[link],
 				Type: nethelpers.TypeUnicast, Protocol: nethelpers.ProtocolStatic, ConfigLayer: network.ConfigOperator,
 			}
 			spec.Normalize()
@@ -169,7 +225,10 @@ func (ctrl *DHCP4Controller) keep(ctx context.Context, link string, updates chan
 		retry = 30 * time.Second
 	}
 
-	var lease *nclient4.Lease
+	var (
+		lease *nclient4.Lease
+		wait  = time.Second // before the next try without a lease: doubles up to retry
+	)
 
 	send := func(l *nclient4.Lease) bool {
 		u := dhcpLease{link: link}
@@ -187,18 +246,21 @@ func (ctrl *DHCP4Controller) keep(ctx context.Context, link string, updates chan
 
 	for {
 		if lease == nil {
+			// A link the config asks for may not be there yet (a VLAN, a bond): try soon.
 			l, err := exchange(ctx, link, nil)
 			if err != nil {
-				log.Warn("DHCP: no lease, trying again", zap.Error(err), zap.Duration("in", retry))
+				log.Warn("DHCP: no lease, trying again", zap.Error(err), zap.Duration("in", wait))
 
-				if !sleep(ctx, retry) {
+				if !sleep(ctx, wait) {
 					return
 				}
+
+				wait = min(wait*2, retry)
 
 				continue
 			}
 
-			lease = l
+			lease, wait = l, time.Second
 			log.Info("DHCP: leased", zap.Stringer("address", l.ACK.YourIPAddr), zap.Duration("for", leaseTime(l)))
 
 			if !send(lease) {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
 	"golang.org/x/sys/unix"
@@ -177,4 +179,65 @@ func TestDHCP4KeepsTheLease(t *testing.T) {
 	})
 
 	ctest.AssertNoResource[*network.AddressSpec](env, "operator/dhcp0/10.9.5.2/24")
+}
+
+// `dhcp: true` in the config makes a DHCP4 operator spec, and DHCP4Controller keeps a lease on
+// that link, its default route with the config's metric; when the config drops it, the lease's
+// address and route go.
+func TestDHCP4FromTheConfig(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to add a link and a network namespace: run as root under nsrun")
+	}
+
+	if out, err := exec.Command("ip", "link", "add", "cdhcp0", "type", "veth", "peer", "name", "cdhcp1").CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "cdhcp0").Run() })
+
+	mac, err := net.InterfaceByName("cdhcp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	startDHCPServer(t, "cdhcp1", qemu.NetworkSpec{
+		Bridge: "cdhcp1", Gateway: netip.MustParsePrefix("10.9.4.1/24"),
+		Nodes: []qemu.NodeLease{{Name: "node-1", MAC: mac.HardwareAddr.String(), Address: netip.MustParseAddr("10.9.4.2")}},
+	})
+
+	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.DHCP4Controller{Retry: time.Second}, &networkctrl.SpecController{})
+
+	dhcp := &v1alpha1.Device{DeviceInterface: "cdhcp0", DeviceDHCP: new(true), DeviceDHCPOptions: &v1alpha1.DHCPOptions{DHCPRouteMetric: 2048}}
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(dhcp)))
+
+	ctest.AssertResource(env, "dhcp4/cdhcp0", func(r *network.OperatorSpec, a *assert.Assertions) {
+		a.Equal(network.OperatorDHCP4, r.TypedSpec().Operator)
+		a.EqualValues(2048, r.TypedSpec().DHCP4.RouteMetric)
+	})
+	ctest.AssertIDs[*network.AddressSpec](env, "operator/cdhcp0/10.9.4.2/24")
+
+	ipOut := func(args ...string) string {
+		out, _ := exec.Command("ip", args...).CombinedOutput()
+
+		return string(out)
+	}
+
+	testenv.WaitFor(t, "the lease's address and route", 10*time.Second, func() error {
+		addrs, routes := ipOut("-o", "addr", "show", "cdhcp0"), ipOut("route", "show", "default")
+		if !strings.Contains(addrs, "10.9.4.2/24") || !strings.Contains(routes, "via 10.9.4.1 dev cdhcp0") || !strings.Contains(routes, "metric 2048") {
+			return fmt.Errorf("addresses:\n%sroutes:\n%s", addrs, routes)
+		}
+
+		return nil
+	})
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
+
+	testenv.WaitFor(t, "the address gone with the config's DHCP", 10*time.Second, func() error {
+		if addrs := ipOut("-o", "addr", "show", "cdhcp0"); strings.Contains(addrs, "10.9.4.2") {
+			return fmt.Errorf("still:\n%s", addrs)
+		}
+
+		return nil
+	})
 }
