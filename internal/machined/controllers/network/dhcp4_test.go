@@ -103,28 +103,38 @@ func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServ
 	return s
 }
 
-// DHCP4Controller takes a lease on the link, publishes it as an address, a default route and
-// resolvers that SpecController sets, renews it at half its time, and, when the server is gone
-// and the lease runs out, takes the address away.
-func TestDHCP4KeepsTheLease(t *testing.T) {
+// clientLink makes a veth pair (root only): client, the node's link, and server's end for
+// startDHCPServer; it returns the client's hardware address.
+func clientLink(t *testing.T, client, server string) net.HardwareAddr {
+	t.Helper()
+
 	if os.Getuid() != 0 {
 		t.Skip("needs root to add a link and a network namespace: run as root under nsrun")
 	}
 
-	if out, err := exec.Command("ip", "link", "add", "dhcp0", "type", "veth", "peer", "name", "dhcp1").CombinedOutput(); err != nil {
+	if out, err := exec.Command("ip", "link", "add", client, "type", "veth", "peer", "name", server).CombinedOutput(); err != nil {
 		t.Fatalf("ip link add: %v: %s", err, out)
 	}
 
-	t.Cleanup(func() { exec.Command("ip", "link", "del", "dhcp0").Run() })
+	t.Cleanup(func() { exec.Command("ip", "link", "del", client).Run() })
 
-	mac, err := net.InterfaceByName("dhcp0")
+	iface, err := net.InterfaceByName(client)
 	if err != nil {
 		t.Fatal(err)
 	}
 
+	return iface.HardwareAddr
+}
+
+// DHCP4Controller takes a lease on the link, publishes it as an address, a default route and
+// resolvers that SpecController sets, renews it at half its time, and, when the server is gone
+// and the lease runs out, takes the address away.
+func TestDHCP4KeepsTheLease(t *testing.T) {
+	mac := clientLink(t, "dhcp0", "dhcp1")
+
 	server := startDHCPServer(t, "dhcp1", qemu.NetworkSpec{
 		Bridge: "dhcp1", Gateway: netip.MustParsePrefix("10.9.5.1/24"), Nameservers: []netip.Addr{netip.MustParseAddr("10.9.5.53")},
-		Nodes:     []qemu.NodeLease{{Name: "node-1", MAC: mac.HardwareAddr.String(), Address: netip.MustParseAddr("10.9.5.2")}},
+		Nodes:     []qemu.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.5.2")}},
 		LeaseTime: 6 * time.Second,
 	})
 
@@ -185,24 +195,11 @@ func TestDHCP4KeepsTheLease(t *testing.T) {
 // that link, its default route with the config's metric; when the config drops it, the lease's
 // address and route go.
 func TestDHCP4FromTheConfig(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to add a link and a network namespace: run as root under nsrun")
-	}
-
-	if out, err := exec.Command("ip", "link", "add", "cdhcp0", "type", "veth", "peer", "name", "cdhcp1").CombinedOutput(); err != nil {
-		t.Fatalf("ip link add: %v: %s", err, out)
-	}
-
-	t.Cleanup(func() { exec.Command("ip", "link", "del", "cdhcp0").Run() })
-
-	mac, err := net.InterfaceByName("cdhcp0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mac := clientLink(t, "cdhcp0", "cdhcp1")
 
 	startDHCPServer(t, "cdhcp1", qemu.NetworkSpec{
 		Bridge: "cdhcp1", Gateway: netip.MustParsePrefix("10.9.4.1/24"),
-		Nodes: []qemu.NodeLease{{Name: "node-1", MAC: mac.HardwareAddr.String(), Address: netip.MustParseAddr("10.9.4.2")}},
+		Nodes: []qemu.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.4.2")}},
 	})
 
 	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.DHCP4Controller{Retry: time.Second}, &networkctrl.SpecController{})
