@@ -1,7 +1,8 @@
 // Package provision runs local clusters. The process provisioner (no root) runs each node as a
 // machined process on its own loopback address with its own state folder; the container
 // provisioner (root) runs each node as PID 1 in its own namespaces with the node image as its
-// root, on a bridge. Nodes are started detached so they outlive the CLI.
+// root, on a bridge; the qemu provisioner (root) runs each node as a QEMU guest booting the
+// metal boot assets, on a bridge. Nodes are started detached so they outlive the CLI.
 package provision
 
 import (

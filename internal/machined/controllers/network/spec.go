@@ -1,6 +1,7 @@
 package network
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,17 +17,18 @@ import (
 )
 
 // SpecController sets the links, addresses and routes of the specs on the node's kernel
-// (metal): logical links (bonds, bridges, VLANs) created, their members joined, links up with their MTU,
-// addresses and routes added. What it added or created and is no longer specified it removes;
-// what others set (the boot's ip= or DHCP) it leaves. A spec that cannot
-// be set yet (its link is missing) is tried again on the next change.
+// (metal): logical links (bonds, bridges, VLANs) created, their members joined, links up with
+// their MTU, addresses and routes added. What it added, created or joined and is no longer
+// specified it removes or releases; what others set (the boot's ip= or DHCP) it leaves. A spec
+// that cannot be set yet (its link is missing) is tried again on the next change.
 type SpecController struct {
 	addresses map[string]network.AddressSpecSpec // added, by ID
 	routes    map[string]network.RouteSpecSpec
-	logical   map[string]bool // links created (VLANs, bonds), by name
+	logical   map[string]bool   // links created (bonds, bridges, VLANs), by name
+	members   map[string]string // links joined to a bond or a bridge: the master's name
 
-	// LoadModule loads a kernel module a logical link needs (bonding, 8021q); nil: none is
-	// loaded (built in, or there already).
+	// LoadModule loads a kernel module a logical link needs (bonding, 8021q, bridge); nil: none
+	// is loaded (built in, or there already).
 	LoadModule func(name string) error
 }
 
@@ -47,7 +49,8 @@ func (ctrl *SpecController) Outputs() []controller.Output { return nil }
 
 // Run implements controller.Controller.
 func (ctrl *SpecController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	ctrl.addresses, ctrl.routes, ctrl.logical = map[string]network.AddressSpecSpec{}, map[string]network.RouteSpecSpec{}, map[string]bool{}
+	ctrl.addresses, ctrl.routes = map[string]network.AddressSpecSpec{}, map[string]network.RouteSpecSpec{}
+	ctrl.logical, ctrl.members = map[string]bool{}, map[string]string{}
 
 	// Links come and go (a NIC's driver loads late): a change of links sets the specs again.
 	return watchNetlink(ctx, r, unix.RTMGRP_LINK, func(conn *rtnetlink.Conn) error {
@@ -66,7 +69,7 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 		return err
 	}
 
-	// Logical links first: bonds and VLANs are made, and those no longer specified removed.
+	// Logical links first: bonds, bridges and VLANs are made, those no longer specified removed.
 	wantLogical, changed := map[string]bool{}, false
 
 	for spec := range linkSpecs.All() {
@@ -120,6 +123,8 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 		}
 	}
 
+	ctrl.releaseMembers(conn, linkSpecs, index, masters, log)
+
 	for spec := range linkSpecs.All() {
 		s := spec.TypedSpec()
 
@@ -134,7 +139,11 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 			if master, ok := index[m]; ok && m != "" && masters[s.Name] != master {
 				if err = enslave(conn, idx, master); err != nil {
 					log.Warn("adding a member", zap.String("link", s.Name), zap.String("master", m), zap.Error(err))
+
+					continue
 				}
+
+				ctrl.members[s.Name] = m
 			}
 		}
 
@@ -235,6 +244,35 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 	}
 
 	return nil
+}
+
+// releaseMembers takes out of their bond or bridge the links it joined there that the specs no
+// longer put there.
+func (ctrl *SpecController) releaseMembers(conn *rtnetlink.Conn, specs safe.List[*network.LinkSpec], index, masters map[string]uint32, log *zap.Logger) {
+	want := map[string]string{}
+
+	for spec := range specs.All() {
+		s := spec.TypedSpec()
+		want[s.Name] = cmp.Or(s.BondSlave.MasterName, s.BridgeSlave.MasterName)
+	}
+
+	for link, master := range ctrl.members {
+		if want[link] == master {
+			continue
+		}
+
+		delete(ctrl.members, link)
+
+		idx, ok := index[link]
+		if !ok || masters[link] == 0 || masters[link] != index[master] {
+			continue // gone, or no longer there
+		}
+
+		none := uint32(0)
+		if err := conn.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Attributes: &rtnetlink.LinkAttributes{Master: &none}}); err != nil {
+			log.Warn("releasing a member", zap.String("link", link), zap.String("master", master), zap.Error(err))
+		}
+	}
 }
 
 // listLinks indexes the kernel's links by name, with each one's master (0: none).

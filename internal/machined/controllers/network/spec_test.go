@@ -87,7 +87,8 @@ func TestConfigSpecsOnALink(t *testing.T) {
 }
 
 // A bridge from the config is made with its spanning tree on and its member joined, gets its
-// address, and goes (releasing its member) when the config drops it.
+// address, releases a member the config drops, and goes (releasing its member) when the config
+// drops it.
 func TestBridgeFromConfig(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to add a link: run as root under nsrun")
@@ -121,6 +122,33 @@ func TestBridgeFromConfig(t *testing.T) {
 		br, member, addrs := ipOut("-d", "link", "show", "br9"), ipOut("link", "show", "brm0"), ipOut("-o", "addr", "show", "br9")
 		if !strings.Contains(br, "stp_state 1") || !strings.Contains(member, "master br9") || !strings.Contains(addrs, "10.9.9.5/24") {
 			return fmt.Errorf("bridge:\n%smember:\n%saddresses:\n%s", br, member, addrs)
+		}
+
+		return nil
+	})
+
+	// A member the config drops is released; the bridge stays.
+	bridge.DeviceBridge.BridgedInterfaces = nil
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(bridge)))
+
+	testenv.WaitFor(t, "brm0 released from br9", 10*time.Second, func() error {
+		if member := ipOut("link", "show", "brm0"); strings.Contains(member, "master") {
+			return fmt.Errorf("brm0 still a member:\n%s", member)
+		}
+
+		if _, err := exec.Command("ip", "link", "show", "br9").CombinedOutput(); err != nil {
+			return fmt.Errorf("br9 is gone: %w", err)
+		}
+
+		return nil
+	})
+
+	bridge.DeviceBridge.BridgedInterfaces = []string{"brm0"}
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(bridge)))
+
+	testenv.WaitFor(t, "brm0 back in br9", 10*time.Second, func() error {
+		if member := ipOut("link", "show", "brm0"); !strings.Contains(member, "master br9") {
+			return fmt.Errorf("brm0:\n%s", member)
 		}
 
 		return nil
