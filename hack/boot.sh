@@ -15,6 +15,16 @@ else
 	echo "[1/3] node image $OUT/rootfs.sqsh"
 fi
 
+# GRUB's BIOS images and grub-mkimage, for the disk an installed node boots from.
+if ! dpkg -s grub-pc-bin >/dev/null 2>&1; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "boot: Debian's grub-pc-bin is missing: run apt-get install grub-pc-bin as root" >&2
+		exit 1
+	fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin >/dev/null
+fi
+
 # The meta package names the kernel's versioned package; both come from Debian's archive.
 pkg=$(apt-cache depends "$KERNEL_PACKAGE" 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1)
 if [ -z "$pkg" ]; then

@@ -425,14 +425,22 @@ func BuildMetalRoot(spec Spec) error {
 		return err
 	}
 
-	if spec.Modules != "" {
-		target := filepath.Join(root, "usr/lib/modules")
-		if err := unix.Mount(spec.Modules, target, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("binding the kernel's modules at %s: %w", target, err)
+	for _, b := range []struct{ src, target string }{{spec.Modules, "usr/lib/modules"}, {spec.Initramfs, InitramfsDir}} {
+		if b.src == "" {
+			continue
+		}
+
+		target := filepath.Join(root, b.target)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+
+		if err := unix.Mount(b.src, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding %s at %s: %w", b.src, target, err)
 		}
 
 		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-			return fmt.Errorf("making the kernel's modules read-only: %w", err)
+			return fmt.Errorf("making %s read-only: %w", target, err)
 		}
 	}
 
@@ -454,6 +462,9 @@ func BuildMetalRoot(spec Spec) error {
 
 	return unix.Chdir("/")
 }
+
+// InitramfsDir is where a metal node sees its initramfs's files (Spec.Initramfs).
+const InitramfsDir = "/system/initramfs"
 
 // ExecInit runs the image's init as the node's machined: platform, the node's address and
 // its first-boot config (empty: maintenance mode).

@@ -42,6 +42,9 @@ type Spec struct {
 	// Modules (metal) is the kernel's modules folder, bound read-only at /usr/lib/modules in the
 	// node's root: machined loads what the config asks for (bonding, 8021q, bridge) from it.
 	Modules string `json:"modules,omitempty"`
+	// Initramfs (metal) is the initramfs's root, bound read-only at /system/initramfs in the
+	// node's root: the files an install writes to disk (kernel, GRUB, this initramfs again).
+	Initramfs string `json:"initramfs,omitempty"`
 }
 
 func (s *Spec) check() error {

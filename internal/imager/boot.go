@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/partition"
 )
 
 // BootOptions are the inputs of the metal boot assets.
@@ -20,8 +22,15 @@ type BootOptions struct {
 	KernelRoot string // an extracted Debian linux-image package: boot/vmlinuz-*, lib/modules/*
 	Machined   string // the multi-call binary, the initramfs's /init
 	Rootfs     string // the node image, /rootfs.sqsh in the initramfs
+	GRUBDir    string // GRUB's i386-pc modules and boot.img (Debian's grub-pc-bin)
 	Out        string // folder for vmlinuz and initramfs.img
 }
+
+// DefaultGRUBDir is where Debian's grub-pc-bin puts GRUB's BIOS images and modules.
+const DefaultGRUBDir = "/usr/lib/grub/i386-pc"
+
+// grubModules are built into core.img: what reads BOOT and runs partition.GRUBConfig's menu.
+var grubModules = []string{"biosdisk", "part_gpt", "xfs", "normal", "configfile", "linux", "echo", "test", "serial", "terminal"}
 
 // BootAssets is what BuildBoot wrote.
 type BootAssets struct {
@@ -33,11 +42,12 @@ type BootAssets struct {
 }
 
 // bootModules are the modules the initramfs carries: metal.BootModules, the drivers of the
-// devices a QEMU or cloud machine boots with, and those machined loads when the config asks
-// (bonding, 8021q for VLANs, bridge), each with what it depends on.
+// devices a QEMU or cloud machine boots with, those machined loads when the config asks
+// (bonding, 8021q for VLANs, bridge) and XFS for an installed disk's partitions, each with what
+// it depends on.
 var bootModules = append(slices.Clone(metal.BootModules),
 	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod",
-	"bonding", "8021q", "bridge")
+	"bonding", "8021q", "bridge", "xfs")
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
 // is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node
@@ -95,6 +105,17 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 
 	slices.Sort(files)
 
+	grubDir := opts.GRUBDir
+	if grubDir == "" {
+		grubDir = DefaultGRUBDir
+	}
+
+	core := a.Initramfs + ".core.tmp"
+	if err := grubCore(grubDir, core); err != nil {
+		return a, err
+	}
+	defer os.Remove(core)
+
 	out, err := os.Create(a.Initramfs + ".tmp")
 	if err != nil {
 		return a, err
@@ -126,6 +147,13 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	w.file("init", opts.Machined, 0o755)
 	w.file(strings.TrimPrefix(metal.InitramfsImage, "/"), opts.Rootfs, 0o644)
 
+	// What the node installs to disk besides this initramfs: the kernel and GRUB.
+	w.dir("boot")
+	w.dir("boot/grub")
+	w.file(strings.TrimPrefix(metal.InitramfsKernel, "/"), a.Kernel, 0o644)
+	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/boot.img", filepath.Join(grubDir, "boot.img"), 0o644)
+	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/core.img", core, 0o644)
+
 	if err = w.close(); err != nil {
 		return a, err
 	}
@@ -148,6 +176,21 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	}
 
 	return a, nil
+}
+
+// grubCore makes GRUB's core.img for BIOS boot from an installed disk: the modules built in, its
+// prefix BOOT's grub folder.
+func grubCore(dir, out string) error {
+	if _, err := os.Stat(filepath.Join(dir, "boot.img")); err != nil {
+		return fmt.Errorf("no GRUB BIOS images in %s: install Debian's grub-pc-bin (apt-get install grub-pc-bin): %w", dir, err)
+	}
+
+	args := append([]string{"-O", "i386-pc", "-d", dir, "-o", out, "-p", partition.GRUBPrefix}, grubModules...)
+	if b, err := exec.Command("grub-mkimage", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("grub-mkimage (Debian's grub-pc-bin): %w: %s", err, b)
+	}
+
+	return nil
 }
 
 // parents lists a relative folder and its parents, outermost first ("a/b" → "a", "a/b").
@@ -224,6 +267,7 @@ func bootMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.KernelRoot, "kernel", "", "folder holding an extracted Debian linux-image package")
 	fs.StringVar(&opts.Machined, "machined", "", "the multi-call binary (static)")
 	fs.StringVar(&opts.Rootfs, "rootfs", "", "the node image (imager rootfs)")
+	fs.StringVar(&opts.GRUBDir, "grub", DefaultGRUBDir, "GRUB's i386-pc folder (Debian's grub-pc-bin)")
 	fs.StringVar(&opts.Out, "out", "", "output folder")
 
 	if err := fs.Parse(args); err != nil {

@@ -2,11 +2,15 @@ package imager
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeKernel lays out an extracted linux-image package: a kernel and three modules, of which
@@ -75,6 +79,14 @@ func cpioEntries(t *testing.T, b []byte) map[string]string {
 }
 
 func TestBuildBootReproducible(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(DefaultGRUBDir, "boot.img")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("Debian's grub-pc-bin is missing: .ci/run must install it")
+		}
+
+		t.Skip("no grub-pc-bin")
+	}
+
 	kernel := fakeKernel(t)
 	dir := t.TempDir()
 
@@ -120,6 +132,34 @@ func TestBuildBootReproducible(t *testing.T) {
 		}
 	}
 
+	bootImg, err := os.ReadFile(filepath.Join(DefaultGRUBDir, "boot.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if e["boot/grub/boot.img"] != string(bootImg) {
+		t.Error("the initramfs does not carry GRUB's boot.img")
+	}
+
+	// core.img starts with GRUB's diskboot.img, the sector that loads the rest.
+	diskboot, err := os.ReadFile(filepath.Join(DefaultGRUBDir, "diskboot.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if core := e["boot/grub/core.img"]; len(core) < 4096 || core[:400] != string(diskboot[:400]) {
+		t.Errorf("boot/grub/core.img: %d bytes, not a GRUB core image", len(core))
+	}
+
+	kernelBytes, err := os.ReadFile(filepath.Join(kernel, "boot", "vmlinuz-6.1.0-9-cloud-amd64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if e["boot/vmlinuz"] != string(kernelBytes) {
+		t.Error("the initramfs does not carry the kernel")
+	}
+
 	if _, ok := e[mods+"kernel/sound/snd.ko"]; ok {
 		t.Error("the initramfs carries a module the boot does not need")
 	}
@@ -129,5 +169,65 @@ func TestBuildBootNeedsOneKernel(t *testing.T) {
 	_, err := BuildBoot(BootOptions{KernelRoot: t.TempDir(), Out: t.TempDir()})
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("make boot")) {
 		t.Fatalf("no kernel: %v", err)
+	}
+}
+
+// A node writes its initramfs again from the files the kernel unpacked: the archive holds the
+// same entries with the same contents.
+func TestWriteInitramfsFromUnpackedFiles(t *testing.T) {
+	root := t.TempDir()
+
+	files := map[string]string{"init": "init binary", "rootfs.sqsh": "squashfs", "lib/modules/6.1/kernel/x.ko": "module", "boot/vmlinuz": "kernel"}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	if os.Getuid() == 0 {
+		if err := unix.Mknod(filepath.Join(root, "dev/console"), unix.S_IFCHR|0o600, int(unix.Mkdev(5, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var b bytes.Buffer
+	if err := WriteInitramfs(&b, root); err != nil {
+		t.Fatal(err)
+	}
+
+	got := cpioEntries(t, b.Bytes())
+	for name, content := range files {
+		if got[name] != content {
+			t.Errorf("%s: %q, want %q", name, got[name], content)
+		}
+	}
+
+	for _, dir := range []string{"lib", "lib/modules", "lib/modules/6.1", "lib/modules/6.1/kernel", "boot", "dev"} {
+		if _, ok := got[dir]; !ok {
+			t.Errorf("folder %s is missing", dir)
+		}
+	}
+
+	if os.Getuid() == 0 {
+		if _, ok := got["dev/console"]; !ok {
+			t.Error("dev/console is missing")
+		}
+	}
+
+	if err := os.Symlink("init", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := WriteInitramfs(io.Discard, root); err == nil || !strings.Contains(err.Error(), "link") {
+		t.Errorf("a symlink: %v, want a refusal naming it", err)
 	}
 }

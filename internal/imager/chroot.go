@@ -33,6 +33,7 @@ var userlandChecks = []chrootCheck{
 	{argv: []string{"/usr/sbin/iptables", "-j", "MASQUERADE", "-h"}, want: "to-ports"},
 	{argv: []string{"/usr/sbin/nft", "--version"}, want: "nftables"},
 	{argv: []string{"/usr/sbin/ebtables", "--version"}, want: "nf_tables"},
+	{argv: []string{"/usr/sbin/mkfs.xfs", "-V"}, want: "mkfs.xfs version"},
 }
 
 // toolChecks run the static tools and the node binaries.

@@ -4,7 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // cpio writes a newc ("070701") archive, the initramfs format the kernel unpacks, with every
@@ -122,4 +127,53 @@ func (c *cpio) close() error {
 	}
 
 	return c.w.Flush()
+}
+
+// WriteInitramfs writes the files under root as an uncompressed newc archive: a metal node
+// writes its own initramfs to disk from the files the kernel unpacked (folders, regular files,
+// character devices; nothing else is in one).
+func WriteInitramfs(w io.Writer, root string) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	c := newCpio(bw)
+
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+
+		name, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+
+		perm := uint32(fi.Mode().Perm())
+
+		switch {
+		case fi.IsDir():
+			c.dir(name)
+		case fi.Mode().IsRegular():
+			c.file(name, p, perm)
+		case fi.Mode()&fs.ModeCharDevice != 0:
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			if !ok {
+				return fmt.Errorf("%s: no device numbers", p)
+			}
+
+			c.device(name, perm, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		default:
+			return fmt.Errorf("%s: %s files do not belong in an initramfs", p, fi.Mode().Type())
+		}
+
+		return c.err
+	})
+	if err != nil {
+		return err
+	}
+
+	return c.close()
 }

@@ -131,6 +131,9 @@ func (u Userland) Stage(ctx context.Context, t *Tree) (programs []string, err er
 	return programs, nil
 }
 
+// DiskUserland is what a metal node formats its partitions with when it installs: mkfs.xfs.
+var DiskUserland = Userland{Packages: []string{"xfsprogs"}, Programs: []string{"/usr/sbin/mkfs.xfs"}}
+
 // stagedFromPackage tells which of a package's files the image takes.
 func stagedFromPackage(p string) bool {
 	for _, dir := range []string{"/usr/bin/", "/usr/sbin/", "/usr/lib/"} {

@@ -120,7 +120,7 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 		}
 	}
 
-	step("node binaries, Debian userland (%s), /etc", strings.Join(DebianUserland.Packages, ", "))
+	step("node binaries, Debian userland (%s), /etc", strings.Join(append(DebianUserland.Packages, DiskUserland.Packages...), ", "))
 
 	for _, f := range []struct{ path, src string }{{InitPath, opts.Machined}, {EtcdPath, opts.Etcd}} {
 		if err := checkStatic(f.src); err != nil {
@@ -147,8 +147,10 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 		return nil, err
 	}
 
-	if _, err := DebianUserland.Stage(ctx, t); err != nil {
-		return nil, err
+	for _, u := range []Userland{DebianUserland, DiskUserland} {
+		if _, err := u.Stage(ctx, t); err != nil {
+			return nil, err
+		}
 	}
 
 	if err := etcFiles(t, opts.Version); err != nil {

@@ -203,12 +203,12 @@ func TestMergedUsr(t *testing.T) {
 	}
 }
 
-// TestUserlandRunsInChroot stages Debian's iptables and nftables with their libraries into an
-// otherwise empty root and runs them chrooted there: a missing library or plugin fails.
+// TestUserlandRunsInChroot stages Debian's iptables, nftables and mkfs.xfs with their libraries
+// into an otherwise empty root and runs them chrooted there: a missing library or plugin fails.
 func TestUserlandRunsInChroot(t *testing.T) {
 	needTool(t, "dpkg", "dpkg")
 
-	for _, pkg := range DebianUserland.Packages {
+	for _, pkg := range append(DebianUserland.Packages, DiskUserland.Packages...) {
 		if exec.Command("dpkg", "-s", pkg).Run() != nil {
 			if os.Getenv("CI") != "" {
 				t.Fatalf("Debian package %s is missing: .ci/run must install it", pkg)
@@ -230,13 +230,20 @@ func TestUserlandRunsInChroot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, want := range []string{"/usr/sbin/nft", "/usr/sbin/xtables-nft-multi"} {
+	disk, err := DiskUserland.Stage(ctx, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	programs = append(programs, disk...)
+
+	for _, want := range []string{"/usr/sbin/nft", "/usr/sbin/xtables-nft-multi", "/usr/sbin/mkfs.xfs"} {
 		if !tr.Has(want) || !strings.Contains(strings.Join(programs, " "), want) {
 			t.Errorf("%s was not staged", want)
 		}
 	}
 
-	for _, want := range []string{"/usr/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libnftables.so.1", "/usr/lib/x86_64-linux-gnu/xtables/libxt_conntrack.so"} {
+	for _, want := range []string{"/usr/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libnftables.so.1", "/usr/lib/x86_64-linux-gnu/xtables/libxt_conntrack.so", "/usr/lib/x86_64-linux-gnu/liburcu.so.8"} {
 		if !tr.Has(want) {
 			t.Errorf("%s was not staged", want)
 		}

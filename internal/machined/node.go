@@ -185,6 +185,15 @@ func (n *node) run(ctx context.Context) (powerAction, error) {
 		}
 	}
 
+	if n.needsInstall() {
+		err := n.runSequence(ctx, sequencer.Install(n))
+		if err == nil {
+			return n.stop(actionReboot)
+		}
+
+		n.r.Log.Error("install failed: the node runs from memory (fix machine.install and apply the config again)", zap.Error(err))
+	}
+
 	if err := n.runSequence(ctx, sequencer.Start(n)); err != nil {
 		return actionNone, err
 	}

@@ -14,14 +14,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/partition"
 )
 
 // Paths inside the initramfs, as `imager boot` lays it out.
 const (
-	InitramfsImage   = "/rootfs.sqsh" // the node image
-	InitramfsModules = "/lib/modules" // <release>/ with the boot's modules and their index
-	diskDir          = "/disk"        // a tmpfs standing for the node's disk until it installs
-	downloadedConfig = "/config.yaml" // talos.config's download, copied into the node's root
+	InitramfsImage   = "/rootfs.sqsh"  // the node image
+	InitramfsModules = "/lib/modules"  // <release>/ with the boot's modules and their index
+	InitramfsKernel  = "/boot/vmlinuz" // the kernel, installed to disk with the initramfs
+	InitramfsGRUB    = "/boot/grub"    // GRUB's boot.img and core.img, installed to disk
+	diskDir          = "/disk"         // a tmpfs standing for the node's disk until it installs
+	downloadedConfig = "/config.yaml"  // talos.config's download, copied into the node's root
 )
 
 // BootModules are loaded on every boot, before the devices' own: the node image's
@@ -112,20 +115,16 @@ func InitMain([]string) error {
 		return err
 	}
 
-	if err = unix.Mount("tmpfs", diskDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755"); err != nil {
-		return fmt.Errorf("mounting %s: %w", diskDir, err)
+	installed, err := mountDisk(mods)
+	if err != nil {
+		return err
 	}
 
-	for _, p := range []string{"STATE", "META", "BOOT", "EPHEMERAL"} {
-		if err = os.MkdirAll(filepath.Join(diskDir, p), 0o700); err != nil {
-			return err
-		}
-	}
+	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules, Initramfs: "/"}
 
-	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules}
-
-	// talos.config= is the first boot's config, downloaded now that the network is up.
-	if arg := cmdline.Get("talos.config"); arg != "" {
+	// talos.config= is the first boot's config, downloaded now that the network is up; an
+	// installed node has its config on STATE.
+	if arg := cmdline.Get("talos.config"); arg != "" && !installed {
 		url, err := ConfigURL(arg, ConfigVars(ip.Address.Addr(), hostname))
 		if err != nil {
 			return err
@@ -147,6 +146,69 @@ func InitMain([]string) error {
 
 	return container.ExecInit("metal", ip.Address.Addr(), spec.Config != "")
 }
+
+// mountDisk mounts the node's partitions at diskDir when a disk has them (the node is installed:
+// BOOT, STATE and EPHEMERAL are XFS, META is a folder on BOOT); otherwise a tmpfs stands for the
+// disk until the node installs.
+func mountDisk(mods *Modules) (bool, error) {
+	devs, err := partition.Devices("/sys")
+	if err != nil {
+		return false, err
+	}
+
+	parts := partition.Named(devs, partition.Boot, partition.State, partition.Ephemeral)
+	if parts == nil {
+		if err = unix.Mount("tmpfs", diskDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755"); err != nil {
+			return false, fmt.Errorf("mounting %s: %w", diskDir, err)
+		}
+
+		for _, p := range []string{partition.State, partition.Meta, partition.Boot, partition.Ephemeral} {
+			if err = os.MkdirAll(filepath.Join(diskDir, p), 0o700); err != nil {
+				return false, err
+			}
+		}
+
+		log("no installed disk: the node runs from memory until it installs")
+
+		return false, nil
+	}
+
+	if err = mods.Load("xfs"); err != nil {
+		return false, err
+	}
+
+	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
+		dir := filepath.Join(diskDir, name)
+		if err = os.MkdirAll(dir, 0o700); err != nil {
+			return false, err
+		}
+
+		if err = unix.Mount(parts[name].Path(), dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return false, fmt.Errorf("mounting %s (%s): %w", name, parts[name].Path(), err)
+		}
+	}
+
+	meta := filepath.Join(diskDir, partition.Meta)
+	if err = os.MkdirAll(meta, 0o700); err != nil {
+		return false, err
+	}
+
+	onBoot := filepath.Join(diskDir, partition.Boot, MetaFolder)
+	if err = os.MkdirAll(onBoot, 0o700); err != nil {
+		return false, err
+	}
+
+	if err = unix.Mount(onBoot, meta, "", unix.MS_BIND, ""); err != nil {
+		return false, fmt.Errorf("binding META: %w", err)
+	}
+
+	log("booting the installed disk %s: BOOT, STATE and EPHEMERAL mounted", parts[partition.Boot].Disk)
+
+	return true, nil
+}
+
+// MetaFolder is META's folder on BOOT.
+const MetaFolder = "META"
 
 // fromDHCP runs DHCP on the links and returns the first lease as the node's network.
 func fromDHCP(ignore []string) (IPConfig, error) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/qemu"
 )
 
@@ -59,8 +60,8 @@ func (r *Request) checkQEMU() error {
 		return errors.New("the qemu provisioner needs root (it makes a bridge and taps): run it as root, or use `--provisioner process`, which needs none")
 	case !r.CIDR.Addr().Is4() || r.CIDR.Addr().IsLoopback():
 		return fmt.Errorf("--cidr %s: the qemu provisioner needs an IPv4 network off loopback, like %s", r.CIDR, DefaultContainerCIDR)
-	case q.DiskMB < 1024:
-		return fmt.Errorf("--disk %d is too small: give each node at least 1024 MB", q.DiskMB)
+	case q.DiskMB < partition.MinSize(partition.Layout)/partition.MiB:
+		return fmt.Errorf("--disk %d is too small: a node installs itself to its disk, give it at least %d MB", q.DiskMB, partition.MinSize(partition.Layout)/partition.MiB)
 	case c.MemoryMB < 1024 || c.MemoryWorker < 1024:
 		return errors.New("--memory and --memory-workers must be at least 1024 (MB): a metal node runs from memory")
 	case c.CPUs <= 0 || c.CPUsWorkers <= 0:

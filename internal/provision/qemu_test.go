@@ -39,7 +39,7 @@ func TestQEMURequestRefused(t *testing.T) {
 	}{
 		{"not root", 1000, func(*Request) {}, []string{"needs root", "--provisioner process"}},
 		{"loopback network", 0, func(r *Request) { r.CIDR = netip.MustParsePrefix("127.5.0.0/24") }, []string{"--cidr 127.5.0.0/24", "10.5.0.0/24"}},
-		{"small disk", 0, func(r *Request) { r.QEMU.DiskMB = 100 }, []string{"--disk 100", "1024 MB"}},
+		{"small disk", 0, func(r *Request) { r.QEMU.DiskMB = 100 }, []string{"--disk 100", "2228 MB"}},
 		{"small memory", 0, func(r *Request) { r.Container.MemoryWorker = 512 }, []string{"--memory-workers", "1024"}},
 		{"no cpus", 0, func(r *Request) { r.Container.CPUs = 0 }, []string{"--cpus", "positive"}},
 		{"no kernel", 0, func(r *Request) { r.QEMU.Kernel = filepath.Join(dir, "missing") }, []string{"--vmlinuz-path", "make boot"}},

@@ -4,17 +4,21 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/partition"
 )
 
 // NodeSpec is what a node's launcher gets from `talosctl cluster create`.
@@ -105,32 +110,54 @@ func Launch(ctx context.Context, spec NodeSpec) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	cmd := exec.Command("qemu-system-x86_64", spec.Args()...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr // the console, into the node's log
-	cmd.ExtraFiles = []*os.File{tap}              // fd 3
+	// QEMU runs with -no-reboot: a guest that reboots ends it, and it starts again, from the
+	// disk once the node has installed itself there (as a machine's firmware would).
+	for {
+		rebooted, err := runQEMU(ctx, spec, tap)
+		if err != nil || !rebooted || ctx.Err() != nil {
+			return err
+		}
+
+		fmt.Fprintf(os.Stderr, "[launcher] the guest rebooted: starting QEMU again\n")
+	}
+}
+
+// runQEMU runs QEMU once, until the guest powers off or reboots (rebooted) or ctx ends.
+func runQEMU(ctx context.Context, spec NodeSpec, tap *os.File) (bool, error) {
+	fromDisk := Bootable(spec.Disk)
+	watch := &rebootWatcher{}
+
+	cmd := exec.Command("qemu-system-x86_64", spec.Args(fromDisk)...)
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(os.Stdout, watch), os.Stderr // the console, into the node's log
+	cmd.ExtraFiles = []*os.File{tap}                                     // fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 
-	fmt.Fprintf(os.Stderr, "[launcher] starting QEMU for %s (KVM: %v, tap %s on %s)\n", spec.Name, spec.KVM, spec.Tap, spec.Bridge)
-
-	if err = cmd.Start(); err != nil {
-		return fmt.Errorf("starting qemu-system-x86_64: %w (install it with `apt-get install qemu-system-x86`)", err)
+	from := "kernel " + spec.Kernel
+	if fromDisk {
+		from = "its disk"
 	}
 
-	tap.Close() // QEMU has its own
+	fmt.Fprintf(os.Stderr, "[launcher] starting QEMU for %s from %s (KVM: %v, tap %s on %s)\n", spec.Name, from, spec.KVM, spec.Tap, spec.Bridge)
+
+	if err := cmd.Start(); err != nil {
+		return false, fmt.Errorf("starting qemu-system-x86_64: %w (install it with `apt-get install qemu-system-x86`)", err)
+	}
 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 
 	select {
-	case err = <-done:
+	case err := <-done:
 		fmt.Fprintf(os.Stderr, "[launcher] QEMU ended: %v\n", exitText(err))
 
-		return err
+		return err == nil && watch.rebooted(), err
 	case <-ctx.Done():
 	}
 
 	// QEMU quits at once on SIGTERM; the node's disk is a file that outlives it.
 	cmd.Process.Signal(syscall.SIGTERM) // it may have ended just now
+
+	var err error
 
 	select {
 	case err = <-done:
@@ -141,7 +168,61 @@ func Launch(ctx context.Context, spec NodeSpec) error {
 
 	fmt.Fprintf(os.Stderr, "[launcher] stopped QEMU: %v\n", exitText(err))
 
-	return nil
+	return false, nil
+}
+
+// rebootWatcher reads the console for the kernel's last words on a reboot.
+type rebootWatcher struct {
+	mu   sync.Mutex
+	tail []byte
+	seen bool
+}
+
+const rebootLine = "reboot: Restarting system"
+
+func (w *rebootWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.tail = append(w.tail, p...)
+	if bytes.Contains(w.tail, []byte(rebootLine)) {
+		w.seen = true
+	}
+
+	if len(w.tail) > len(rebootLine) {
+		w.tail = w.tail[len(w.tail)-len(rebootLine):]
+	}
+
+	return len(p), nil
+}
+
+func (w *rebootWatcher) rebooted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	return w.seen
+}
+
+// Bootable tells a disk image the node has installed itself on: a partition table with BOOT
+// and boot code in its first sector.
+func Bootable(disk string) bool {
+	f, err := os.Open(disk)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+
+	mbr := make([]byte, partition.SectorSize)
+	if _, err = f.ReadAt(mbr, 0); err != nil || bytes.Count(mbr[:0x1b8], []byte{0}) == 0x1b8 {
+		return false
+	}
+
+	parts, err := partition.Read(f)
+	if err != nil {
+		return false
+	}
+
+	return slices.ContainsFunc(parts, func(p partition.Placed) bool { return p.Name == partition.Boot })
 }
 
 func exitText(err error) string {
@@ -152,18 +233,22 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-// Args are QEMU's arguments: the kernel and initramfs with the node's kernel arguments, the
-// disk and the network card on virtio, the console on stdout, the tap as fd 3.
-func (s NodeSpec) Args() []string {
+// Args are QEMU's arguments: the kernel and initramfs with the node's kernel arguments (unless
+// the node boots from its disk), the disk and the network card on virtio, the console on stdout,
+// the tap as fd 3; a reboot ends QEMU.
+func (s NodeSpec) Args(fromDisk bool) []string {
 	args := []string{
 		"-name", s.Name, "-m", strconv.FormatInt(s.MemoryMB, 10), "-smp", strconv.Itoa(max(1, s.CPUs)),
-		"-display", "none", "-monitor", "none", "-serial", "stdio",
-		"-kernel", s.Kernel, "-initrd", s.Initrd, "-append", strings.Join(s.Cmdline, " "),
+		"-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
 		"-drive", "file=" + s.Disk + ",format=raw,if=virtio",
 		"-netdev", "tap,id=net0,fd=3", "-device", "virtio-net-pci,netdev=net0,mac=" + s.MAC,
 		// The host's entropy: without it a TCG kernel is slow to seed its random numbers,
 		// which DHCP's transaction IDs and TLS wait for.
 		"-device", "virtio-rng-pci",
+	}
+
+	if !fromDisk {
+		args = append(args, "-kernel", s.Kernel, "-initrd", s.Initrd, "-append", strings.Join(s.Cmdline, " "))
 	}
 
 	for i, d := range s.ExtraDisks {

@@ -1,11 +1,14 @@
 package qemu
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/talos-go/talos/internal/partition"
 )
 
 // A preallocated disk has its blocks; a sparse one has none; one that is there is kept.
@@ -51,7 +54,7 @@ func TestArgs(t *testing.T) {
 	s := NodeSpec{Name: "n", MemoryMB: 2048, CPUs: 2, Disk: "/d/disk.raw", MAC: "52:54:00:05:00:02", BadRTC: true,
 		ExtraDisks: []Disk{{Path: "/d/disk-1.raw", Driver: "nvme"}, {Path: "/d/disk-2.raw", Driver: "scsi"}}}
 
-	args := strings.Join(s.Args(), " ")
+	args := strings.Join(s.Args(false), " ")
 
 	for _, want := range []string{
 		"-drive file=/d/disk.raw,format=raw,if=virtio",
@@ -59,9 +62,75 @@ func TestArgs(t *testing.T) {
 		"-device virtio-scsi-pci,id=scsidisk2 -device scsi-hd,drive=disk2,bus=scsidisk2.0",
 		"virtio-net-pci,netdev=net0,mac=52:54:00:05:00:02",
 		"-rtc base=",
+		"-no-reboot",
+		"-kernel ",
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("no %q in %s", want, args)
 		}
+	}
+
+	if fromDisk := strings.Join(s.Args(true), " "); strings.Contains(fromDisk, "-kernel") || !strings.Contains(fromDisk, "-no-reboot") {
+		t.Errorf("booting from the disk: %s", fromDisk)
+	}
+}
+
+// A disk is bootable once it has a partition table with BOOT and boot code in its first sector.
+func TestBootable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "disk.raw")
+	if err := makeDisk(path, 3072, false); err != nil {
+		t.Fatal(err)
+	}
+
+	if Bootable(path) {
+		t.Fatal("a blank disk is bootable")
+	}
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	parts, err := partition.Plan(partition.Layout, 3072<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err = partition.Write(f, 3072<<20, parts); err != nil {
+		t.Fatal(err)
+	}
+
+	if Bootable(path) {
+		t.Fatal("a disk without boot code is bootable")
+	}
+
+	boot := bytes.Repeat([]byte{0xeb}, partition.SectorSize)
+	if err = partition.InstallGRUB(f, parts[1], boot, bytes.Repeat([]byte{1}, 4*partition.SectorSize)); err != nil {
+		t.Fatal(err)
+	}
+
+	if !Bootable(path) {
+		t.Fatal("an installed disk is not bootable")
+	}
+}
+
+// The kernel's last words on a reboot are found across the console's writes; a power-off's are
+// not a reboot.
+func TestRebootWatcher(t *testing.T) {
+	w := &rebootWatcher{}
+	for _, chunk := range []string{"[   12.5] reboot: Re", "starting sys", "tem\r\n"} {
+		w.Write([]byte(chunk))
+	}
+
+	if !w.rebooted() {
+		t.Error("a reboot split across writes was missed")
+	}
+
+	off := &rebootWatcher{}
+	off.Write([]byte("[   12.5] reboot: Power down\r\n"))
+
+	if off.rebooted() {
+		t.Error("a power-off was taken for a reboot")
 	}
 }

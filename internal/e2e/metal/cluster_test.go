@@ -28,11 +28,22 @@ func TestClusterCreateQEMU(t *testing.T) {
 
 	start := time.Now()
 	cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-e2e", "--cidr", cidr,
-		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "2048",
+		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
 		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
 		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
 		"--wait=false")
 	t.Logf("created, apid serving and etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	// The node installed itself to its disk (machine.install.disk /dev/vda) and booted from it:
+	// GRUB started slot A's kernel, STATE and EPHEMERAL (under /var's overlay and containerd's
+	// folder) are the disk's XFS partitions.
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") || strings.Contains(out, "talos.config=") {
+		t.Errorf("the node did not boot slot A from its disk: /proc/cmdline %s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "mounts"); !regexp.MustCompile(`(?m)/dev/vda5\s.*\s/system/state\s*$`).MatchString(out) || !regexp.MustCompile(`(?m)/dev/vda6\s.*\s/var/lib/containerd\s*$`).MatchString(out) {
+		t.Errorf("mounts: STATE and EPHEMERAL are not the disk's:\n%s", out)
+	}
 
 	// The talosconfig's context was merged into the test's home.
 	if out := cli.Must(t, "-n", node, "get", "addresses"); !regexp.MustCompile(`(?m)eth0/10\.5\.7\.2/24\s`).MatchString(out) {
@@ -59,8 +70,8 @@ func TestClusterCreateQEMU(t *testing.T) {
 		t.Errorf("the node asked the test's NTP server nothing")
 	}
 
-	if out := cli.Must(t, "-n", node, "get", "disks"); !regexp.MustCompile(`(?m)\svda\s+\d+\s+2\.1 GB\s`).MatchString(out) {
-		t.Errorf("get disks: no 2.1 GB vda (the --disk file):\n%s", out)
+	if out := cli.Must(t, "-n", node, "get", "disks"); !regexp.MustCompile(`(?m)\svda\s+\d+\s+3\.2 GB\s`).MatchString(out) {
+		t.Errorf("get disks: no 3.2 GB vda (the --disk file):\n%s", out)
 	}
 
 	// The bootstrapped etcd answers once it is up (slow under TCG).
@@ -102,7 +113,7 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 
 	start := time.Now()
 	out := cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-apply", "--cidr", cidr,
-		"--controlplanes", "1", "--workers", "1", "--memory", "2048", "--memory-workers", "1536", "--cpus", "1", "--cpus-workers", "1", "--disk", "2048",
+		"--controlplanes", "1", "--workers", "1", "--memory", "2048", "--memory-workers", "1536", "--cpus", "1", "--cpus-workers", "1", "--disk", "3072",
 		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
 		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
 		"--with-apply-config", "--bad-rtc", "--disable-dhcp-hostname", "--disk-preallocate=false",

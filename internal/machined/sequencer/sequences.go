@@ -3,7 +3,8 @@ package sequencer
 import "context"
 
 // Every sequence machined runs. A node boots with Boot; without a config it then runs
-// Maintenance until one is applied; then Start. It ends with Shutdown or Reboot. Upgrade and
+// Maintenance until one is applied; a metal node running from memory then runs Install and
+// reboots from its disk; otherwise Start. It ends with Shutdown or Reboot. Upgrade and
 // Reset run in the background of a running node (internal/machined/upgrade). To add a step,
 // add a task here and its method to the interface the sequence names; a step of one mode or
 // machine type is a phase added with AppendWhen.
@@ -14,6 +15,8 @@ type Machine interface {
 	StartResources(ctx context.Context) error  // resource state and controllers
 	StartMachineAPI(ctx context.Context) error // the machine API on the node's socket
 	LoadConfig(ctx context.Context) error      // staged, saved or --config; none: maintenance
+
+	InstallToDisk(ctx context.Context) error // metal from memory: machine.install.disk becomes the node's
 
 	EnterMaintenance(ctx context.Context) error // stage Maintenance; the boot counts as good
 	ServeMaintenance(ctx context.Context) error // the insecure API, until a config or a power action
@@ -39,6 +42,13 @@ func Maintenance(m Machine) Sequence {
 		Append("maintenance",
 			T("enterMaintenance", m.EnterMaintenance),
 			T("serveMaintenanceAPI", m.ServeMaintenance))
+}
+
+// Install makes the configured disk the node's; the node reboots from it next.
+func Install(m Machine) Sequence {
+	return New("install").
+		Append("install",
+			T("installToDisk", m.InstallToDisk))
 }
 
 // Start starts the services of a configured node.

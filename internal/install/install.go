@@ -1,0 +1,301 @@
+// Package install makes a disk a metal node's: partitions, filesystems, GRUB, the boot slot and
+// the node's STATE.
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/partition"
+)
+
+// Options are an install's inputs.
+type Options struct {
+	Disk      string   // the disk to install to (machine.install.disk), e.g. /dev/vda
+	Initramfs string   // the running initramfs's files (container.InitramfsDir)
+	State     string   // the node's STATE so far (its config), copied to the disk's STATE
+	Cmdline   []string // the installed system's kernel arguments
+	Log       func(format string, args ...any)
+}
+
+// ToDisk makes a disk the node's: upstream's partitions (everything on the disk is lost), XFS
+// on BOOT, STATE and EPHEMERAL, GRUB for BIOS boot, slot A on BOOT (this kernel and initramfs),
+// META on BOOT and this boot's STATE on the disk's STATE. The node boots from the disk next.
+func ToDisk(ctx context.Context, o Options) error {
+	fi, err := os.Stat(o.Disk)
+	if err != nil || fi.Mode()&fs.ModeDevice == 0 || fi.Mode()&fs.ModeCharDevice != 0 {
+		return fmt.Errorf("machine.install.disk %s is not a disk of this machine: name one `talosctl get disks` lists", o.Disk)
+	}
+
+	f, err := os.OpenFile(o.Disk, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+
+	parts, err := partition.Plan(partition.Layout, size)
+	if err != nil {
+		return fmt.Errorf("machine.install.disk %s: %w", o.Disk, err)
+	}
+
+	o.Log("installing to %s (%d MiB): partitions %s", o.Disk, size/partition.MiB, layoutText(parts))
+
+	// Old filesystems' signatures go, so nothing mistakes a partition for what it was.
+	zeros := make([]byte, partition.MiB)
+	for _, p := range parts {
+		if _, err = f.WriteAt(zeros[:min(int64(len(zeros)), p.Bytes())], p.Offset()); err != nil {
+			return err
+		}
+	}
+
+	if err = partition.Write(f, size, parts); err != nil {
+		return err
+	}
+
+	if err = f.Sync(); err != nil {
+		return err
+	}
+
+	if err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0); err != nil {
+		return fmt.Errorf("the kernel did not read %s's new partitions: %w", o.Disk, err)
+	}
+
+	devs, err := waitPartitions(ctx, filepath.Base(o.Disk), len(parts))
+	if err != nil {
+		return err
+	}
+
+	if err = metal.LoadModule("xfs"); err != nil {
+		return err
+	}
+
+	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
+		o.Log("formatting %s (%s) as XFS", name, devs[name].Path())
+
+		cmd := exec.CommandContext(ctx, "mkfs.xfs", "-f", "-q", "-L", name, devs[name].Path())
+		// xfsprogs since 5.19 refuses filesystems under 300 MB outside its own test suite, whose
+		// variables lift that: STATE is upstream's 100 MiB.
+		cmd.Env = append(os.Environ(), "TEST_DIR=1", "TEST_DEV=1", "QA_CHECK_FS=1")
+
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("mkfs.xfs %s: %w: %s", devs[name].Path(), err, out)
+		}
+	}
+
+	grub := filepath.Join(o.Initramfs, metal.InitramfsGRUB)
+
+	bootImg, err := os.ReadFile(filepath.Join(grub, "boot.img"))
+	if err != nil {
+		return fmt.Errorf("this initramfs carries no GRUB (rebuild the boot assets with `make boot`): %w", err)
+	}
+
+	coreImg, err := os.ReadFile(filepath.Join(grub, "core.img"))
+	if err != nil {
+		return err
+	}
+
+	if err = partition.InstallGRUB(f, parts[1], bootImg, coreImg); err != nil {
+		return err
+	}
+
+	if err = f.Sync(); err != nil {
+		return err
+	}
+
+	o.Log("writing slot A to BOOT: kernel, initramfs, GRUB's menu")
+
+	err = onPartition(devs[partition.Boot], func(dir string) error {
+		return writeSlot(dir, "A", o)
+	})
+	if err != nil {
+		return err
+	}
+
+	o.Log("copying STATE (the machine config) to the disk")
+
+	return onPartition(devs[partition.State], func(dir string) error {
+		return copyTree(o.State, dir)
+	})
+}
+
+// writeSlot writes a slot's kernel and initramfs, META's folder and GRUB's menu on BOOT.
+func writeSlot(boot, slot string, o Options) error {
+	dir := filepath.Join(boot, slot)
+	for _, d := range []string{dir, filepath.Join(boot, "grub"), filepath.Join(boot, metal.MetaFolder)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+
+	if err := copyFile(filepath.Join(o.Initramfs, metal.InitramfsKernel), filepath.Join(dir, "vmlinuz"), 0o600); err != nil {
+		return err
+	}
+
+	out, err := os.OpenFile(filepath.Join(dir, "initramfs.img"), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+
+	if err = imager.WriteInitramfs(out, o.Initramfs); err != nil {
+		out.Close()
+
+		return fmt.Errorf("writing the initramfs: %w", err)
+	}
+
+	if err = out.Close(); err != nil {
+		return err
+	}
+
+	cfg := partition.GRUBConfig(slot, []string{slot}, strings.Join(o.Cmdline, " "))
+
+	return os.WriteFile(filepath.Join(boot, "grub", "grub.cfg"), []byte(cfg), 0o600)
+}
+
+// onPartition mounts an XFS partition in a temporary folder for fn, syncs and unmounts it.
+func onPartition(dev partition.Device, fn func(dir string) error) error {
+	dir, err := os.MkdirTemp("", "install-"+strings.ToLower(dev.PartName))
+	if err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+
+	if err = unix.Mount(dev.Path(), dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mounting %s: %w", dev.Path(), err)
+	}
+
+	err = fn(dir)
+	unix.Sync()
+
+	if uerr := unix.Unmount(dir, 0); uerr != nil && err == nil {
+		err = fmt.Errorf("unmounting %s: %w", dev.Path(), uerr)
+	}
+
+	return err
+}
+
+// waitPartitions waits for the kernel to show the disk's n partitions and their device nodes.
+func waitPartitions(ctx context.Context, disk string, n int) (map[string]partition.Device, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	for {
+		devs, err := partition.Devices("/sys")
+		if err != nil {
+			return nil, err
+		}
+
+		found := partition.OnDisk(devs, disk)
+
+		ready := len(found) == n
+		for _, d := range found {
+			if _, err := os.Stat(d.Path()); err != nil {
+				ready = false
+			}
+		}
+
+		if ready {
+			return found, nil
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s's partitions did not appear (%d of %d)", disk, len(found), n)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Cmdline is the installed system's kernel arguments: this boot's, without what only
+// a first boot uses (talos.config: the config is on STATE now) or the boot loader adds, with
+// machine.install.extraKernelArgs.
+func Cmdline(current string, extra []string) []string {
+	var args []string
+
+	for _, a := range strings.Fields(current) {
+		key, _, _ := strings.Cut(a, "=")
+		if key == "talos.config" || key == "BOOT_IMAGE" || key == "initrd" {
+			continue
+		}
+
+		args = append(args, a)
+	}
+
+	return append(args, extra...)
+}
+
+func layoutText(parts []partition.Placed) string {
+	var b []string
+	for _, p := range parts {
+		b = append(b, fmt.Sprintf("%s %d MiB", p.Name, p.Bytes()/partition.MiB))
+	}
+
+	return strings.Join(b, ", ")
+}
+
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
+	if err != nil {
+		return err
+	}
+
+	if _, err = io.Copy(out, in); err != nil {
+		out.Close()
+
+		return err
+	}
+
+	return out.Close()
+}
+
+// copyTree copies the folders and regular files under src into dst, with their permissions.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+
+		target := filepath.Join(dst, rel)
+
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, fi.Mode().Perm())
+		case fi.Mode().IsRegular():
+			return copyFile(p, target, fi.Mode().Perm())
+		default:
+			return errors.New(p + ": only folders and files are copied")
+		}
+	})
+}

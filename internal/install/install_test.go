@@ -1,0 +1,87 @@
+package install
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestCmdline(t *testing.T) {
+	got := Cmdline("BOOT_IMAGE=/A/vmlinuz talos.platform=metal console=ttyS0 talos.config=http://10.5.0.1/x.yaml ip=dhcp", []string{"net.ifnames=0"})
+	want := []string{"talos.platform=metal", "console=ttyS0", "ip=dhcp", "net.ifnames=0"}
+
+	if !slices.Equal(got, want) {
+		t.Errorf("%v, want %v", got, want)
+	}
+}
+
+// An install refuses what is not a disk, and a disk too small for the partitions, naming the
+// field and writing nothing.
+func TestRefusals(t *testing.T) {
+	log := func(string, ...any) {}
+
+	err := ToDisk(context.Background(), Options{Disk: "/dev/null", Log: log})
+	if err == nil || !strings.Contains(err.Error(), "machine.install.disk /dev/null") {
+		t.Errorf("a character device: %v", err)
+	}
+
+	if os.Getuid() != 0 {
+		t.Skip("a loop device needs root")
+	}
+
+	img := filepath.Join(t.TempDir(), "small.raw")
+	if err = os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if err = os.Truncate(img, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Skipf("no loop device: %v: %s", err, out)
+	}
+
+	loop := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+
+	err = ToDisk(context.Background(), Options{Disk: loop, Log: log})
+	if err == nil || !strings.Contains(err.Error(), "machine.install.disk "+loop) || !strings.Contains(err.Error(), "at least 2228 MiB") {
+		t.Errorf("a 1 GiB disk: %v", err)
+	}
+
+	b, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if strings.Trim(string(b[:1<<20]), "\x00") != "" {
+		t.Error("the refused install wrote to the disk")
+	}
+}
+
+func TestCopyTree(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+
+	if err := os.MkdirAll(filepath.Join(src, "a/b"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(filepath.Join(src, "a/b/config.yaml"), []byte("machine: {}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := copyTree(src, dst); err != nil {
+		t.Fatal(err)
+	}
+
+	fi, err := os.Stat(filepath.Join(dst, "a/b/config.yaml"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("copied file: %v, %v", fi, err)
+	}
+}

@@ -1,0 +1,69 @@
+package machined
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/install"
+	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/metal"
+)
+
+// needsInstall tells a metal node that runs from memory (its STATE is not a disk's XFS) and has
+// an install disk in its config.
+func (n *node) needsInstall() bool {
+	if n.opts.Platform != runtime.PlatformMetal || !metal.OwnsMachine() {
+		return false
+	}
+
+	var st unix.Statfs_t
+	if err := unix.Statfs(n.r.Paths.State(), &st); err != nil || st.Type == unix.XFS_SUPER_MAGIC {
+		return false
+	}
+
+	if cfg := n.r.Config(); cfg == nil || cfg.Machine().Install().Disk() == "" {
+		n.r.Log.Warn("machine.install.disk is empty: the node runs from memory and keeps nothing across a reboot")
+
+		return false
+	}
+
+	return true
+}
+
+// InstallToDisk installs the node to machine.install.disk: partitions, GRUB, slot A and STATE.
+func (n *node) InstallToDisk(ctx context.Context) error {
+	n.setMachineStage(n.owned.ctx, runtimeres.MachineStageInstalling, false)
+
+	cfg := n.r.Config()
+	if cfg == nil {
+		return errors.New("no config")
+	}
+
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+
+	log := n.r.Log.Named("install")
+
+	err = install.ToDisk(ctx, install.Options{
+		Disk:      cfg.Machine().Install().Disk(),
+		Initramfs: container.InitramfsDir,
+		State:     n.r.Paths.State(),
+		Cmdline:   install.Cmdline(string(cmdline), cfg.Machine().Install().ExtraKernelArgs()),
+		Log:       func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
+	})
+	if err != nil {
+		return err
+	}
+
+	log.Info("installed: rebooting from the disk")
+
+	return nil
+}
