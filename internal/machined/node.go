@@ -285,6 +285,8 @@ func (n *node) StartResources(ctx context.Context) error {
 		OwnKernel:        n.opts.Platform == runtime.PlatformMetal,
 		DHCPLinks:        bootDHCPLinks(n.opts.Platform),
 		LoadModule:       metal.LoadModule,
+		Udev:             n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine(),
+		LoadModalias:     metal.LoadForModalias,
 		StateDir:         n.r.Paths.State(),
 		APIDSecretsDir:   n.r.Paths.Secrets("apid"),
 		TrustdSecretsDir: n.r.Paths.Secrets("trustd"),

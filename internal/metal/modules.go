@@ -220,3 +220,26 @@ func LoadModule(name string) error {
 
 	return mods.Load(name)
 }
+
+// LoadForModalias loads the node's modules a device's modalias names (a uevent's MODALIAS), as
+// udevd does on hotplug; it returns what it loaded.
+func LoadForModalias(modalias string) ([]string, error) {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return nil, err
+	}
+
+	mods, err := OpenModules(filepath.Join(NodeModules, unix.ByteSliceToString(uts.Release[:])))
+	if err != nil {
+		return nil, err
+	}
+
+	names := mods.ForAlias(modalias)
+	for _, name := range names {
+		if err = mods.Load(name); err != nil {
+			return nil, err
+		}
+	}
+
+	return names, nil
+}

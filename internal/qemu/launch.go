@@ -240,7 +240,8 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 	args := []string{
 		"-name", s.Name, "-m", strconv.FormatInt(s.MemoryMB, 10), "-smp", strconv.Itoa(max(1, s.CPUs)),
 		"-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
-		"-drive", "file=" + s.Disk + ",format=raw,if=virtio",
+		// The node's disk boots first: the firmware must not try an extra disk before it.
+		"-drive", "file=" + s.Disk + ",format=raw,if=none,id=disk0", "-device", "virtio-blk-pci,drive=disk0,bootindex=1",
 		"-netdev", "tap,id=net0,fd=3", "-device", "virtio-net-pci,netdev=net0,mac=" + s.MAC,
 		// The host's entropy: without it a TCG kernel is slow to seed its random numbers,
 		// which DHCP's transaction IDs and TLS wait for.

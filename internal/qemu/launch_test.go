@@ -57,7 +57,7 @@ func TestArgs(t *testing.T) {
 	args := strings.Join(s.Args(false), " ")
 
 	for _, want := range []string{
-		"-drive file=/d/disk.raw,format=raw,if=virtio",
+		"-drive file=/d/disk.raw,format=raw,if=none,id=disk0 -device virtio-blk-pci,drive=disk0,bootindex=1",
 		"file=/d/disk-1.raw,format=raw,if=none,id=disk1 -device nvme,drive=disk1",
 		"-device virtio-scsi-pci,id=scsidisk2 -device scsi-hd,drive=disk2,bus=scsidisk2.0",
 		"virtio-net-pci,netdev=net0,mac=52:54:00:05:00:02",

@@ -139,7 +139,7 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 	}
 
 	disks := cli.Must(t, "-n", worker, "get", "disks")
-	for _, re := range []string{`(?m)\snvme0n1\s+\d+\s+537 MB\s`, `(?m)\ssda\s+\d+\s+537 MB\s`, `(?m)\svda\s+\d+\s+2\.1 GB\s`} {
+	for _, re := range []string{`(?m)\snvme0n1\s+\d+\s+537 MB\s`, `(?m)\ssda\s+\d+\s+537 MB\s`, `(?m)\svda\s+\d+\s+3\.2 GB\s`} {
 		if !regexp.MustCompile(re).MatchString(disks) {
 			t.Errorf("get disks on the worker: no match for %s:\n%s", re, disks)
 		}
@@ -147,6 +147,43 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 
 	if disks = cli.Must(t, "-n", "10.5.8.2", "get", "disks"); strings.Contains(disks, "nvme0n1") {
 		t.Errorf("the control plane has the workers' extra disks:\n%s", disks)
+	}
+
+	// udevd: the worker's volumes, probed, and their /dev/disk links (the NVMe disk by id).
+	vols := cli.Must(t, "-n", worker, "get", "discoveredvolumes")
+	for _, re := range []string{`(?m)\svda\s+\d+\s+disk\s+3\.2 GB\s+gpt\s`, `(?m)\svda3\s+\d+\s+partition\s+1\.0 GB\s+xfs\s+BOOT\s+BOOT\s*$`,
+		`(?m)\svda5\s+\d+\s+partition\s+105 MB\s+xfs\s+STATE\s+STATE\s*$`, `(?m)\svda4\s+\d+\s+partition\s+1\.0 MB\s+META\s*$`} {
+		if !regexp.MustCompile(re).MatchString(vols) {
+			t.Errorf("get discoveredvolumes on the worker: no match for %s:\n%s", re, vols)
+		}
+	}
+
+	links := cli.Must(t, "-n", worker, "ls", "/dev/disk", "--recurse", "--depth", "2")
+	for _, want := range []string{"by-partlabel/EPHEMERAL", "by-label/STATE", "by-id/nvme-"} {
+		if !strings.Contains(links, want) {
+			t.Errorf("ls /dev/disk on the worker: no %s:\n%s", want, links)
+		}
+	}
+
+	// A reboot comes back from the disk with the applied config (kept on STATE).
+	bootID := cli.Must(t, "-n", worker, "read", "/proc/sys/kernel/random/boot_id")
+	cli.Must(t, "-n", worker, "reboot", "--wait=false")
+
+	testenv.WaitFor(t, "the worker back from its disk", 4*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", worker, "read", "/proc/sys/kernel/random/boot_id")
+		if code != 0 || out == bootID {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
+
+	if out := cli.Must(t, "-n", worker, "get", "machinetype"); !strings.Contains(out, "worker") {
+		t.Errorf("the worker lost its config over a reboot:\n%s", out)
+	}
+
+	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-apply-worker-1.log")); strings.Count(string(console), "booting the installed disk vda") != 2 {
+		t.Errorf("the worker did not boot its disk twice (after the install and after the reboot)")
 	}
 
 	// The preallocation was turned off: the disk files are sparse.

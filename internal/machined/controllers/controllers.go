@@ -42,6 +42,11 @@ type Options struct {
 	DHCPLinks []string
 	// LoadModule loads a kernel module (metal); nil: none is loaded.
 	LoadModule func(name string) error
+	// Udev runs udevd's controllers: block devices from uevents, their probes, /dev/disk links
+	// (metal as PID 1 only: they write the machine's /dev).
+	Udev bool
+	// LoadModalias loads the modules a new device's modalias names (metal); nil: none.
+	LoadModalias func(modalias string) ([]string, error)
 	// StateDir is the STATE folder, where the node id is kept.
 	StateDir string
 	// APIDSecretsDir and TrustdSecretsDir are the folders apid and trustd read their
@@ -130,6 +135,12 @@ func List(opts Options) []controller.Controller {
 		k8sctrl.NewNodenameController(),
 		k8sctrl.NewNodeIPConfigController(),
 		k8sctrl.NewNodeIPController(),
+	}
+
+	// A node on its own kernel runs udevd: its block devices, their probes and links.
+	if opts.Udev {
+		list = append(list, &blockctrl.UdevController{Sysfs: "/sys", LoadModalias: opts.LoadModalias},
+			&blockctrl.DiscoveredVolumesController{Sysfs: "/sys", Dev: "/dev"})
 	}
 
 	// A node in its own network namespace (a container node, a metal one) runs its resolvers

@@ -76,6 +76,9 @@ var Definitions = []meta.ResourceWithRD{
 	&hardware.SystemInformation{},
 	&hardware.Processor{},
 	&block.Disk{},
+	&block.Device{},
+	&block.DiscoveredVolume{},
+	&block.Symlink{},
 	// Kubernetes: secrets, control plane configs and the k8s namespace, as upstream.
 	&secrets.Kubernetes{},
 	&secrets.KubernetesRoot{},
