@@ -9,9 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 
 	"github.com/talos-go/talos/internal/container"
 )
@@ -136,23 +134,12 @@ func (c *Cluster) startContainer(n *Node, req *Request) error {
 		return err
 	}
 
-	out, err := os.OpenFile(filepath.Join(c.Dir, n.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	pid, err := c.startDetached(n.Name+".log", nil, "container", "--spec", string(specJSON))
 	if err != nil {
-		return err
-	}
-	defer out.Close()
-
-	cmd := exec.Command(c.Binary, "container", "--spec", string(specJSON))
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-
-	if err = cmd.Start(); err != nil {
-		return fmt.Errorf("starting node %s: %w", n.Name, err)
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 
-	n.PID = cmd.Process.Pid
-
-	go cmd.Wait() //nolint:errcheck // only reaps; the node reports its own state
+	n.PID = pid
 
 	return nil
 }

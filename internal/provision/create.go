@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -329,28 +330,43 @@ func (c *Cluster) start(n *Node, extraArgs []string) error {
 		return err
 	}
 
-	out, err := os.OpenFile(filepath.Join(c.Dir, n.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	args := append(append([]string{}, extraArgs...), "--platform", "container", "--state", n.State, "--address", n.Address, "--config", n.Config)
+
+	pid, err := c.startDetached(n.Name+".log", nil, args...)
 	if err != nil {
-		return err
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+
+	n.PID = pid
+
+	return nil
+}
+
+// startDetached starts the node binary with args in its own session, output appended to the
+// cluster folder's logName, extra (if any) as its fd 3.
+func (c *Cluster) startDetached(logName string, extra *os.File, args ...string) (int, error) {
+	out, err := os.OpenFile(filepath.Join(c.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
 	}
 	defer out.Close()
-
-	args := append(append([]string{}, extraArgs...), "--platform", "container", "--state", n.State, "--address", n.Address, "--config", n.Config)
 
 	cmd := exec.Command(c.Binary, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 
-	if err = cmd.Start(); err != nil {
-		return fmt.Errorf("starting node %s: %w", n.Name, err)
+	if extra != nil {
+		cmd.ExtraFiles = []*os.File{extra}
 	}
 
-	n.PID = cmd.Process.Pid
+	if err = cmd.Start(); err != nil {
+		return 0, fmt.Errorf("starting %s: %w", strings.Join(args[:1], " "), err)
+	}
 
 	// Reap the child if the CLI lives long enough (tests); otherwise init adopts it.
-	go cmd.Wait() //nolint:errcheck // only reaps; the node reports its own state
+	go cmd.Wait() //nolint:errcheck // only reaps; the processes report their own state
 
-	return nil
+	return cmd.Process.Pid, nil
 }
 
 // Destroy stops every node cleanly and removes the cluster's folder.

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -258,32 +257,6 @@ func (c *Cluster) applyConfigs(ctx context.Context, progress io.Writer) error {
 	}
 
 	return nil
-}
-
-// startDetached starts the node binary with args in its own session, output appended to the
-// cluster folder's logName, extra (if any) as its fd 3.
-func (c *Cluster) startDetached(logName string, extra *os.File, args ...string) (int, error) {
-	out, err := os.OpenFile(filepath.Join(c.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer out.Close()
-
-	cmd := exec.Command(c.Binary, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-
-	if extra != nil {
-		cmd.ExtraFiles = []*os.File{extra}
-	}
-
-	if err = cmd.Start(); err != nil {
-		return 0, fmt.Errorf("starting %s: %w", strings.Join(args[:1], " "), err)
-	}
-
-	go cmd.Wait() //nolint:errcheck // only reaps; the processes report their own state
-
-	return cmd.Process.Pid, nil
 }
 
 // stopQEMUNetwork stops the network process (after the nodes: a rebooting node asks it again).
