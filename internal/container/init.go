@@ -160,7 +160,7 @@ func mountLayers(spec Spec, root string, metal bool) error {
 	for _, m := range mounts {
 		target := filepath.Join(root, m.target)
 
-		if err = os.MkdirAll(target, 0o755); err != nil {
+		if err = mountPoint(m, target); err != nil {
 			return fmt.Errorf("mount point %s: %w", m.target, err)
 		}
 
@@ -461,6 +461,20 @@ func BuildMetalRoot(spec Spec) error {
 	}
 
 	return unix.Chdir("/")
+}
+
+// mountPoint makes the folder a mount goes on, or an empty file for a bind of a file or a device
+// (an installed metal node's META partition).
+func mountPoint(m mnt, target string) error {
+	if fi, err := os.Stat(m.source); err == nil && m.flags&unix.MS_BIND != 0 && !fi.IsDir() {
+		if err = os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+
+		return os.WriteFile(target, nil, 0o600)
+	}
+
+	return os.MkdirAll(target, 0o755)
 }
 
 // InitramfsDir is where a metal node sees its initramfs's files (Spec.Initramfs).

@@ -32,7 +32,8 @@ type Options struct {
 
 // ToDisk makes a disk the node's: upstream's partitions (everything on the disk is lost), XFS
 // on BOOT, STATE and EPHEMERAL, GRUB for BIOS boot, slot A on BOOT (this kernel and initramfs),
-// META on BOOT and this boot's STATE on the disk's STATE. The node boots from the disk next.
+// an empty META (zeroed: internal/meta's partition store) and this boot's STATE on the disk's
+// STATE. The node boots from the disk next.
 func ToDisk(ctx context.Context, o Options) error {
 	fi, err := os.Stat(o.Disk)
 	if err != nil || fi.Mode()&fs.ModeDevice == 0 || fi.Mode()&fs.ModeCharDevice != 0 {
@@ -135,10 +136,10 @@ func ToDisk(ctx context.Context, o Options) error {
 	})
 }
 
-// writeSlot writes a slot's kernel and initramfs, META's folder and GRUB's menu on BOOT.
+// writeSlot writes a slot's kernel and initramfs and GRUB's menu on BOOT.
 func writeSlot(boot, slot string, o Options) error {
 	dir := filepath.Join(boot, slot)
-	for _, d := range []string{dir, filepath.Join(boot, "grub"), filepath.Join(boot, metal.MetaFolder)} {
+	for _, d := range []string{dir, filepath.Join(boot, "grub")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}

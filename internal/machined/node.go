@@ -66,6 +66,10 @@ func newNode(opts Options) (*node, error) {
 	paths := runtime.Paths{Root: opts.StateDir}
 
 	for _, dir := range []string{paths.State(), paths.Ephemeral(), paths.Boot(), paths.Meta(), paths.System()} {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode()&os.ModeDevice != 0 {
+			continue // an installed metal node's META partition
+		}
+
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("creating node folder %s: %w", dir, err)
 		}

@@ -1,10 +1,11 @@
 // Package meta is the node's META partition: a small key-value store for what the boot loader
 // and machined tell each other across reboots (active slot, boot-once, upgrade state).
 //
-// In container mode it is one file, META/meta, holding "key=value" lines. Every change writes
-// a new file next to it, syncs it and renames it over the old one, so a crash leaves either the
-// old or the new contents, never a mix. A process lock (flock on META/.lock) serializes
-// read-modify-write cycles between the boot stage and machined.
+// On an installed metal node it is the raw META partition (partition.go). Otherwise it is one
+// file, META/meta, holding "key=value" lines. Every change writes a new file next to it, syncs it
+// and renames it over the old one, so a crash leaves either the old or the new contents, never a
+// mix. A process lock (flock on META/.lock, or on the partition) serializes read-modify-write
+// cycles between the boot stage and machined.
 package meta
 
 import (
@@ -50,13 +51,20 @@ const (
 
 const fileName = "meta"
 
-// Store is the META key-value store in a folder.
+// Store is the META key-value store: in a folder, or on a metal node's META partition.
 type Store struct {
 	dir string
+	dev string // the partition (or a file standing for one), when the store is on one
 }
 
-// Open returns the store in dir, creating the folder if needed.
-func Open(dir string) (*Store, error) {
+// Open returns the store at path: on the partition when path is a block device (an installed
+// metal node's /system/meta), else in the folder path, created if needed.
+func Open(path string) (*Store, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeDevice != 0 {
+		return OpenPartition(path), nil
+	}
+
+	dir := path
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating META folder %s: %w", dir, err)
 	}
@@ -64,8 +72,17 @@ func Open(dir string) (*Store, error) {
 	return &Store{dir: dir}, nil
 }
 
-// Path is the store's file.
-func (s *Store) Path() string { return filepath.Join(s.dir, fileName) }
+// OpenPartition returns the store on a partition (or a file of the partition's size).
+func OpenPartition(dev string) *Store { return &Store{dev: dev} }
+
+// Path is the store's file, or its partition.
+func (s *Store) Path() string {
+	if s.dev != "" {
+		return s.dev
+	}
+
+	return filepath.Join(s.dir, fileName)
+}
 
 // Values is a snapshot of the store.
 type Values map[string]string
@@ -128,7 +145,12 @@ func (s *Store) Set(kv ...string) error {
 }
 
 func (s *Store) lock(how int) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	lockPath := filepath.Join(s.dir, ".lock")
+	if s.dev != "" {
+		lockPath = s.dev // the partition itself: only this machine's processes use it
+	}
+
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening META lock: %w", err)
 	}
@@ -143,6 +165,16 @@ func (s *Store) lock(how int) (func(), error) {
 }
 
 func (s *Store) readLocked() (Values, error) {
+	if s.dev != "" {
+		f, err := os.Open(s.dev)
+		if err != nil {
+			return nil, fmt.Errorf("opening META %s: %w", s.dev, err)
+		}
+		defer f.Close()
+
+		return s.readPartitionLocked(f)
+	}
+
 	data, err := os.ReadFile(s.Path())
 	if errors.Is(err, os.ErrNotExist) {
 		return Values{}, nil
@@ -204,6 +236,16 @@ func (s *Store) writeLocked(v Values) error {
 	var buf bytes.Buffer
 	for _, k := range keys {
 		fmt.Fprintf(&buf, "%s=%s\n", k, v[k])
+	}
+
+	if s.dev != "" {
+		f, err := os.OpenFile(s.dev, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("opening META %s: %w", s.dev, err)
+		}
+		defer f.Close()
+
+		return s.writePartitionLocked(f, buf.Bytes())
 	}
 
 	return WriteFileAtomic(s.Path(), buf.Bytes(), 0o600)

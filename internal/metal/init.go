@@ -148,7 +148,7 @@ func InitMain([]string) error {
 }
 
 // mountDisk mounts the node's partitions at diskDir when a disk has them (the node is installed:
-// BOOT, STATE and EPHEMERAL are XFS, META is a folder on BOOT); otherwise a tmpfs stands for the
+// BOOT, STATE and EPHEMERAL are XFS, META a raw partition); otherwise a tmpfs stands for the
 // disk until the node installs.
 func mountDisk(mods *Modules) (bool, error) {
 	devs, err := partition.Devices("/sys")
@@ -156,7 +156,7 @@ func mountDisk(mods *Modules) (bool, error) {
 		return false, err
 	}
 
-	parts := partition.Named(devs, partition.Boot, partition.State, partition.Ephemeral)
+	parts := partition.Named(devs, partition.Boot, partition.Meta, partition.State, partition.Ephemeral)
 	if parts == nil {
 		if err = unix.Mount("tmpfs", diskDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755"); err != nil {
 			return false, fmt.Errorf("mounting %s: %w", diskDir, err)
@@ -188,27 +188,21 @@ func mountDisk(mods *Modules) (bool, error) {
 		}
 	}
 
+	// META is its raw partition: the device node stands where the other partitions' folders
+	// are, and the node's META store (internal/meta) opens it as a partition.
 	meta := filepath.Join(diskDir, partition.Meta)
-	if err = os.MkdirAll(meta, 0o700); err != nil {
+	if err = os.WriteFile(meta, nil, 0o600); err != nil {
 		return false, err
 	}
 
-	onBoot := filepath.Join(diskDir, partition.Boot, MetaFolder)
-	if err = os.MkdirAll(onBoot, 0o700); err != nil {
-		return false, err
-	}
-
-	if err = unix.Mount(onBoot, meta, "", unix.MS_BIND, ""); err != nil {
-		return false, fmt.Errorf("binding META: %w", err)
+	if err = unix.Mount(parts[partition.Meta].Path(), meta, "", unix.MS_BIND, ""); err != nil {
+		return false, fmt.Errorf("binding META (%s): %w", parts[partition.Meta].Path(), err)
 	}
 
 	log("booting the installed disk %s: BOOT, STATE and EPHEMERAL mounted", parts[partition.Boot].Disk)
 
 	return true, nil
 }
-
-// MetaFolder is META's folder on BOOT.
-const MetaFolder = "META"
 
 // fromDHCP runs DHCP on the links and returns the first lease as the node's network.
 func fromDHCP(ignore []string) (IPConfig, error) {

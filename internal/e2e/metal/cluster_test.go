@@ -165,7 +165,9 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 		}
 	}
 
-	// A reboot comes back from the disk with the applied config (kept on STATE).
+	// A reboot comes back from the disk with the applied config (kept on STATE) and what was
+	// written to META (its raw partition).
+	cli.Must(t, "-n", worker, "meta", "write", "0x0a", "kept-on-meta")
 	bootID := cli.Must(t, "-n", worker, "read", "/proc/sys/kernel/random/boot_id")
 	cli.Must(t, "-n", worker, "reboot", "--wait=false")
 
@@ -180,6 +182,10 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 
 	if out := cli.Must(t, "-n", worker, "get", "machinetype"); !strings.Contains(out, "worker") {
 		t.Errorf("the worker lost its config over a reboot:\n%s", out)
+	}
+
+	if out := cli.Must(t, "-n", worker, "get", "metakeys", "0x0a"); !strings.Contains(out, "kept-on-meta") {
+		t.Errorf("the worker lost its META key over a reboot:\n%s", out)
 	}
 
 	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-apply-worker-1.log")); strings.Count(string(console), "booting the installed disk vda") != 2 {
