@@ -98,14 +98,20 @@ func SyncLinks(dev string, want map[string]string) error {
 		}
 	}
 
-	err := filepath.WalkDir(filepath.Join(dev, "disk"), func(p string, d fs.DirEntry, err error) error {
+	// Stale links go through a root at dev: a link is removed, never what it points to.
+	root, err := os.OpenRoot(dev)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer root.Close()
+
+	err = fs.WalkDir(root.FS(), "disk", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.Type()&fs.ModeSymlink == 0 {
 			return nil //nolint:nilerr // no folder yet: nothing stale
 		}
 
-		rel, _ := filepath.Rel(dev, p)
-		if _, ok := want[rel]; !ok {
-			return os.Remove(p)
+		if _, ok := want[p]; !ok {
+			return root.Remove(p)
 		}
 
 		return nil
