@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,12 +36,18 @@ type Options struct {
 // an empty META (zeroed: internal/meta's partition store) and this boot's STATE on the disk's
 // STATE. The node boots from the disk next.
 func ToDisk(ctx context.Context, o Options) error {
-	fi, err := os.Stat(o.Disk)
+	// A /dev/disk/by-* name is the link udevd made: the kernel knows the disk by what it points to.
+	disk, err := filepath.EvalSymlinks(o.Disk)
+	if err != nil {
+		disk = o.Disk
+	}
+
+	fi, err := os.Stat(disk)
 	if err != nil || fi.Mode()&fs.ModeDevice == 0 || fi.Mode()&fs.ModeCharDevice != 0 {
 		return fmt.Errorf("machine.install.disk %s is not a disk of this machine: name one `talosctl get disks` lists", o.Disk)
 	}
 
-	f, err := os.OpenFile(o.Disk, os.O_RDWR, 0)
+	f, err := os.OpenFile(disk, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
@@ -75,10 +82,10 @@ func ToDisk(ctx context.Context, o Options) error {
 	}
 
 	if err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0); err != nil {
-		return fmt.Errorf("the kernel did not read %s's new partitions: %w", o.Disk, err)
+		return fmt.Errorf("the kernel did not read %s's new partitions (is one of them in use?): %w", o.Disk, err)
 	}
 
-	devs, err := waitPartitions(ctx, filepath.Base(o.Disk), len(parts))
+	devs, err := waitPartitions(ctx, filepath.Base(disk), len(parts))
 	if err != nil {
 		return err
 	}
@@ -112,7 +119,9 @@ func ToDisk(ctx context.Context, o Options) error {
 		return err
 	}
 
-	if err = partition.InstallGRUB(f, parts[1], bootImg, coreImg); err != nil {
+	bios := parts[slices.IndexFunc(parts, func(p partition.Placed) bool { return p.Name == partition.BIOS })]
+
+	if err = partition.InstallGRUB(f, bios, bootImg, coreImg); err != nil {
 		return err
 	}
 

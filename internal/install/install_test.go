@@ -55,6 +55,17 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("a 1 GiB disk: %v", err)
 	}
 
+	// Named by a link, as /dev/disk/by-id names disks, the disk is the one it points to.
+	link := filepath.Join(t.TempDir(), "by-id-disk")
+	if err = os.Symlink(loop, link); err != nil {
+		t.Fatal(err)
+	}
+
+	err = ToDisk(context.Background(), Options{Disk: link, Log: log})
+	if err == nil || !strings.Contains(err.Error(), "machine.install.disk "+link) || !strings.Contains(err.Error(), "at least 2228 MiB") {
+		t.Errorf("a 1 GiB disk by a link: %v", err)
+	}
+
 	b, err := os.ReadFile(img)
 	if err != nil {
 		t.Fatal(err)
