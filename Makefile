@@ -4,7 +4,7 @@
 OUT ?= _out
 KUBERNETES ?= 1
 
-.PHONY: image imager rootfs rootfs-repro boot
+.PHONY: image imager rootfs rootfs-repro boot metal-image
 image:
 	VERSION=$(VERSION) OUT=$(OUT) ROOTFS=$(ROOTFS) ./hack/image.sh
 
@@ -22,3 +22,9 @@ rootfs-repro:
 # machined as /init with the node image): boots under QEMU (see internal/e2e/metal).
 boot:
 	OUT=$(OUT) ./hack/boot.sh
+
+# A metal node's upgrade image, _out/talos-metal-$(VERSION).img: the boot assets (make boot),
+# signed with the key their nodes trust. Serve it over HTTP and run
+# `talosctl upgrade --image http://HOST/talos-metal-$(VERSION).img`.
+metal-image:
+	VERSION=$(VERSION) OUT=$(OUT) ./hack/metal-image.sh

@@ -56,4 +56,11 @@ fi
 
 echo "[3/3] initramfs"
 go build -o "$OUT/imager" ./cmd/imager
-"$OUT/imager" boot --kernel "$kdir" --machined "$OUT/cache/node/machined" --rootfs "$OUT/rootfs.sqsh" --out "$OUT/boot"
+# An installed node trusts the image signing key's public half for its upgrades (make
+# metal-image signs with the private half); the key is made, mode 0600, when missing.
+IMAGE_KEY=${IMAGE_KEY:-$OUT/image-signing.key}
+if [ ! -f "$IMAGE_KEY" ]; then
+	"$OUT/imager" keygen --out "$(dirname "$IMAGE_KEY")"
+fi
+"$OUT/imager" boot --kernel "$kdir" --machined "$OUT/cache/node/machined" --rootfs "$OUT/rootfs.sqsh" \
+	--keys "${IMAGE_KEY%.key}.pub" --out "$OUT/boot"

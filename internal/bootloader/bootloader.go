@@ -18,6 +18,7 @@ import (
 
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/slots"
 )
 
 // DefaultBootTimeout is how long a trial slot has to report a successful boot.
@@ -181,12 +182,12 @@ func Run(ctx context.Context, o Options) error {
 	defer runtime.UnlockOSThread()
 
 	for {
-		var d Decision
+		var d slots.Decision
 
 		err = s.meta.Update(func(v meta.Values) error {
 			var err error
 
-			d, err = Choose(v, func(slot string) bool { return SlotInstalled(s.boot, slot) })
+			d, err = slots.Choose(v, func(slot string) bool { return SlotInstalled(s.boot, slot) })
 			if err != nil {
 				return err
 			}
@@ -239,11 +240,11 @@ func Run(ctx context.Context, o Options) error {
 
 // install puts a first slot in place when BOOT is empty.
 func (s *stage) install() error {
-	if SlotInstalled(s.boot, SlotA) || SlotInstalled(s.boot, SlotB) {
+	if SlotInstalled(s.boot, slots.A) || SlotInstalled(s.boot, slots.B) {
 		return nil
 	}
 
-	dest := SlotDir(s.boot, SlotA)
+	dest := slots.Dir(s.boot, slots.A)
 	os.RemoveAll(dest)
 
 	if s.o.Image != "" {
@@ -259,7 +260,7 @@ func (s *stage) install() error {
 
 		s.logf("installed image %s into slot A", m.Version)
 
-		return s.meta.Set(meta.ActiveSlot, SlotA)
+		return s.meta.Set(meta.ActiveSlot, slots.A)
 	}
 
 	self, err := os.Executable()
@@ -278,7 +279,7 @@ func (s *stage) install() error {
 
 	s.logf("installed %s into slot A", self)
 
-	return s.meta.Set(meta.ActiveSlot, SlotA)
+	return s.meta.Set(meta.ActiveSlot, slots.A)
 }
 
 // installKeys copies trusted public keys into BOOT after checking they are public keys.
@@ -356,11 +357,11 @@ func copyFile(src, dst string) error {
 }
 
 // runSlot runs machined from a slot until it exits. It reports whether to boot again.
-func (s *stage) runSlot(ctx context.Context, d Decision) (bool, error) {
+func (s *stage) runSlot(ctx context.Context, d slots.Decision) (bool, error) {
 	cmd := exec.Command(SlotBinary(s.boot, d.Slot), s.o.MachinedArgs...)
 	cmd.Args[0] = "machined"
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), EnvBootStage+"=1", EnvSlot+"="+d.Slot)
+	cmd.Env = append(os.Environ(), EnvBootStage+"=1", slots.EnvSlot+"="+d.Slot)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 
 	if err := cmd.Start(); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -35,7 +36,7 @@ func fakeMachined(role string) int {
 		}
 	}
 
-	slot := CurrentSlot()
+	slot := slots.Current()
 	if state == "" || slot == "" || os.Getenv(EnvBootStage) == "" {
 		fmt.Fprintln(os.Stderr, "fake machined: missing --state or boot stage environment")
 
@@ -49,7 +50,7 @@ func fakeMachined(role string) int {
 	switch role {
 	case "good":
 		store, _ := meta.Open(filepath.Join(state, "META"))
-		if _, err := MarkBootSuccessful(store, slot); err != nil {
+		if _, err := slots.MarkBootSuccessful(store, slot); err != nil {
 			return 2
 		}
 
@@ -68,7 +69,7 @@ func fakeMachined(role string) int {
 		// Confirms its boot, then takes the next letter of state/crashes: x dies by SIGKILL, r
 		// asks for a reboot; with none left it shuts down.
 		store, _ := meta.Open(filepath.Join(state, "META"))
-		if _, err := MarkBootSuccessful(store, slot); err != nil {
+		if _, err := slots.MarkBootSuccessful(store, slot); err != nil {
 			return 2
 		}
 
@@ -173,28 +174,28 @@ func TestBootStage(t *testing.T) {
 		wantMeta  map[string]string
 		fallback  bool
 	}{
-		{name: "active slot", a: "good", b: "good", wantBoots: "A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}},
-		{name: "active slot B after reboot", a: "good", b: "good", meta: []string{meta.ActiveSlot, SlotB}, reboots: 1, wantBoots: "B,B"},
-		{name: "upgrade: boot-once then permanent", a: "good", b: "good", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB}, reboots: 1,
-			wantBoots: "B,B", wantMeta: map[string]string{meta.ActiveSlot: SlotB, meta.TrialSlot: "", meta.BootOnce: ""}},
-		{name: "new slot crashes: fallback", a: "good", b: "crash", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
-			wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA, meta.TrialSlot: ""}, fallback: true},
-		{name: "new slot reboots before reporting: fallback", a: "good", b: "reboot-before-ok", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
-			wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}, fallback: true},
-		{name: "new slot hangs: watchdog fallback", a: "good", b: "hang", meta: []string{meta.ActiveSlot, SlotA, meta.BootOnce, SlotB},
-			extra: []string{"--boot-timeout", "5s"}, wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: SlotA}, fallback: true},
-		{name: "interrupted trial found on next start", a: "good", b: "good", meta: []string{meta.ActiveSlot, SlotA, meta.TrialSlot, SlotB},
-			wantBoots: "A", wantMeta: map[string]string{meta.ActiveSlot: SlotA, meta.TrialSlot: ""}, fallback: true},
+		{name: "active slot", a: "good", b: "good", wantBoots: "A", wantMeta: map[string]string{meta.ActiveSlot: slots.A}},
+		{name: "active slot B after reboot", a: "good", b: "good", meta: []string{meta.ActiveSlot, slots.B}, reboots: 1, wantBoots: "B,B"},
+		{name: "upgrade: boot-once then permanent", a: "good", b: "good", meta: []string{meta.ActiveSlot, slots.A, meta.BootOnce, slots.B}, reboots: 1,
+			wantBoots: "B,B", wantMeta: map[string]string{meta.ActiveSlot: slots.B, meta.TrialSlot: "", meta.BootOnce: ""}},
+		{name: "new slot crashes: fallback", a: "good", b: "crash", meta: []string{meta.ActiveSlot, slots.A, meta.BootOnce, slots.B},
+			wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: slots.A, meta.TrialSlot: ""}, fallback: true},
+		{name: "new slot reboots before reporting: fallback", a: "good", b: "reboot-before-ok", meta: []string{meta.ActiveSlot, slots.A, meta.BootOnce, slots.B},
+			wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: slots.A}, fallback: true},
+		{name: "new slot hangs: watchdog fallback", a: "good", b: "hang", meta: []string{meta.ActiveSlot, slots.A, meta.BootOnce, slots.B},
+			extra: []string{"--boot-timeout", "5s"}, wantBoots: "B,A", wantMeta: map[string]string{meta.ActiveSlot: slots.A}, fallback: true},
+		{name: "interrupted trial found on next start", a: "good", b: "good", meta: []string{meta.ActiveSlot, slots.A, meta.TrialSlot, slots.B},
+			wantBoots: "A", wantMeta: map[string]string{meta.ActiveSlot: slots.A, meta.TrialSlot: ""}, fallback: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newTestNode(t)
 
 			if tc.a != "" {
-				n.slot(t, SlotA, tc.a)
+				n.slot(t, slots.A, tc.a)
 			}
 
 			if tc.b != "" {
-				n.slot(t, SlotB, tc.b)
+				n.slot(t, slots.B, tc.b)
 			}
 
 			if len(tc.meta) > 0 {
@@ -257,7 +258,7 @@ func TestBootStageCrashIsReboot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newTestNode(t)
-			n.slot(t, SlotA, "good-then-crash")
+			n.slot(t, slots.A, "good-then-crash")
 			os.WriteFile(filepath.Join(n.state, "crashes"), []byte(tc.script), 0o600)
 
 			err := n.run(t)
@@ -283,7 +284,7 @@ func TestBootStageCrashIsReboot(t *testing.T) {
 // A reset that left etcd and died before its wipe is finished by the boot stage.
 func TestBootStageFinishesInterruptedReset(t *testing.T) {
 	n := newTestNode(t)
-	n.slot(t, SlotA, "good")
+	n.slot(t, slots.A, "good")
 
 	for _, f := range []string{"EPHEMERAL/lib/etcd/member/wal/0.wal", "STATE/config.yaml"} {
 		testenv.WriteFile(t, filepath.Join(n.state, f), "x", 0o600)
@@ -305,7 +306,7 @@ func TestBootStageFinishesInterruptedReset(t *testing.T) {
 		t.Fatalf("STATE was not to be wiped: %v", err)
 	}
 
-	if v, _ := n.meta(t).Read(); v[meta.ResetWipe] != "" || v[meta.ActiveSlot] != SlotA {
+	if v, _ := n.meta(t).Read(); v[meta.ResetWipe] != "" || v[meta.ActiveSlot] != slots.A {
 		t.Fatalf("META after finishing the reset: %v", v)
 	}
 }
@@ -354,7 +355,7 @@ func TestInstallFromImage(t *testing.T) {
 		t.Fatalf("install without trusted keys: %v", err)
 	}
 
-	if SlotInstalled(filepath.Join(n.state, "BOOT"), SlotA) {
+	if SlotInstalled(filepath.Join(n.state, "BOOT"), slots.A) {
 		t.Fatal("refused image was installed")
 	}
 
@@ -371,7 +372,7 @@ func TestInstallFromImage(t *testing.T) {
 		t.Fatalf("boots %q", n.boots(t))
 	}
 
-	if _, err = imager.VerifyDir(SlotDir(filepath.Join(n.state, "BOOT"), SlotA), []ed25519.PublicKey{pub}); err != nil {
+	if _, err = imager.VerifyDir(slots.Dir(filepath.Join(n.state, "BOOT"), slots.A), []ed25519.PublicKey{pub}); err != nil {
 		t.Fatalf("installed slot: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ type BootOptions struct {
 	Machined   string // the multi-call binary, the initramfs's /init
 	Rootfs     string // the node image, /rootfs.sqsh in the initramfs
 	GRUBDir    string // GRUB's i386-pc modules and boot.img (Debian's grub-pc-bin)
+	Keys       string // PEM public keys an installed node trusts for its upgrade images (optional)
 	Out        string // folder for vmlinuz and initramfs.img
 }
 
@@ -154,6 +155,14 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/boot.img", filepath.Join(grubDir, "boot.img"), 0o644)
 	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/core.img", core, 0o644)
 
+	if opts.Keys != "" {
+		if _, err = LoadPublicKeys(opts.Keys); err != nil {
+			return a, fmt.Errorf("--keys: %w", err)
+		}
+
+		w.file(strings.TrimPrefix(metal.InitramfsKeys, "/"), opts.Keys, 0o644)
+	}
+
 	if err = w.close(); err != nil {
 		return a, err
 	}
@@ -268,6 +277,7 @@ func bootMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.Machined, "machined", "", "the multi-call binary (static)")
 	fs.StringVar(&opts.Rootfs, "rootfs", "", "the node image (imager rootfs)")
 	fs.StringVar(&opts.GRUBDir, "grub", DefaultGRUBDir, "GRUB's i386-pc folder (Debian's grub-pc-bin)")
+	fs.StringVar(&opts.Keys, "keys", "", "PEM public keys an installed node trusts for upgrade images (imager keygen's .pub)")
 	fs.StringVar(&opts.Out, "out", "", "output folder")
 
 	if err := fs.Parse(args); err != nil {
@@ -275,7 +285,7 @@ func bootMain(args []string, stdout io.Writer) error {
 	}
 
 	if opts.KernelRoot == "" || opts.Machined == "" || opts.Rootfs == "" || opts.Out == "" {
-		return errors.New("usage: imager boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
+		return errors.New("usage: imager boot --kernel DIR --machined FILE --rootfs FILE.sqsh [--keys FILE.pub] --out DIR")
 	}
 
 	a, err := BuildBoot(opts)

@@ -26,12 +26,14 @@ type Options struct {
 	Machined string // build: the multi-call binary
 	Etcd     string // build: the etcd binary
 	Rootfs   string // build: the node rootfs squashfs to carry, optional
+	Vmlinuz  string // build (metal): the kernel
+	Initrd   string // build (metal): the initramfs
 	Gzip     bool   // build: compress the image
 	Pub      string // verify: trusted public key(s); pubkey: the PEM file to print
 	Image    string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z --machined FILE --etcd FILE [--rootfs FILE] --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
+var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
 
 // Main is the imager command: keygen, pubkey, build, verify, rootfs, boot.
 func Main(args []string, stdout io.Writer) error {
@@ -69,6 +71,8 @@ func parseArgs(args []string) (Options, error) {
 		fs.StringVar(&opts.Machined, "machined", "", "multi-call binary")
 		fs.StringVar(&opts.Etcd, "etcd", "", "etcd binary")
 		fs.StringVar(&opts.Rootfs, "rootfs", "", "node rootfs squashfs (imager rootfs) to carry as "+RootfsName)
+		fs.StringVar(&opts.Vmlinuz, "vmlinuz", "", "metal image: the kernel (make boot's _out/boot/vmlinuz)")
+		fs.StringVar(&opts.Initrd, "initramfs", "", "metal image: the initramfs (make boot's _out/boot/initramfs.img)")
 		fs.StringVar(&opts.Out, "out", "", "image file to write")
 		fs.BoolVar(&opts.Gzip, "gzip", true, "compress the image")
 	case "pubkey":
@@ -93,8 +97,14 @@ func parseArgs(args []string) (Options, error) {
 
 	switch opts.Command {
 	case "build":
-		if opts.Key == "" || opts.Version == "" || opts.Machined == "" || opts.Etcd == "" || opts.Out == "" {
-			return opts, errors.New("build needs --key, --version, --machined, --etcd and --out")
+		metal := opts.Vmlinuz != "" || opts.Initrd != ""
+		if metal && (opts.Machined != "" || opts.Etcd != "" || opts.Rootfs != "") {
+			return opts, errors.New("build: a metal image (--vmlinuz, --initramfs) holds no --machined, --etcd or --rootfs: the initramfs carries the node image")
+		}
+
+		if opts.Key == "" || opts.Version == "" || opts.Out == "" ||
+			(metal && (opts.Vmlinuz == "" || opts.Initrd == "")) || (!metal && (opts.Machined == "" || opts.Etcd == "")) {
+			return opts, errors.New("build needs --key, --version, --out and either --machined and --etcd, or --vmlinuz and --initramfs (metal)")
 		}
 	case "verify":
 		if opts.Pub == "" || fs.NArg() != 1 {
@@ -143,6 +153,10 @@ func cmdBuild(stdout io.Writer, opts Options) error {
 	}
 
 	files := map[string]string{MachinedName: opts.Machined, EtcdName: opts.Etcd}
+	if opts.Vmlinuz != "" {
+		files = map[string]string{VmlinuzName: opts.Vmlinuz, InitramfsName: opts.Initrd}
+	}
+
 	if opts.Rootfs != "" {
 		files[RootfsName] = opts.Rootfs
 	}

@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -49,8 +50,34 @@ const (
 	RootfsName = "rootfs.sqsh"
 )
 
-// RequiredFiles are the payload files every image holds.
+// The files of a metal image: what GRUB boots from a slot of BOOT.
+const (
+	VmlinuzName   = "vmlinuz"
+	InitramfsName = "initramfs.img"
+)
+
+// RequiredFiles are the payload files every image for process nodes holds.
 var RequiredFiles = []string{MachinedName, EtcdName}
+
+// MetalFiles are the payload files of a metal image (the node image is inside the initramfs).
+var MetalFiles = []string{VmlinuzName, InitramfsName}
+
+// Metal reports whether the image is a metal node's kernel and initramfs.
+func (m *Manifest) Metal() bool {
+	_, ok := m.file(VmlinuzName)
+
+	return ok
+}
+
+// required are the files an image with the given files must hold: a metal image's when it
+// has a kernel, else a process node's.
+func required(has func(string) bool) []string {
+	if has(VmlinuzName) || has(InitramfsName) {
+		return MetalFiles
+	}
+
+	return RequiredFiles
+}
 
 // maxMetaSize bounds manifest.json and manifest.sig so a hostile image cannot exhaust memory.
 const maxMetaSize = 1 << 20
@@ -127,9 +154,9 @@ func (m *Manifest) check() error {
 		}
 	}
 
-	for _, name := range RequiredFiles {
+	for _, name := range required(func(n string) bool { return seen[n] }) {
 		if !seen[name] {
-			return fmt.Errorf("manifest has no %q: an image must hold machined and etcd", name)
+			return fmt.Errorf("manifest has no %q: an image must hold machined and etcd, or a metal node's vmlinuz and initramfs.img", name)
 		}
 	}
 
@@ -171,18 +198,21 @@ func Build(w io.Writer, opts BuildOptions) (*Manifest, error) {
 
 	m := &Manifest{Format: Format, Version: opts.Version, Arch: opts.Arch, Created: opts.Created.UTC().Format(time.RFC3339)}
 
-	names := append([]string{}, RequiredFiles...)
+	req := required(func(n string) bool { _, ok := opts.Files[n]; return ok })
+	names := append([]string{}, req...)
 
 	for name := range opts.Files {
-		if name != MachinedName && name != EtcdName {
+		if !slices.Contains(req, name) {
 			names = append(names, name)
 		}
 	}
 
+	slices.Sort(names[len(req):])
+
 	for _, name := range names {
 		path, ok := opts.Files[name]
 		if !ok {
-			return nil, fmt.Errorf("no %s binary given: an image holds machined and etcd", name)
+			return nil, fmt.Errorf("no %s given: an image holds machined and etcd, or a metal node's vmlinuz and initramfs.img", name)
 		}
 
 		if !validName(name) {

@@ -288,7 +288,8 @@ func TestBuildRefuses(t *testing.T) {
 	}{
 		{"bad version", BuildOptions{Version: "latest", Key: f.priv, Files: f.files}, "not a version"},
 		{"no key", BuildOptions{Version: "v1.0.0", Files: f.files}, "no signing key"},
-		{"no etcd", BuildOptions{Version: "v1.0.0", Key: f.priv, Files: map[string]string{MachinedName: f.files[MachinedName]}}, "no etcd binary"},
+		{"no etcd", BuildOptions{Version: "v1.0.0", Key: f.priv, Files: map[string]string{MachinedName: f.files[MachinedName]}}, "no etcd given"},
+		{"metal without initramfs", BuildOptions{Version: "v1.0.0", Key: f.priv, Files: map[string]string{VmlinuzName: f.files[MachinedName]}}, "no initramfs.img given"},
 	} {
 		out := filepath.Join(t.TempDir(), "img")
 
@@ -356,5 +357,52 @@ func TestCLI(t *testing.T) {
 
 	if _, err = VerifyFile(img, keys); err != nil {
 		t.Fatalf("verify with built-in key: %v", err)
+	}
+}
+
+// A metal image holds a kernel and an initramfs; it streams into a slot (as a download does)
+// and a manifest that lists only half of one is refused.
+func TestMetalImageExtractFrom(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	files := map[string]string{}
+
+	for name, body := range map[string]string{VmlinuzName: "kernel", InitramfsName: strings.Repeat("initramfs", 1000)} {
+		files[name] = filepath.Join(dir, name)
+		if err := os.WriteFile(files[name], []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var img bytes.Buffer
+
+	m, err := Build(&img, BuildOptions{Version: "v1.2.3", Key: f.priv, Files: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if !m.Metal() || len(m.Files) != 2 {
+		t.Fatalf("manifest: %+v", m)
+	}
+
+	slot := filepath.Join(t.TempDir(), "B")
+
+	got, err := ExtractFrom(io.NopCloser(&img), []ed25519.PublicKey{f.pub}, slot)
+	if err != nil || !got.Metal() {
+		t.Fatalf("extract: %v %+v", err, got)
+	}
+
+	if b, _ := os.ReadFile(filepath.Join(slot, InitramfsName)); len(b) != 9000 {
+		t.Fatalf("initramfs in the slot is %d bytes", len(b))
+	}
+
+	if _, err = VerifyDir(slot, []ed25519.PublicKey{f.pub}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The manifest check: a kernel without an initramfs is no metal image.
+	half := &Manifest{Format: Format, Version: "v1.2.3", Files: []File{{Name: VmlinuzName, SHA256: strings.Repeat("0", 64)}}}
+	if err = half.check(); err == nil || !strings.Contains(err.Error(), `no "initramfs.img"`) {
+		t.Fatalf("half a metal image: %v", err)
 	}
 }

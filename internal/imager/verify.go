@@ -46,15 +46,21 @@ func VerifyFile(path string, keys []ed25519.PublicKey) (*Manifest, error) {
 // are written into a temporary folder next to dest, checked, synced and renamed to dest in one
 // step; a refused or damaged image leaves nothing behind.
 func Extract(path string, keys []ed25519.PublicKey, dest string) (*Manifest, error) {
-	if _, err := os.Lstat(dest); err == nil {
-		return nil, fmt.Errorf("unpacking image: %s already exists", dest)
-	}
-
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening image: %w", err)
 	}
 	defer f.Close()
+
+	return ExtractFrom(f, keys, dest)
+}
+
+// ExtractFrom is Extract on a stream (an image being downloaded): it is checked as it is read,
+// so the image is never stored whole before its files.
+func ExtractFrom(f io.Reader, keys []ed25519.PublicKey, dest string) (*Manifest, error) {
+	if _, err := os.Lstat(dest); err == nil {
+		return nil, fmt.Errorf("unpacking image: %s already exists", dest)
+	}
 
 	tmp, err := os.MkdirTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".tmp-")
 	if err != nil {

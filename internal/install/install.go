@@ -173,6 +173,13 @@ func writeSlot(boot, slot string, o Options) error {
 		return err
 	}
 
+	// The keys upgrade images must be signed with, when the boot assets carry them.
+	if keys := filepath.Join(o.Initramfs, metal.InitramfsKeys); regularFile(keys) {
+		if err = copyFile(keys, filepath.Join(boot, filepath.Base(metal.InitramfsKeys)), 0o644); err != nil {
+			return err
+		}
+	}
+
 	cfg := partition.GRUBConfig(slot, []string{slot}, strings.Join(o.Cmdline, " "))
 
 	return os.WriteFile(filepath.Join(boot, "grub", "grub.cfg"), []byte(cfg), 0o600)
@@ -308,4 +315,10 @@ func copyTree(src, dst string) error {
 			return errors.New(p + ": only folders and files are copied")
 		}
 	})
+}
+
+func regularFile(path string) bool {
+	fi, err := os.Stat(path)
+
+	return err == nil && fi.Mode().IsRegular()
 }

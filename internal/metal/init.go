@@ -14,17 +14,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/slots"
 )
 
 // Paths inside the initramfs, as `imager boot` lays it out.
 const (
-	InitramfsImage   = "/rootfs.sqsh"  // the node image
-	InitramfsModules = "/lib/modules"  // <release>/ with the boot's modules and their index
-	InitramfsKernel  = "/boot/vmlinuz" // the kernel, installed to disk with the initramfs
-	InitramfsGRUB    = "/boot/grub"    // GRUB's boot.img and core.img, installed to disk
-	diskDir          = "/disk"         // a tmpfs standing for the node's disk until it installs
-	downloadedConfig = "/config.yaml"  // talos.config's download, copied into the node's root
+	InitramfsImage   = "/rootfs.sqsh"            // the node image
+	InitramfsModules = "/lib/modules"            // <release>/ with the boot's modules and their index
+	InitramfsKernel  = "/boot/vmlinuz"           // the kernel, installed to disk with the initramfs
+	InitramfsGRUB    = "/boot/grub"              // GRUB's boot.img and core.img, installed to disk
+	InitramfsKeys    = "/boot/image-signing.pub" // the image keys an installed node trusts
+	diskDir          = "/disk"                   // a tmpfs standing for the node's disk until it installs
+	downloadedConfig = "/config.yaml"            // talos.config's download, copied into the node's root
 )
 
 // BootModules are loaded on every boot, before the devices' own: the node image's
@@ -120,6 +123,18 @@ func InitMain([]string) error {
 		return err
 	}
 
+	var env []string
+
+	if installed {
+		// GRUB booted a slot; META says whether it is being tried, and what to wipe first.
+		slot, err := chooseSlot(slots.Booted(string(b)))
+		if err != nil {
+			return err
+		}
+
+		env = append(env, slots.EnvSlot+"="+slot)
+	}
+
 	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules, Initramfs: "/"}
 
 	// talos.config= is the first boot's config, downloaded now that the network is up; an
@@ -144,7 +159,75 @@ func InitMain([]string) error {
 
 	log("switched to the node image; starting machined at %s", ip.Address)
 
-	return container.ExecInit("metal", ip.Address.Addr(), spec.Config != "")
+	return container.ExecInit("metal", ip.Address.Addr(), spec.Config != "", env...)
+}
+
+// chooseSlot is the boot stage's part in the initramfs of an installed node: META and GRUB's
+// default are updated for the booted slot (slots.ChooseBooted), and EPHEMERAL or STATE
+// are emptied when an upgrade or a reset asked for it. It returns the slot machined runs from.
+func chooseSlot(booted string) (string, error) {
+	if booted == "" {
+		log("the kernel's command line names no slot (BOOT_IMAGE=/A/vmlinuz): upgrades and rollbacks are off for this boot")
+
+		return "", nil
+	}
+
+	store, err := meta.Open(filepath.Join(diskDir, partition.Meta))
+	if err != nil {
+		return "", err
+	}
+
+	b, err := slots.ChooseBooted(filepath.Join(diskDir, partition.Boot), store, booted)
+	if err != nil {
+		// GRUB has booted this slot already: run it, and say why META could not be kept.
+		log("boot slot %s: %v", booted, err)
+
+		return booted, nil
+	}
+
+	log("boot slot %s: %s", b.Slot, b.Reason)
+
+	if b.WipeEphemeral {
+		if err = emptyDir(filepath.Join(diskDir, partition.Ephemeral)); err != nil {
+			return "", fmt.Errorf("wiping EPHEMERAL for the upgrade: %w", err)
+		}
+
+		log("EPHEMERAL wiped for the upgrade (it was not asked to --preserve)")
+	}
+
+	if len(b.ResetWipe) > 0 {
+		for _, label := range b.ResetWipe {
+			if err = emptyDir(filepath.Join(diskDir, label)); err != nil {
+				return "", fmt.Errorf("finishing the reset: wiping %s: %w", label, err)
+			}
+		}
+
+		if err = store.Set(meta.ResetWipe, ""); err != nil {
+			return "", err
+		}
+
+		log("reset: wiped %s", strings.Join(b.ResetWipe, ", "))
+	}
+
+	return b.Slot, nil
+}
+
+// emptyDir removes everything in a mounted partition, keeping the mount.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+
+	for _, e := range entries {
+		if err = os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+
+	unix.Sync()
+
+	return nil
 }
 
 // mountDisk mounts the node's partitions at diskDir when a disk has them (the node is installed:

@@ -1,8 +1,10 @@
 package metal
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,10 +194,112 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 		t.Errorf("the worker did not boot its disk twice (after the install and after the reboot)")
 	}
 
+	upgradeAndRollBack(t, cli, filepath.Join(dir, "qemu-apply-worker-1.log"), worker, "10.5.8.1")
+
 	// The preallocation was turned off: the disk files are sparse.
 	var st syscall.Stat_t
 	if err := syscall.Stat(filepath.Join(dir, "qemu-apply-worker-1", "disk-1.raw"), &st); err != nil || st.Blocks*512 >= 512<<20 {
 		t.Errorf("the extra disk file: %v, %d bytes allocated (want sparse)", err, st.Blocks*512)
+	}
+}
+
+// upgradeAndRollBack upgrades an installed node to a second image of the boot assets, served
+// over HTTP on the cluster's bridge (gateway): the node downloads and verifies it, writes slot
+// B, GRUB boots B once, B reports a successful boot and becomes the active slot; then
+// `talosctl rollback` makes A active again and GRUB boots it.
+func upgradeAndRollBack(t *testing.T, cli testenv.CLI, console, node, gateway string) {
+	t.Helper()
+
+	key, err := filepath.Abs("../../../_out/image-signing.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = os.Stat(key); err != nil {
+		t.Fatalf("no image signing key beside the boot assets (the key their nodes trust): rebuild them with `make boot`: %v", err)
+	}
+
+	img := filepath.Join(t.TempDir(), "talos-metal-v1.99.0.img")
+	if out, err := exec.Command(filepath.Join(binDir, "imager"), "build", "--key", key, "--version", "v1.99.0", "--gzip=false",
+		"--vmlinuz", kernel, "--initramfs", initramfs, "--out", img).CombinedOutput(); err != nil {
+		t.Fatalf("building the metal image: %v\n%s", err, out)
+	}
+
+	l, err := net.Listen("tcp", gateway+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := &http.Server{Handler: http.FileServer(http.Dir(filepath.Dir(img))), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	url := "http://" + l.Addr().String() + "/" + filepath.Base(img)
+
+	// An image that is not there is refused before anything changes.
+	if _, errOut, code := cli.Run(t, "-n", node, "upgrade", "--image", url+".missing", "--wait=false"); code == 0 || !strings.Contains(errOut, "404") {
+		t.Errorf("upgrade from a missing image: exit %d: %s", code, errOut)
+	}
+
+	bootedSlot := func(slot string) {
+		t.Helper()
+
+		testenv.WaitFor(t, "the node booted from slot "+slot, 5*time.Minute, func() error {
+			out, errOut, code := cli.Run(t, "-n", node, "read", "/proc/cmdline")
+			if code != 0 || !strings.Contains(out, "BOOT_IMAGE=/"+slot+"/vmlinuz") {
+				return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+			}
+
+			return nil
+		})
+	}
+
+	start := time.Now()
+	cli.Must(t, "-n", node, "upgrade", "--image", url, "--wait=false")
+	t.Logf("upgrade: image downloaded, verified and acknowledged in %s", time.Since(start).Round(100*time.Millisecond))
+
+	bootedSlot("B")
+	t.Logf("upgrade: the node runs slot B %s after the request", time.Since(start).Round(100*time.Millisecond))
+
+	testenv.WaitFor(t, "slot B reported a successful boot", 3*time.Minute, func() error {
+		if b, _ := os.ReadFile(console); !strings.Contains(string(b), "upgrade complete: slot is now permanent") {
+			return errors.New("not yet")
+		}
+
+		return nil
+	})
+
+	start = time.Now()
+	cli.Must(t, "-n", node, "rollback")
+	bootedSlot("A")
+	t.Logf("rollback: the node runs slot A again %s after the request", time.Since(start).Round(100*time.Millisecond))
+
+	b, _ := os.ReadFile(console)
+	for _, want := range []string{"boot slot B: trying slot B once", "rollback: slot is active again", "boot slot A: active slot"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the console shows no %q", want)
+		}
+	}
+
+	if out := cli.Must(t, "-n", node, "get", "machinetype"); !strings.Contains(out, "worker") {
+		t.Errorf("the node lost its config over the upgrade and rollback:\n%s", out)
+	}
+
+	// A reset wipes STATE and EPHEMERAL (recorded in META, emptied by the next boot before they
+	// are mounted anywhere): the node comes back from its disk, without a config, in
+	// maintenance mode.
+	cli.Must(t, "-n", node, "reset", "--graceful=false", "--reboot", "--wait=false")
+	testenv.WaitFor(t, "the reset node in maintenance mode", 5*time.Minute, func() error {
+		// Only the maintenance API answers a client without a certificate.
+		if out, errOut, code := cli.Run(t, "-e", node, "-n", node, "version", "--insecure"); code != 0 {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
+
+	if b, _ := os.ReadFile(console); !strings.Contains(string(b), "reset: wiped STATE, EPHEMERAL") || strings.Count(string(b), "booting the installed disk vda") < 5 {
+		t.Errorf("the console shows no reset wipe from the installed disk")
 	}
 }
 

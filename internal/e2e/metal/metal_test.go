@@ -57,8 +57,8 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(binDir)
 
-	if out, err := testenv.GoBuild("-o", binDir+"/", "github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/machined"); err != nil {
-		fmt.Fprintf(os.Stderr, "building talosctl and machined: %v\n%s", err, out)
+	if out, err := testenv.GoBuild("-o", binDir+"/", "github.com/talos-go/talos/cmd/talosctl", "github.com/talos-go/talos/cmd/machined", "github.com/talos-go/talos/cmd/imager"); err != nil {
+		fmt.Fprintf(os.Stderr, "building talosctl, machined and imager: %v\n%s", err, out)
 
 		return 1
 	}

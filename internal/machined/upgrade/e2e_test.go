@@ -26,6 +26,7 @@ import (
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/talosctl"
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -311,7 +312,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 
 	n.waitSettled(t, vX)
 
-	if s := slotOf(t, n); s != bootloader.SlotA {
+	if s := slotOf(t, n); s != slots.A {
 		t.Fatalf("first boot from slot %q, want A", s)
 	}
 
@@ -334,7 +335,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		}
 	}
 
-	if bootloader.SlotInstalled(filepath.Join(state, "BOOT"), bootloader.SlotB) {
+	if bootloader.SlotInstalled(filepath.Join(state, "BOOT"), slots.B) {
 		t.Fatal("a refused image was written to slot B")
 	}
 
@@ -351,7 +352,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 
 	n.waitSettled(t, vX1)
 
-	if v := n.meta(t); v[meta.ActiveSlot] != bootloader.SlotB || v[meta.UpgradeFrom] != vX || v[meta.UpgradeTo] != vX1 || v[meta.Fallback] != "" {
+	if v := n.meta(t); v[meta.ActiveSlot] != slots.B || v[meta.UpgradeFrom] != vX || v[meta.UpgradeTo] != vX1 || v[meta.Fallback] != "" {
 		t.Fatalf("META after upgrade: %v\n%s", v, n.out)
 	}
 
@@ -364,7 +365,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 
 	n.waitSettled(t, vX)
 
-	if s := slotOf(t, n); s != bootloader.SlotA {
+	if s := slotOf(t, n); s != slots.A {
 		t.Fatalf("after rollback slot %q, want A", s)
 	}
 
@@ -380,7 +381,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	})
 	n.waitSettled(t, vX)
 
-	if v := n.meta(t); v[meta.ActiveSlot] != bootloader.SlotA || !strings.Contains(v[meta.Fallback], "did not report a successful boot") {
+	if v := n.meta(t); v[meta.ActiveSlot] != slots.A || !strings.Contains(v[meta.Fallback], "did not report a successful boot") {
 		t.Fatalf("META after fallback: %v", v)
 	}
 
@@ -396,7 +397,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	n.waitFor(t, "upgrade staged", func() (bool, string) {
 		v := n.meta(t)
 
-		return v[meta.BootOnce] == bootloader.SlotB, fmt.Sprint(v)
+		return v[meta.BootOnce] == slots.B, fmt.Sprint(v)
 	})
 
 	if v, err := n.version(t); err != nil || v != vX {
@@ -458,7 +459,7 @@ func TestUpgradeEndToEnd(t *testing.T) {
 		}
 	}
 
-	if !bootloader.SlotInstalled(filepath.Join(state, "BOOT"), bootloader.SlotB) {
+	if !bootloader.SlotInstalled(filepath.Join(state, "BOOT"), slots.B) {
 		t.Fatal("reset wiped the installed system")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talos-go/talos/internal/bootloader"
+	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -248,7 +249,7 @@ func TestConcurrentControlPlaneUpgrades(t *testing.T) {
 	}
 
 	for _, n := range nodes {
-		if !bootloader.SlotInstalled(filepath.Join(n.e.root, "BOOT"), bootloader.SlotB) {
+		if !bootloader.SlotInstalled(filepath.Join(n.e.root, "BOOT"), slots.B) {
 			t.Fatal("slot B not written")
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/sequencer"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/version"
 )
 
@@ -81,7 +82,7 @@ func (in *install) WriteSlot(context.Context) error {
 		return err
 	}
 
-	if _, err = imager.VerifyDir(bootloader.SlotDir(in.m.R.Paths.Boot(), in.target), keys); err != nil {
+	if _, err = imager.VerifyDir(slots.Dir(in.m.R.Paths.Boot(), in.target), keys); err != nil {
 		return fmt.Errorf("slot %s after writing: %w", in.target, err)
 	}
 
@@ -94,6 +95,10 @@ func (in *install) WriteSlot(context.Context) error {
 func (in *install) StageBootOnce(context.Context) error {
 	if err := in.store.Set(meta.BootOnce, in.target, meta.UpgradeFrom, version.Tag, meta.UpgradeTo, in.man.Version,
 		meta.WipeEphemeral, boolKey(!in.req.Preserve)); err != nil {
+		return err
+	}
+
+	if err := in.m.setGRUBDefault(in.target); err != nil {
 		return err
 	}
 
@@ -142,6 +147,18 @@ func (in *install) StopServices(ctx context.Context) error {
 
 // WipeEphemeral implements sequencer.Upgrader.
 func (in *install) WipeEphemeral(context.Context) error {
+	// On metal EPHEMERAL is mounted and in use until the reboot: the new slot's initramfs
+	// empties it before mounting it (slots.ChooseBooted), as it does for a staged upgrade.
+	if in.m.metal() {
+		if err := in.store.Set(meta.WipeEphemeral, "1"); err != nil {
+			return err
+		}
+
+		in.log.Info("EPHEMERAL is wiped when the new slot boots")
+
+		return nil
+	}
+
 	if err := bootloader.WipeFolder(in.m.R.Paths.Root, filepath.Base(in.m.R.Paths.Ephemeral())); err != nil {
 		return err
 	}
@@ -154,6 +171,11 @@ func (in *install) WipeEphemeral(context.Context) error {
 // SetBootOnce implements sequencer.Upgrader.
 func (in *install) SetBootOnce(context.Context) error {
 	if err := in.store.Set(meta.BootOnce, in.target, meta.UpgradeFrom, version.Tag, meta.UpgradeTo, in.man.Version); err != nil {
+		return err
+	}
+
+	// GRUB boots the new slot next; its initramfs points GRUB back at this one while it is tried.
+	if err := in.m.setGRUBDefault(in.target); err != nil {
 		return err
 	}
 
@@ -253,7 +275,7 @@ func (m *Manager) othersRejoining(ctx context.Context) error {
 // slot intact, and META does not point at the target yet.
 func (m *Manager) writeSlot(staging, target string) error {
 	boot := m.R.Paths.Boot()
-	dest := bootloader.SlotDir(boot, target)
+	dest := slots.Dir(boot, target)
 	old := filepath.Join(boot, ".old-"+target)
 
 	if err := os.RemoveAll(old); err != nil {

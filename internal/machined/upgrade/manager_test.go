@@ -26,6 +26,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/slots"
 )
 
 // recorder is a fake node and etcd guard that records the calls of a sequence.
@@ -126,7 +127,7 @@ func newEnv(t *testing.T, cp bool) *env {
 	rec := &recorder{cp: cp, done: make(chan struct{})}
 	st := state.WrapCore(namespaced.NewState(inmem.Build))
 	m := New(&runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, Events: events.NewBus(), State: st}, rec)
-	m.Slot = bootloader.SlotA
+	m.Slot = slots.A
 	m.Etcd = rec
 
 	t.Cleanup(m.Close)
@@ -178,7 +179,7 @@ func TestUpgradeSequence(t *testing.T) {
 				t.Fatalf("calls %q, want %q", got, tc.wantCalls)
 			}
 
-			if v := e.meta(t); v[meta.BootOnce] != bootloader.SlotB || v[meta.UpgradeTo] != "v2.0.0" {
+			if v := e.meta(t); v[meta.BootOnce] != slots.B || v[meta.UpgradeTo] != "v2.0.0" {
 				t.Fatalf("META %v", v)
 			}
 
@@ -252,7 +253,7 @@ func TestUpgradeEtcdRefusal(t *testing.T) {
 		t.Fatalf("calls %q", got)
 	}
 
-	if bootloader.SlotInstalled(filepath.Join(e.root, "BOOT"), bootloader.SlotB) {
+	if bootloader.SlotInstalled(filepath.Join(e.root, "BOOT"), slots.B) {
 		t.Fatal("slot B written although etcd refused")
 	}
 
@@ -403,7 +404,7 @@ func TestUpgradeWaitsForRejoin(t *testing.T) {
 		t.Fatalf("calls %q: the upgrade must wait for the rejoin, then give up", got)
 	}
 
-	if bootloader.SlotInstalled(filepath.Join(e.root, "BOOT"), bootloader.SlotB) {
+	if bootloader.SlotInstalled(filepath.Join(e.root, "BOOT"), slots.B) {
 		t.Fatal("slot B written while another control plane was rejoining")
 	}
 

@@ -181,6 +181,22 @@ func (rr *resetRun) Wipe(context.Context) error {
 		return nil
 	}
 
+	// On metal the partitions are mounted and in use until the end: the next boot's initramfs
+	// empties them before it mounts them anywhere (slots.ChooseBooted reads the record).
+	if rr.m.metal() {
+		if store, err := rr.m.meta(); err != nil {
+			rr.wipeErr = err
+		} else {
+			rr.wipeErr = store.Set(meta.ResetWipe, strings.Join(rr.wipe, ","))
+		}
+
+		if rr.wipeErr == nil {
+			rr.log.Info("wipe recorded in META: the partitions are emptied at the next boot, before they are used", zap.Strings("partitions", rr.wipe))
+		}
+
+		return nil
+	}
+
 	for _, label := range rr.wipe {
 		if err := bootloader.WipeFolder(rr.m.R.Paths.Root, label); err != nil {
 			rr.wipeErr = errors.Join(rr.wipeErr, fmt.Errorf("wiping %s: %w", label, err))

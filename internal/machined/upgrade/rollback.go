@@ -7,10 +7,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/errkind"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/version"
 )
 
@@ -25,10 +25,10 @@ func (m *Manager) Rollback(context.Context) error {
 	}
 	defer m.busy.Unlock()
 
-	other := bootloader.Other(m.Slot)
-	dir := bootloader.SlotDir(m.R.Paths.Boot(), other)
+	other := slots.Other(m.Slot)
+	dir := slots.Dir(m.R.Paths.Boot(), other)
 
-	if !bootloader.SlotInstalled(m.R.Paths.Boot(), other) {
+	if !m.slotInstalled(other) {
 		return errkind.Errorf(errkind.Precondition, "no previous version to roll back to: slot %s is empty (the node has not been upgraded)", other)
 	}
 
@@ -55,6 +55,12 @@ func (m *Manager) Rollback(context.Context) error {
 
 	if err = store.Set(meta.ActiveSlot, other, meta.BootOnce, "", meta.TrialSlot, "", meta.WipeEphemeral, "",
 		meta.UpgradeFrom, version.Tag, meta.UpgradeTo, prev); err != nil {
+		return errkind.Errorf(errkind.Internal, "rollback: %w", err)
+	}
+
+	if err = m.setGRUBDefault(other); err != nil {
+		store.Set(meta.ActiveSlot, m.Slot) //nolint:errcheck // GRUB still boots this slot: META says so again
+
 		return errkind.Errorf(errkind.Internal, "rollback: %w", err)
 	}
 

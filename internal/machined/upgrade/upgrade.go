@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/sequencer"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/version"
 )
 
@@ -66,7 +68,7 @@ type Manager struct {
 func New(r *runtime.Runtime, node Node) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 
-	return &Manager{R: r, Node: node, Slot: bootloader.CurrentSlot(), StepTimeout: 10 * time.Minute, MustBeUp: []string{"etcd"}, ctx: ctx, cancel: cancel}
+	return &Manager{R: r, Node: node, Slot: slots.Current(), StepTimeout: 10 * time.Minute, MustBeUp: []string{"etcd"}, ctx: ctx, cancel: cancel}
 }
 
 // Close stops work in progress and waits for it.
@@ -85,9 +87,31 @@ func (m *Manager) log() *zap.Logger {
 
 func (m *Manager) meta() (*meta.Store, error) { return meta.Open(m.R.Paths.Meta()) }
 
+// metal reports whether this node boots with GRUB from its disk: its slots are kernels and
+// initramfs images, and GRUB's menu follows META.
+func (m *Manager) metal() bool { return m.R.Platform == runtime.PlatformMetal }
+
+// slotInstalled reports whether a slot of BOOT holds what this kind of node boots.
+func (m *Manager) slotInstalled(slot string) bool {
+	if m.metal() {
+		return slots.KernelSlotInstalled(m.R.Paths.Boot(), slot)
+	}
+
+	return bootloader.SlotInstalled(m.R.Paths.Boot(), slot)
+}
+
+// setGRUBDefault points GRUB at slot on metal (nothing to do elsewhere).
+func (m *Manager) setGRUBDefault(slot string) error {
+	if !m.metal() {
+		return nil
+	}
+
+	return slots.SetGRUBDefault(m.R.Paths.Boot(), slot)
+}
+
 // TrustedKeys are the image keys this node trusts.
 func (m *Manager) TrustedKeys() ([]ed25519.PublicKey, error) {
-	return imager.NodeKeys(filepath.Join(m.R.Paths.Root, bootloader.TrustedKeysPath))
+	return imager.NodeKeys(filepath.Join(m.R.Paths.Boot(), filepath.Base(bootloader.TrustedKeysPath)))
 }
 
 func (m *Manager) spawn(fn func(ctx context.Context)) {
@@ -103,6 +127,10 @@ func (m *Manager) spawn(fn func(ctx context.Context)) {
 var errBusy = errkind.New(errkind.Precondition, "another upgrade, rollback or reset is in progress on this node: wait for it to finish")
 
 func (m *Manager) needSlots() error {
+	if m.Slot == "" && m.metal() {
+		return errkind.New(errkind.Precondition, "this node runs from memory, not from an installed disk, so it has no A/B slots: install it first (machine.install.disk in its config)")
+	}
+
 	if m.Slot == "" && container.InNode() {
 		return errkind.New(errkind.Precondition, "a node in a container boots its image read-only from the host and has no A/B slots: upgrade is not available in container mode yet (it needs the launcher to boot a new image); recreate the cluster with the new image, or use `--provisioner process` nodes started through `machined boot`")
 	}
@@ -152,7 +180,7 @@ func (m *Manager) BootSucceeded() {
 			return
 		}
 
-		done, err := bootloader.MarkBootSuccessful(store, m.Slot)
+		done, err := slots.MarkBootSuccessful(store, m.Slot)
 		if err != nil {
 			m.log().Error("reporting a successful boot", zap.Error(err))
 
@@ -160,6 +188,10 @@ func (m *Manager) BootSucceeded() {
 		}
 
 		if done {
+			if err = m.setGRUBDefault(m.Slot); err != nil {
+				m.log().Error("pointing GRUB at the new slot: the next boot runs the previous one", zap.Error(err))
+			}
+
 			v, _ := store.Read()
 			m.log().Info("upgrade complete: slot is now permanent", zap.String("slot", m.Slot),
 				zap.String("from", v[meta.UpgradeFrom]), zap.String("to", version.Tag))
@@ -179,8 +211,13 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 		return "", err
 	}
 
-	if req.Image == "" || !filepath.IsAbs(req.Image) {
-		return "", errkind.Errorf(errkind.Invalid, "image %q: give the absolute path of a signed image file on the node's host (built with `make image VERSION=...`)", req.Image)
+	remote := strings.HasPrefix(req.Image, "http://") || strings.HasPrefix(req.Image, "https://")
+
+	switch {
+	case m.metal() && !remote:
+		return "", errkind.Errorf(errkind.Invalid, "image %q: a metal node downloads its image: give its URL, http://HOST/talos-metal-vX.Y.Z.img (built with `make metal-image VERSION=...`)", req.Image)
+	case !remote && (req.Image == "" || !filepath.IsAbs(req.Image)):
+		return "", errkind.Errorf(errkind.Invalid, "image %q: give the absolute path of a signed image file on the node's host (built with `make image VERSION=...`), or its http(s) URL", req.Image)
 	}
 
 	if req.RebootMode == machine.UpgradeRequest_POWERCYCLE && m.R.Platform == runtime.PlatformContainer {
@@ -209,14 +246,21 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 		return "", errkind.Wrap(errkind.Precondition, err)
 	}
 
-	target := bootloader.Other(m.Slot)
+	target := slots.Other(m.Slot)
 	staging := filepath.Join(m.R.Paths.Boot(), ".staging-"+target)
 
 	if err = os.RemoveAll(staging); err != nil {
 		return "", errkind.Errorf(errkind.Internal, "clearing %s: %w", staging, err)
 	}
 
-	man, err := imager.Extract(req.Image, keys, staging)
+	man, err := extractImage(ctx, req.Image, keys, staging)
+	if err == nil && man.Metal() != m.metal() {
+		os.RemoveAll(staging)
+
+		err = fmt.Errorf("%w: the image is for %s nodes and this is a %s node: build it with `make %s`", imager.ErrRefused,
+			map[bool]string{true: "metal", false: "process"}[man.Metal()], m.R.Platform, map[bool]string{true: "metal-image", false: "image"}[m.metal()])
+	}
+
 	if err != nil {
 		kind := errkind.Invalid
 		if errors.Is(err, os.ErrNotExist) {

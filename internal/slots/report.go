@@ -1,4 +1,4 @@
-package bootloader
+package slots
 
 import (
 	"fmt"
@@ -7,25 +7,22 @@ import (
 	"github.com/talos-go/talos/internal/meta"
 )
 
-// CurrentSlot is the slot this process was started from by the boot stage ("" when machined
-// was started directly).
-func CurrentSlot() string {
+// Current is the slot this machined was started from by the boot stage or the initramfs (""
+// when machined was started directly).
+func Current() string {
 	s := os.Getenv(EnvSlot)
-	if ValidSlot(s) {
+	if Valid(s) {
 		return s
 	}
 
 	return ""
 }
 
-// UnderBootStage reports whether this process runs under the boot stage.
-func UnderBootStage() bool { return os.Getenv(EnvBootStage) != "" && CurrentSlot() != "" }
-
 // MarkBootSuccessful is called by machined once the node has booted healthily: a slot being
 // tried becomes the active slot (the upgrade is now permanent). It reports whether a trial was
 // completed.
 func MarkBootSuccessful(store *meta.Store, slot string) (bool, error) {
-	if !ValidSlot(slot) {
+	if !Valid(slot) {
 		return false, nil
 	}
 

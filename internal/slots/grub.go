@@ -1,0 +1,171 @@
+package slots
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/partition"
+)
+
+// On metal the boot stage's part is split between GRUB and the initramfs: GRUB boots the
+// default entry of BOOT's grub/grub.cfg; the initramfs (ChooseBooted) reads META as the boot
+// stage does and points GRUB's default back at the active slot while a slot is tried, so a
+// trial that hangs or crashes boots the previous slot on the next reset (GRUB's boot-once).
+
+// Files of a metal slot: what GRUB loads.
+const (
+	SlotKernel    = "vmlinuz"
+	SlotInitramfs = "initramfs.img"
+)
+
+// GRUBConfigPath is GRUB's menu on BOOT.
+func GRUBConfigPath(bootDir string) string { return filepath.Join(bootDir, "grub", "grub.cfg") }
+
+// KernelSlotInstalled reports whether a metal slot holds a kernel and an initramfs.
+func KernelSlotInstalled(bootDir, slot string) bool {
+	for _, name := range []string{SlotKernel, SlotInitramfs} {
+		fi, err := os.Stat(filepath.Join(Dir(bootDir, slot), name))
+		if err != nil || !fi.Mode().IsRegular() {
+			return false
+		}
+	}
+
+	return true
+}
+
+var grubLinuxRE = regexp.MustCompile(`(?m)^\s*linux /[AB]/vmlinuz ?(.*)$`)
+
+// SetGRUBDefault rewrites GRUB's menu on BOOT: an entry per installed slot, def booted by
+// default, with the kernel arguments the menu has now. BOOT is frozen and thawed after the
+// write: GRUB reads XFS without replaying its log, so the new menu must be in place on disk
+// before the next reset. An unchanged menu is not written.
+func SetGRUBDefault(bootDir, def string) error {
+	if !Valid(def) {
+		return fmt.Errorf("GRUB default %q is not a slot", def)
+	}
+
+	path := GRUBConfigPath(bootDir)
+
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading GRUB's menu: %w", err)
+	}
+
+	m := grubLinuxRE.FindSubmatch(old)
+	if m == nil {
+		return fmt.Errorf("GRUB's menu %s has no slot entry: reinstall the node", path)
+	}
+
+	var entries []string
+
+	for _, s := range []string{A, B} {
+		if KernelSlotInstalled(bootDir, s) {
+			entries = append(entries, s)
+		}
+	}
+
+	if !KernelSlotInstalled(bootDir, def) {
+		return fmt.Errorf("GRUB default: slot %s holds no kernel and initramfs", def)
+	}
+
+	cfg := partition.GRUBConfig(def, entries, strings.TrimSpace(string(m[1])))
+	if cfg == string(old) {
+		return Quiesce(bootDir) // the slots' files may be new
+	}
+
+	tmp := path + ".tmp"
+	if err = os.WriteFile(tmp, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+
+	if err = syncFile(tmp); err != nil {
+		return err
+	}
+
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+
+	if err = meta.SyncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+
+	return Quiesce(bootDir)
+}
+
+// GRUBDefault returns the default slot of BOOT's GRUB menu.
+func GRUBDefault(bootDir string) (string, error) {
+	b, err := os.ReadFile(GRUBConfigPath(bootDir))
+	if err != nil {
+		return "", err
+	}
+
+	m := regexp.MustCompile(`(?m)^set default="?([AB])"?$`).FindSubmatch(b)
+	if m == nil {
+		return "", errors.New("GRUB's menu names no default slot")
+	}
+
+	return string(m[1]), nil
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	return f.Sync()
+}
+
+// The freeze ioctls of linux/fs.h (_IOWR('X', 119|120, int)); golang.org/x/sys has no names
+// for them.
+const (
+	fiFreeze = 0xc0045877
+	fiThaw   = 0xc0045878
+)
+
+// Quiesce freezes and thaws the filesystem mounted at dir: freezing writes every change in
+// its place and empties the journal, so a reader that ignores the journal (GRUB) sees them.
+// A folder that is not a mount of its own (a test's, a process node's) is only synced.
+func Quiesce(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	if err = unix.Syncfs(int(f.Fd())); err != nil {
+		return err
+	}
+
+	if !isMountPoint(dir) {
+		return nil
+	}
+
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiFreeze, 0); errno != 0 {
+		return fmt.Errorf("freezing %s: %w", dir, errno)
+	}
+
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiThaw, 0); errno != 0 {
+		return fmt.Errorf("thawing %s: %w", dir, errno)
+	}
+
+	return nil
+}
+
+func isMountPoint(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Join(dir, ".."), &parent) != nil {
+		return false
+	}
+
+	return st.Dev != parent.Dev
+}
