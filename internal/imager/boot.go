@@ -37,8 +37,10 @@ var grubModules = []string{"biosdisk", "part_gpt", "xfs", "normal", "configfile"
 type BootAssets struct {
 	Release             string // the kernel's release, e.g. 6.1.0-56-cloud-amd64
 	Kernel, Initramfs   string
+	ISO                 string // the first boot's medium: GRUB booting the kernel and initramfs
 	Cmdline             string // the file of the default kernel arguments
 	KernelSize, InitrdN int64  // bytes
+	ISOSize             int64
 	Modules             []string
 }
 
@@ -175,7 +177,12 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 		return a, err
 	}
 
-	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN} {
+	a.ISO = filepath.Join(opts.Out, ISOName)
+	if err = buildISO(grubDir, a.Kernel, a.Initramfs, a.ISO); err != nil {
+		return a, err
+	}
+
+	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return a, err
@@ -185,6 +192,59 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	}
 
 	return a, nil
+}
+
+// ISOName is the first boot's ISO in the boot assets' folder (upstream's name for it).
+const ISOName = "metal-amd64.iso"
+
+// isoMenu is the ISO's GRUB menu: the kernel and initramfs with the default kernel arguments,
+// on the serial console and the screen. The node boots into maintenance mode (or fetches
+// talos.config= when the arguments are edited in GRUB) and installs itself to its disk.
+func isoMenu() string {
+	return "set default=0\nset timeout=0\nserial --unit=0 --speed=115200\nterminal_input console serial\nterminal_output console serial\n\n" +
+		"menuentry \"Talos (metal)\" {\n\tlinux /boot/vmlinuz " + strings.Join(metal.DefaultKernelArgs, " ") +
+		"\n\tinitrd /boot/initramfs.img\n}\n"
+}
+
+// buildISO makes a BIOS-bootable (El Torito, and hybrid for a USB stick) ISO of the kernel and
+// initramfs with Debian's grub-mkrescue and xorriso. SOURCE_DATE_EPOCH fixes its dates.
+func buildISO(grubDir, kernel, initramfs, out string) error {
+	if _, err := exec.LookPath("xorriso"); err != nil {
+		return errors.New("no xorriso to make the ISO: install Debian's xorriso (apt-get install xorriso)")
+	}
+
+	stage, err := os.MkdirTemp(filepath.Dir(out), ".iso-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stage)
+
+	if err = os.MkdirAll(filepath.Join(stage, "boot", "grub"), 0o755); err != nil {
+		return err
+	}
+
+	for src, name := range map[string]string{kernel: "vmlinuz", initramfs: "initramfs.img"} {
+		if err = os.Link(src, filepath.Join(stage, "boot", name)); err != nil {
+			return fmt.Errorf("staging the ISO: %w", err)
+		}
+	}
+
+	if err = os.WriteFile(filepath.Join(stage, "boot", "grub", "grub.cfg"), []byte(isoMenu()), 0o644); err != nil {
+		return err
+	}
+
+	tmp := out + ".tmp"
+
+	cmd := exec.Command("grub-mkrescue", "-d", grubDir, "-o", tmp, stage)
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=0")
+
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+
+		return fmt.Errorf("grub-mkrescue: %w: %s", err, b)
+	}
+
+	return os.Rename(tmp, out)
 }
 
 // grubCore makes GRUB's core.img for BIOS boot from an installed disk: the modules built in, its
@@ -293,9 +353,9 @@ func bootMain(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nkernel arguments %s: %s\n",
+	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS boot)\nkernel arguments %s: %s\n",
 		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "),
-		a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
+		a.ISO, float64(a.ISOSize)/1e6, a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
 
 	return nil
 }

@@ -96,7 +96,7 @@ func TestBuildBootReproducible(t *testing.T) {
 		}
 	}
 
-	var images [2][]byte
+	var images, isos [2][]byte
 
 	for i := range images {
 		out := filepath.Join(t.TempDir(), "boot")
@@ -113,10 +113,26 @@ func TestBuildBootReproducible(t *testing.T) {
 		if images[i], err = os.ReadFile(a.Initramfs); err != nil {
 			t.Fatal(err)
 		}
+
+		if isos[i], err = os.ReadFile(a.ISO); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	if !bytes.Equal(images[0], images[1]) {
 		t.Fatal("two builds of the same inputs differ")
+	}
+
+	// The ISO: El Torito boot with GRUB, its menu booting the kernel and initramfs with the
+	// default kernel arguments; the same bytes from the same inputs.
+	if !bytes.Equal(isos[0], isos[1]) {
+		t.Error("two ISOs of the same inputs differ")
+	}
+
+	for _, want := range []string{"CD001", "EL TORITO SPECIFICATION", "linux /boot/vmlinuz talos.platform=metal", "initrd /boot/initramfs.img"} {
+		if !bytes.Contains(isos[0], []byte(want)) {
+			t.Errorf("the ISO holds no %q", want)
+		}
 	}
 
 	e := cpioEntries(t, images[0])

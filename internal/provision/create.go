@@ -317,7 +317,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
-	if req.Provisioner == ProvisionerQEMU && req.QEMU.ApplyConfig {
+	if req.Provisioner == ProvisionerQEMU && (req.QEMU.ApplyConfig || req.QEMU.ISO != "") {
 		return c, cfgs, c.applyConfigs(ctx, progress)
 	}
 

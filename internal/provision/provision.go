@@ -60,6 +60,7 @@ type Cluster struct {
 	// (DHCP and the nodes' configs at ConfigServer).
 	Kernel       string `yaml:"kernel,omitempty"`
 	Initrd       string `yaml:"initrd,omitempty"`
+	ISO          string `yaml:"iso,omitempty"`
 	KVM          bool   `yaml:"kvm,omitempty"`
 	ConfigServer string `yaml:"configServer,omitempty"`
 	NetworkPID   int    `yaml:"networkPid,omitempty"`

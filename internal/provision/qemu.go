@@ -37,6 +37,7 @@ const QEMUInstallDisk = "/dev/vda"
 type QEMURequest struct {
 	Kernel          string // vmlinuz of `make boot`
 	Initrd          string // its initramfs
+	ISO             string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
 	DiskMB          int64  // each node's disk, a file in its state folder
 	ExtraKernelArgs []string
 
@@ -85,7 +86,17 @@ func (r *Request) checkQEMU() error {
 		return errors.New("no qemu-system-x86_64: install it with `apt-get install qemu-system-x86`")
 	}
 
-	for flag, path := range map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd} {
+	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
+	if q.ISO != "" {
+		// The ISO's menu has the kernel arguments: the configs go through the maintenance API.
+		if len(q.ExtraKernelArgs) > 0 {
+			return errors.New("--extra-boot-kernel-args are for a kernel booted directly: the ISO's GRUB menu has its own; drop --iso-path, or --extra-boot-kernel-args")
+		}
+
+		paths = map[string]string{"--iso-path": q.ISO}
+	}
+
+	for flag, path := range paths {
 		if _, err := os.Stat(path); err != nil {
 			return fmt.Errorf("%s: %w (build the boot assets with `make boot`)", flag, err)
 		}
@@ -111,6 +122,12 @@ func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
 
 	if c.Initrd, err = filepath.Abs(req.QEMU.Initrd); err != nil {
 		return err
+	}
+
+	if req.QEMU.ISO != "" {
+		if c.ISO, err = filepath.Abs(req.QEMU.ISO); err != nil {
+			return err
+		}
 	}
 
 	c.KVM = qemu.KVMWorks(c.Kernel)
@@ -188,7 +205,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	cmdline := append([]string{}, metal.DefaultKernelArgs...)
-	if !req.QEMU.ApplyConfig {
+	if !req.QEMU.ApplyConfig && c.ISO == "" {
 		cmdline = append(cmdline, "talos.config="+c.ConfigServer+qemu.ConfigPath(n.Name))
 	}
 
@@ -211,7 +228,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	spec := qemu.NodeSpec{
-		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline,
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,

@@ -35,8 +35,11 @@ type NodeSpec struct {
 	Kernel  string   `json:"kernel"`
 	Initrd  string   `json:"initrd"`
 	Cmdline []string `json:"cmdline"`
-	Disk    string   `json:"disk"` // a raw disk image, made when missing
-	DiskMB  int64    `json:"diskMB"`
+	// ISO is a CD-ROM the node boots from while its disk is blank (the firmware tries the disk
+	// first), instead of the kernel and initramfs; it stays inserted.
+	ISO    string `json:"iso,omitempty"`
+	Disk   string `json:"disk"` // a raw disk image, made when missing
+	DiskMB int64  `json:"diskMB"`
 	// ExtraDisks are more disks after the first, on the drivers they name.
 	ExtraDisks  []Disk `json:"extraDisks,omitempty"`
 	Preallocate bool   `json:"preallocate,omitempty"` // allocate the disk files' blocks, not sparse
@@ -133,8 +136,11 @@ func runQEMU(ctx context.Context, spec NodeSpec, tap *os.File) (bool, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 
 	from := "kernel " + spec.Kernel
-	if fromDisk {
+	switch {
+	case fromDisk:
 		from = "its disk"
+	case spec.ISO != "":
+		from = "the ISO " + spec.ISO
 	}
 
 	fmt.Fprintf(os.Stderr, "[launcher] starting QEMU for %s from %s (KVM: %v, tap %s on %s)\n", spec.Name, from, spec.KVM, spec.Tap, spec.Bridge)
@@ -234,7 +240,7 @@ func exitText(err error) string {
 }
 
 // Args are QEMU's arguments: the kernel and initramfs with the node's kernel arguments (unless
-// the node boots from its disk), the disk and the network card on virtio, the console on stdout,
+// the node boots from its disk, or has an ISO), the disk and the network card on virtio, the console on stdout,
 // the tap as fd 3; a reboot ends QEMU.
 func (s NodeSpec) Args(fromDisk bool) []string {
 	args := []string{
@@ -248,7 +254,10 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 		"-device", "virtio-rng-pci",
 	}
 
-	if !fromDisk {
+	switch {
+	case s.ISO != "":
+		args = append(args, "-drive", "file="+s.ISO+",format=raw,if=none,media=cdrom,readonly=on,id=cd0", "-device", "ide-cd,drive=cd0,bootindex=2")
+	case !fromDisk:
 		args = append(args, "-kernel", s.Kernel, "-initrd", s.Initrd, "-append", strings.Join(s.Cmdline, " "))
 	}
 

@@ -73,6 +73,15 @@ func TestArgs(t *testing.T) {
 	if fromDisk := strings.Join(s.Args(true), " "); strings.Contains(fromDisk, "-kernel") || !strings.Contains(fromDisk, "-no-reboot") {
 		t.Errorf("booting from the disk: %s", fromDisk)
 	}
+
+	// With an ISO the firmware boots it after the blank disk; no kernel is given directly.
+	s.ISO = "/a/metal-amd64.iso"
+	for _, fromDisk := range []bool{false, true} {
+		args := strings.Join(s.Args(fromDisk), " ")
+		if strings.Contains(args, "-kernel") || !strings.Contains(args, "-drive file=/a/metal-amd64.iso,format=raw,if=none,media=cdrom,readonly=on,id=cd0 -device ide-cd,drive=cd0,bootindex=2") {
+			t.Errorf("with an ISO (from disk: %v): %s", fromDisk, args)
+		}
+	}
 }
 
 // A disk is bootable once it has a partition table with BOOT and boot code in its first sector.

@@ -105,8 +105,10 @@ func TestClusterCreateQEMU(t *testing.T) {
 	}
 }
 
-// With --with-apply-config the nodes boot without a config, into maintenance mode, and create
-// applies each one's through the maintenance API. The worker has its extra disks on the drivers
+// With --iso-path the nodes boot `make boot`'s ISO (GRUB from a CD-ROM, the firmware trying the
+// blank disk first) without a config, into maintenance mode, and create applies each one's
+// through the maintenance API (--with-apply-config); they install themselves and boot their
+// disks from then on. The worker has its extra disks on the drivers
 // asked for, and its clock, started two years behind (--bad-rtc), is set by NTP.
 func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-apply", "qemu-apply-controlplane-1", "qemu-apply-worker-1")
@@ -118,7 +120,7 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 		"--controlplanes", "1", "--workers", "1", "--memory", "2048", "--memory-workers", "1536", "--cpus", "1", "--cpus-workers", "1", "--disk", "3072",
 		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
 		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
-		"--with-apply-config", "--bad-rtc", "--disable-dhcp-hostname", "--disk-preallocate=false",
+		"--iso-path", iso, "--with-apply-config", "--bad-rtc", "--disable-dhcp-hostname", "--disk-preallocate=false",
 		"--extra-disks", "2", "--extra-disks-drivers", "nvme,scsi", "--extra-disks-size", "512",
 		"--wait=false")
 	t.Logf("created with the configs applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
@@ -128,8 +130,9 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 			t.Errorf("create did not apply %s's config:\n%s", node, out)
 		}
 
-		if console, _ := os.ReadFile(filepath.Join(dir, node+".log")); strings.Contains(string(console), "talos.config") {
-			t.Errorf("%s booted with talos.config=", node)
+		if console, _ := os.ReadFile(filepath.Join(dir, node+".log")); strings.Contains(string(console), "talos.config") ||
+			!strings.Contains(string(console), "from the ISO "+iso) || !strings.Contains(string(console), "BOOT_IMAGE=/boot/vmlinuz") {
+			t.Errorf("%s did not boot the ISO first, or booted with talos.config=", node)
 		}
 	}
 

@@ -26,8 +26,8 @@ import (
 )
 
 var (
-	binDir, kernel, initramfs string
-	kvm                       bool // KVM works here: /dev/kvm is there and a guest runs on it
+	binDir, kernel, initramfs, iso string
+	kvm                            bool // KVM works here: /dev/kvm is there and a guest runs on it
 )
 
 func TestMain(m *testing.M) {
@@ -79,8 +79,8 @@ func skipReason() string {
 		return err.Error()
 	}
 
-	kernel, initramfs = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.img")
-	for _, f := range []string{kernel, initramfs} {
+	kernel, initramfs, iso = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.img"), filepath.Join(dir, "metal-amd64.iso")
+	for _, f := range []string{kernel, initramfs, iso} {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Sprintf("no %s: build the boot assets with `make boot`", f)
 		}
