@@ -35,10 +35,12 @@ const QEMUInstallDisk = "/dev/vda"
 // QEMURequest is what only the qemu provisioner uses (upstream's qemu flags). CPUs, memory and
 // MTU are the container provisioner's flags (ContainerRequest), as upstream shares them.
 type QEMURequest struct {
-	Kernel          string // vmlinuz of `make boot`
-	Initrd          string // its initramfs
-	ISO             string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
-	DiskMB          int64  // each node's disk, a file in its state folder
+	Kernel string // vmlinuz of `make boot`
+	Initrd string // its initramfs
+	ISO    string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
+	// NoBootloader boots the kernel and initramfs directly on every start, also once installed.
+	NoBootloader    bool
+	DiskMB          int64 // each node's disk, a file in its state folder
 	ExtraKernelArgs []string
 
 	Preallocate         bool     // allocate the disk files' blocks (else sparse)
@@ -88,6 +90,10 @@ func (r *Request) checkQEMU() error {
 
 	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
 	if q.ISO != "" {
+		if q.NoBootloader {
+			return errors.New("--with-bootloader=false boots the kernel directly on every start: drop --iso-path, or --with-bootloader=false")
+		}
+
 		// The ISO's menu has the kernel arguments: the configs go through the maintenance API.
 		if len(q.ExtraKernelArgs) > 0 {
 			return errors.New("--extra-boot-kernel-args are for a kernel booted directly: the ISO's GRUB menu has its own; drop --iso-path, or --extra-boot-kernel-args")
@@ -228,7 +234,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	spec := qemu.NodeSpec{
-		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO,
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, DirectBoot: req.QEMU.NoBootloader,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,

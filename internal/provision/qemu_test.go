@@ -51,6 +51,9 @@ func TestQEMURequestRefused(t *testing.T) {
 		}, []string{"--extra-disks-drivers names 2 drivers for 1"}},
 		{"empty extra disks", 0, func(r *Request) { r.QEMU.ExtraDisks = 2 }, []string{"--extra-disks-size 0"}},
 		{"no initramfs", 0, func(r *Request) { r.QEMU.Initrd = filepath.Join(dir, "missing") }, []string{"--initrd-path", "make boot"}},
+		{"no ISO", 0, func(r *Request) { r.QEMU.ISO = filepath.Join(dir, "missing.iso") }, []string{"--iso-path", "make boot"}},
+		{"ISO with kernel arguments", 0, func(r *Request) { r.QEMU.ISO, r.QEMU.ExtraKernelArgs = kernel, []string{"a=b"} }, []string{"--extra-boot-kernel-args", "drop --iso-path"}},
+		{"ISO without the bootloader", 0, func(r *Request) { r.QEMU.ISO, r.QEMU.NoBootloader = kernel, true }, []string{"--with-bootloader=false", "drop --iso-path"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := good()

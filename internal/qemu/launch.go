@@ -37,9 +37,11 @@ type NodeSpec struct {
 	Cmdline []string `json:"cmdline"`
 	// ISO is a CD-ROM the node boots from while its disk is blank (the firmware tries the disk
 	// first), instead of the kernel and initramfs; it stays inserted.
-	ISO    string `json:"iso,omitempty"`
-	Disk   string `json:"disk"` // a raw disk image, made when missing
-	DiskMB int64  `json:"diskMB"`
+	ISO string `json:"iso,omitempty"`
+	// DirectBoot boots the kernel and initramfs on every start, never the installed disk's GRUB.
+	DirectBoot bool   `json:"directBoot,omitempty"`
+	Disk       string `json:"disk"` // a raw disk image, made when missing
+	DiskMB     int64  `json:"diskMB"`
 	// ExtraDisks are more disks after the first, on the drivers they name.
 	ExtraDisks  []Disk `json:"extraDisks,omitempty"`
 	Preallocate bool   `json:"preallocate,omitempty"` // allocate the disk files' blocks, not sparse
@@ -127,7 +129,7 @@ func Launch(ctx context.Context, spec NodeSpec) error {
 
 // runQEMU runs QEMU once, until the guest powers off or reboots (rebooted) or ctx ends.
 func runQEMU(ctx context.Context, spec NodeSpec, tap *os.File) (bool, error) {
-	fromDisk := Bootable(spec.Disk)
+	fromDisk := !spec.DirectBoot && Bootable(spec.Disk)
 	watch := &rebootWatcher{}
 
 	cmd := exec.Command("qemu-system-x86_64", spec.Args(fromDisk)...)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -223,6 +224,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
 	f.StringVar(&req.QEMU.Kernel, "vmlinuz-path", "_out/boot/vmlinuz", "the kernel of the boot assets (`make boot`) for --provisioner qemu")
 	f.StringVar(&req.QEMU.Initrd, "initrd-path", "_out/boot/initramfs.img", "the initramfs of the boot assets (`make boot`) for --provisioner qemu")
+	f.Var(negatedBool{&req.QEMU.NoBootloader}, "with-bootloader", "enable bootloader to load kernel and initramfs from disk image after install (qemu; false: the kernel is booted directly on every start)")
+	f.Lookup("with-bootloader").NoOptDefVal = "true"
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")
 	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
 	f.StringVar(&extraKernelArgs, "extra-boot-kernel-args", "", "add extra kernel args to the initial boot from vmlinuz and initramfs (qemu)")
@@ -495,3 +498,28 @@ func clusterShowCmd(name, provisioner *string, root func() (string, error)) *cob
 		},
 	}
 }
+
+// negatedBool is a flag whose value is the opposite of the field it sets (default true when
+// the field is false).
+type negatedBool struct{ p *bool }
+
+func (b negatedBool) String() string {
+	if b.p == nil {
+		return "true"
+	}
+
+	return strconv.FormatBool(!*b.p)
+}
+
+func (b negatedBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+
+	*b.p = !v
+
+	return nil
+}
+
+func (b negatedBool) Type() string { return "bool" }
