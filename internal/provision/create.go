@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -45,8 +46,11 @@ type Request struct {
 	Progress    io.Writer
 
 	Provisioner string // ProvisionerProcess (default), ProvisionerContainer or ProvisionerQEMU
-	Container   ContainerRequest
-	QEMU        QEMURequest
+	// Arch is the nodes' architecture (--arch): the node binary, image and boot assets are
+	// built for this machine's, so only it is accepted.
+	Arch      string
+	Container ContainerRequest
+	QEMU      QEMURequest
 
 	// Generate are the choices made when the configs are generated (not with InputDir).
 	Generate GenerateOptions
@@ -76,6 +80,8 @@ func (r *Request) check() error {
 		return errors.New("--cidr is not a valid prefix: use one like 127.5.0.0/24")
 	case r.Binary == "":
 		return errors.New("no node binary: build it with `go build -o _out/machined ./cmd/machined`")
+	case r.Arch != "" && r.Arch != runtime.GOARCH:
+		return fmt.Errorf("--arch %s: the nodes run this machine's builds (node binary, image, boot assets), which are %s: use --arch %s", r.Arch, runtime.GOARCH, runtime.GOARCH)
 	}
 
 	switch r.Provisioner {
