@@ -207,7 +207,7 @@ func isoMenu() string {
 }
 
 // buildISO makes a BIOS-bootable (El Torito, and hybrid for a USB stick) ISO of the kernel and
-// initramfs with Debian's grub-mkrescue and xorriso. SOURCE_DATE_EPOCH fixes its dates.
+// initramfs with Debian's grub-mkrescue and xorriso, its dates fixed.
 func buildISO(grubDir, kernel, initramfs, out string) error {
 	if _, err := exec.LookPath("xorriso"); err != nil {
 		return errors.New("no xorriso to make the ISO: install Debian's xorriso (apt-get install xorriso)")
@@ -235,8 +235,13 @@ func buildISO(grubDir, kernel, initramfs, out string) error {
 
 	tmp := out + ".tmp"
 
-	cmd := exec.Command("grub-mkrescue", "-d", grubDir, "-o", tmp, stage)
-	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=0")
+	// Every date in the ISO (volume, files, folders) fixed: this grub-mkrescue ignores
+	// SOURCE_DATE_EPOCH, and what follows "--" are xorriso's own commands.
+	const epoch = "1970010100000000"
+
+	cmd := exec.Command("grub-mkrescue", "-d", grubDir, "-o", tmp, stage, "--",
+		"-volume_date", "uuid", epoch, "-volume_date", "c", epoch, "-volume_date", "m", epoch,
+		"-volume_date", "all_file_dates", epoch, "-alter_date_r", "b", epoch, "/", "--", "-alter_date_r", "c", epoch, "/", "--")
 
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
