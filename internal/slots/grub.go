@@ -80,20 +80,7 @@ func SetGRUBDefault(bootDir, def string) error {
 		return Quiesce(bootDir) // the slots' files may be new
 	}
 
-	tmp := path + ".tmp"
-	if err = os.WriteFile(tmp, []byte(cfg), 0o600); err != nil {
-		return err
-	}
-
-	if err = syncFile(tmp); err != nil {
-		return err
-	}
-
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-
-	if err = meta.SyncDir(filepath.Dir(path)); err != nil {
+	if err = meta.WriteFileAtomic(path, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 
@@ -113,16 +100,6 @@ func GRUBDefault(bootDir string) (string, error) {
 	}
 
 	return string(m[1]), nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-
-	return f.Sync()
 }
 
 // The freeze ioctls of linux/fs.h (_IOWR('X', 119|120, int)); golang.org/x/sys has no names
