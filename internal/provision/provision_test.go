@@ -163,7 +163,8 @@ func TestGenerateOptions(t *testing.T) {
 		KubernetesVersion: "1.34.0",
 		TalosVersion:      "v1.6",
 		ControlPlanePort:  7443,
-		Options:           []generate.Option{generate.WithDNSDomain("example.test"), generate.WithLocalAPIServerPort(7443), generate.WithKubePrismPort(0)},
+		Options:           []generate.Option{generate.WithDNSDomain("example.test"), generate.WithLocalAPIServerPort(7443), generate.WithKubePrismPort(0),
+			generate.WithInstallImage("registry.test/installer:v9")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +181,10 @@ func TestGenerateOptions(t *testing.T) {
 
 	if cfg.Cluster().LocalAPIServerPort() != 7443 || cfg.Cluster().Network().DNSDomain() != "example.test" || cfg.Machine().Features().KubePrism().Enabled() {
 		t.Errorf("port %d, domain %s, KubePrism %v", cfg.Cluster().LocalAPIServerPort(), cfg.Cluster().Network().DNSDomain(), cfg.Machine().Features().KubePrism().Enabled())
+	}
+
+	if got := cfg.Machine().Install().Image(); got != "registry.test/installer:v9" {
+		t.Errorf("install image %s", got)
 	}
 
 	// The v1.6 contract's defaults: no host DNS (generated configs have it from v1.7 on).

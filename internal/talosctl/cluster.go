@@ -83,6 +83,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		waitTimeout     time.Duration
 		skipKubeconfig  bool
 		imageKeys       string
+		installImage    string
 		waitOpts        provision.WaitOptions
 		k8sVersion      string
 		dnsDomain       string
@@ -116,7 +117,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Generate.TalosVersion = talosVersion
-			req.Generate.Options = append(req.Generate.Options, generate.WithClusterDiscovery(discovery))
+			req.Generate.Options = append(req.Generate.Options, generate.WithClusterDiscovery(discovery), generate.WithInstallImage(installImage))
 
 			if req.Generate.Options, err = registryOptions(req.Generate.Options, mirrors, insecure); err != nil {
 				return err
@@ -228,6 +229,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.Var(negatedBool{&req.QEMU.NoBootloader}, "with-bootloader", "enable bootloader to load kernel and initramfs from disk image after install (qemu; false: the kernel is booted directly on every start)")
 	f.Lookup("with-bootloader").NoOptDefVal = "true"
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
+	f.StringVar(&installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")
 	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
 	f.StringVar(&extraKernelArgs, "extra-boot-kernel-args", "", "add extra kernel args to the initial boot from vmlinuz and initramfs (qemu)")
