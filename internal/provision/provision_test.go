@@ -163,7 +163,7 @@ func TestGenerateOptions(t *testing.T) {
 		KubernetesVersion: "1.34.0",
 		TalosVersion:      "v1.6",
 		ControlPlanePort:  7443,
-		Options:           []generate.Option{generate.WithDNSDomain("example.test"), generate.WithLocalAPIServerPort(7443), generate.WithKubePrismPort(0),
+		Options: []generate.Option{generate.WithDNSDomain("example.test"), generate.WithLocalAPIServerPort(7443), generate.WithKubePrismPort(0),
 			generate.WithInstallImage("registry.test/installer:v9")},
 	})
 	if err != nil {
