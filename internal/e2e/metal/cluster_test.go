@@ -52,6 +52,11 @@ func TestClusterCreateQEMU(t *testing.T) {
 		t.Errorf("get addresses: no DHCP address eth0/%s/24:\n%s", node, out)
 	}
 
+	// The virtio card's permanent address (ethtool's) is the MAC the provisioner gave it.
+	if out := cli.Must(t, "-n", node, "get", "linkstatus", "eth0", "-o", "yaml"); !strings.Contains(out, "permanentAddr: 52:54:00:05:07:02") {
+		t.Errorf("get linkstatus eth0: no permanent address 52:54:00:05:07:02:\n%s", out)
+	}
+
 	// machined keeps the boot's lease: it asked again and publishes it (renewed at 12 h).
 	if out := cli.Must(t, "-n", node, "get", "addressspecs"); !strings.Contains(out, "operator/eth0/10.5.7.2/24") {
 		t.Errorf("get addressspecs: no lease kept by machined:\n%s", out)

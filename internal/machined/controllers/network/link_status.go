@@ -48,6 +48,7 @@ func (ctrl *LinkStatusController) Run(ctx context.Context, r controller.Runtime,
 			if err = safe.WriterModify(ctx, r, network.NewLinkStatus(network.NamespaceName, l.Attributes.Name), func(res *network.LinkStatus) error {
 				fillLinkStatus(res.TypedSpec(), l)
 				res.TypedSpec().Driver, res.TypedSpec().BusPath, res.TypedSpec().PCIID = hw.driver, hw.busPath, hw.pciID
+				res.TypedSpec().PermanentAddr = nethelpers.HardwareAddr(permanentAddr(l.Attributes.Name))
 
 				return nil
 			}); err != nil {
