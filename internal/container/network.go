@@ -148,12 +148,12 @@ func (nn NodeNetwork) configureInside(pid int) error {
 		return err
 	}
 
-	return ConfigureStatic(c, NodeInterface, nn.Address, nn.Gateway)
+	return ConfigureStatic(c, NodeInterface, nn.Address, nn.Gateway, 0)
 }
 
 // ConfigureStatic gives link the address, brings it up and, with a gateway, adds the default
-// route through it.
-func ConfigureStatic(c *rtnetlink.Conn, link string, address netip.Prefix, gateway netip.Addr) error {
+// route through it with the given metric.
+func ConfigureStatic(c *rtnetlink.Conn, link string, address netip.Prefix, gateway netip.Addr, metric uint32) error {
 	idx, err := LinkIndex(c, link)
 	if err != nil {
 		return err
@@ -173,7 +173,7 @@ func ConfigureStatic(c *rtnetlink.Conn, link string, address netip.Prefix, gatew
 
 	if err = c.Route.Add(&rtnetlink.RouteMessage{
 		Family: unix.AF_INET, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST,
-		Attributes: rtnetlink.RouteAttributes{Gateway: gateway.AsSlice(), OutIface: idx},
+		Attributes: rtnetlink.RouteAttributes{Gateway: gateway.AsSlice(), OutIface: idx, Priority: metric},
 	}); err != nil {
 		return fmt.Errorf("adding the default route via %s: %w", gateway, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
@@ -101,7 +102,7 @@ func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error)
 		}
 	}
 
-	if err = container.ConfigureStatic(c, link, l.Address, l.Gateway); err != nil {
+	if err = container.ConfigureStatic(c, link, l.Address, l.Gateway, network.DefaultRouteMetric); err != nil {
 		return l, fmt.Errorf("DHCP on %s: %w", link, err)
 	}
 

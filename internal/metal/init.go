@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
@@ -360,7 +361,7 @@ func configureNetwork(ip IPConfig) error {
 		gw = ip.Gateway
 	}
 
-	if err = container.ConfigureStatic(c, device, ip.Address, gw); err != nil {
+	if err = container.ConfigureStatic(c, device, ip.Address, gw, network.DefaultRouteMetric); err != nil {
 		return fmt.Errorf("ip=: %w", err)
 	}
 

@@ -57,6 +57,12 @@ func TestClusterCreateQEMU(t *testing.T) {
 		t.Errorf("get linkstatus eth0: no permanent address 52:54:00:05:07:02:\n%s", out)
 	}
 
+	// The lease's default route has upstream's DHCP metric, set once (by the initramfs, kept by
+	// machined), not also with another metric.
+	if out := cli.Must(t, "-n", node, "get", "routestatus"); !strings.Contains(out, "inet4/10.5.7.1//1024") || regexp.MustCompile(`inet4/10\.5\.7\.1//0\s`).MatchString(out) {
+		t.Errorf("get routestatus: the default route is not once with metric 1024:\n%s", out)
+	}
+
 	// machined keeps the boot's lease: it asked again and publishes it (renewed at 12 h).
 	if out := cli.Must(t, "-n", node, "get", "addressspecs"); !strings.Contains(out, "operator/eth0/10.5.7.2/24") {
 		t.Errorf("get addressspecs: no lease kept by machined:\n%s", out)

@@ -110,13 +110,13 @@ func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log 
 	}
 }
 
-// links are the links to keep a lease on, with their default route's metric: the boot's (0, as
-// the boot's route) and the DHCP4 operator specs'.
+// links are the links to keep a lease on, with their default route's metric: the boot's
+// (upstream's 1024, as the initramfs set it) and the DHCP4 operator specs'.
 func (ctrl *DHCP4Controller) links(ctx context.Context, r controller.Reader) (map[string]uint32, error) {
 	want := map[string]uint32{}
 
 	for _, link := range ctrl.Links {
-		want[link] = 0
+		want[link] = network.DefaultRouteMetric
 	}
 
 	specs, err := safe.ReaderListAll[*network.OperatorSpec](ctx, r)

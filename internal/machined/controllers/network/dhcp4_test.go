@@ -159,7 +159,7 @@ func TestDHCP4KeepsTheLease(t *testing.T) {
 
 	testenv.WaitFor(t, "the leased address and the default route on dhcp0", 10*time.Second, func() error {
 		addrs, routes := ipOut("-o", "addr", "show", "dhcp0"), ipOut("route", "show", "default")
-		if !strings.Contains(addrs, "10.9.5.2/24") || !strings.Contains(routes, "via 10.9.5.1 dev dhcp0") {
+		if !strings.Contains(addrs, "10.9.5.2/24") || !strings.Contains(routes, "via 10.9.5.1 dev dhcp0") || !strings.Contains(routes, "metric 1024") {
 			return fmt.Errorf("addresses:\n%sroutes:\n%s", addrs, routes)
 		}
 
