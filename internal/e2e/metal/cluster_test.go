@@ -53,7 +53,7 @@ func TestClusterCreateQEMU(t *testing.T) {
 	}
 
 	// The virtio card's permanent address (ethtool's) is the MAC the provisioner gave it.
-	if out := cli.Must(t, "-n", node, "get", "linkstatus", "eth0", "-o", "yaml"); !strings.Contains(out, "permanentAddr: 52:54:00:05:07:02") {
+	if out := cli.Must(t, "-n", node, "get", "linkstatus", "eth0", "-o", "yaml"); !strings.Contains(out, `permanentAddr: "52:54:00:05:07:02"`) {
 		t.Errorf("get linkstatus eth0: no permanent address 52:54:00:05:07:02:\n%s", out)
 	}
 
