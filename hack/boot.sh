@@ -63,5 +63,5 @@ IMAGE_KEY=${IMAGE_KEY:-$OUT/image-signing.key}
 if [ ! -f "$IMAGE_KEY" ]; then
 	"$OUT/imager" keygen --out "$(dirname "$IMAGE_KEY")"
 fi
-"$OUT/imager" boot --kernel "$kdir" --machined "$OUT/cache/node/machined" --rootfs "$OUT/rootfs.sqsh" \
+"$OUT/imager" boot --kernel "$kdir" --rootfs "$OUT/rootfs.sqsh" \
 	--keys "${IMAGE_KEY%.key}.pub" --out "$OUT/boot"

@@ -425,14 +425,17 @@ func BuildMetalRoot(spec Spec) error {
 		return err
 	}
 
-	for _, b := range []struct{ src, target string }{{spec.Modules, "usr/lib/modules"}, {spec.Initramfs, InitramfsDir}} {
+	for _, b := range []struct{ src, target string }{{spec.Modules, "usr/lib/modules"}, {spec.Initramfs, InitramfsDir}, {spec.Init, initPath}} {
 		if b.src == "" {
 			continue
 		}
 
 		target := filepath.Join(root, b.target)
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return err
+		if _, err := os.Stat(target); errors.Is(err, os.ErrNotExist) {
+			err = mountPoint(mnt{source: b.src, flags: unix.MS_BIND}, target)
+			if err != nil {
+				return err
+			}
 		}
 
 		if err := unix.Mount(b.src, target, "", unix.MS_BIND, ""); err != nil {

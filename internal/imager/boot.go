@@ -20,8 +20,7 @@ import (
 // BootOptions are the inputs of the metal boot assets.
 type BootOptions struct {
 	KernelRoot string // an extracted Debian linux-image package: boot/vmlinuz-*, lib/modules/*
-	Machined   string // the multi-call binary, the initramfs's /init
-	Rootfs     string // the node image, /rootfs.sqsh in the initramfs
+	Rootfs     string // the node image, /rootfs.sqsh in the initramfs; its machined is /init
 	GRUBDir    string // GRUB's i386-pc modules and boot.img (Debian's grub-pc-bin)
 	Keys       string // PEM public keys an installed node trusts for its upgrade images (optional)
 	Out        string // folder for vmlinuz and initramfs.img
@@ -147,7 +146,15 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	w.bytes(path.Join(dir, "modules.alias"), aliasesFor(filepath.Join(modDir, "modules.alias"), files), 0o644)
 	w.file(path.Join(dir, "modules.builtin"), filepath.Join(modDir, "modules.builtin"), 0o644)
 
-	w.file("init", opts.Machined, 0o755)
+	// /init is the node image's own machined, so the node runs the one copy the kernel has in
+	// memory already (internal/metal binds it over the image's).
+	machined := a.Initramfs + ".init.tmp"
+	if err = extractInit(opts.Rootfs, machined); err != nil {
+		return a, err
+	}
+	defer os.Remove(machined)
+
+	w.file("init", machined, 0o755)
 	w.file(strings.TrimPrefix(metal.InitramfsImage, "/"), opts.Rootfs, 0o644)
 
 	// What the node installs to disk besides this initramfs: the kernel and GRUB.
@@ -192,6 +199,30 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	}
 
 	return a, nil
+}
+
+// extractInit copies the node image's machined (InitPath) to out with Debian's unsquashfs.
+func extractInit(rootfs, out string) error {
+	if _, err := exec.LookPath("unsquashfs"); err != nil {
+		return errors.New("no unsquashfs to take machined from the node image: install Debian's squashfs-tools")
+	}
+
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	var stderr strings.Builder
+
+	cmd := exec.Command("unsquashfs", "-cat", rootfs, strings.TrimPrefix(InitPath, "/"))
+	cmd.Stdout, cmd.Stderr = f, &stderr
+
+	if err = cmd.Run(); err != nil {
+		return fmt.Errorf("taking %s from the node image %s: %w: %s (rebuild it with `make rootfs`)", InitPath, rootfs, err, strings.TrimSpace(stderr.String()))
+	}
+
+	return f.Close()
 }
 
 // ISOName is the first boot's ISO in the boot assets' folder (upstream's name for it).
@@ -339,7 +370,6 @@ func bootMain(args []string, stdout io.Writer) error {
 
 	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
 	fs.StringVar(&opts.KernelRoot, "kernel", "", "folder holding an extracted Debian linux-image package")
-	fs.StringVar(&opts.Machined, "machined", "", "the multi-call binary (static)")
 	fs.StringVar(&opts.Rootfs, "rootfs", "", "the node image (imager rootfs)")
 	fs.StringVar(&opts.GRUBDir, "grub", DefaultGRUBDir, "GRUB's i386-pc folder (Debian's grub-pc-bin)")
 	fs.StringVar(&opts.Keys, "keys", "", "PEM public keys an installed node trusts for upgrade images (imager keygen's .pub)")
@@ -349,8 +379,8 @@ func bootMain(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	if opts.KernelRoot == "" || opts.Machined == "" || opts.Rootfs == "" || opts.Out == "" {
-		return errors.New("usage: imager boot --kernel DIR --machined FILE --rootfs FILE.sqsh [--keys FILE.pub] --out DIR")
+	if opts.KernelRoot == "" || opts.Rootfs == "" || opts.Out == "" {
+		return errors.New("usage: imager boot --kernel DIR --rootfs FILE.sqsh [--keys FILE.pub] --out DIR")
 	}
 
 	a, err := BuildBoot(opts)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -90,10 +91,26 @@ func TestBuildBootReproducible(t *testing.T) {
 	kernel := fakeKernel(t)
 	dir := t.TempDir()
 
-	for name, content := range map[string]string{"machined": "init binary", "rootfs.sqsh": "squashfs"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	// A node image holding only its machined, which becomes /init.
+	needTool(t, "mksquashfs", "squashfs-tools")
+
+	image := filepath.Join(dir, "image")
+	if err := os.MkdirAll(filepath.Join(image, filepath.Dir(InitPath)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(filepath.Join(image, InitPath), []byte("init binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	rootfs := filepath.Join(dir, "rootfs.sqsh")
+	if out, err := exec.Command("mksquashfs", image, rootfs, "-noappend", "-quiet").CombinedOutput(); err != nil {
+		t.Fatalf("mksquashfs: %v: %s", err, out)
+	}
+
+	rootfsBytes, err := os.ReadFile(rootfs)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	var images, isos [2][]byte
@@ -101,7 +118,7 @@ func TestBuildBootReproducible(t *testing.T) {
 	for i := range images {
 		out := filepath.Join(t.TempDir(), "boot")
 
-		a, err := BuildBoot(BootOptions{KernelRoot: kernel, Machined: filepath.Join(dir, "machined"), Rootfs: filepath.Join(dir, "rootfs.sqsh"), Out: out})
+		a, err := BuildBoot(BootOptions{KernelRoot: kernel, Rootfs: rootfs, Out: out})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +156,7 @@ func TestBuildBootReproducible(t *testing.T) {
 	mods := "lib/modules/6.1.0-9-cloud-amd64/"
 
 	for name, want := range map[string]string{
-		"init": "init binary", "rootfs.sqsh": "squashfs", "dev/console": "",
+		"init": "init binary", "rootfs.sqsh": string(rootfsBytes), "dev/console": "",
 		mods + "kernel/drivers/net/virtio_net.ko": "virtio_net", mods + "kernel/net/core/failover.ko": "failover",
 		mods + "modules.alias": "alias virtio:d00000001v* virtio_net\n",
 	} {

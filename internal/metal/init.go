@@ -136,7 +136,7 @@ func InitMain([]string) error {
 		env = append(env, slots.EnvSlot+"="+slot)
 	}
 
-	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules, Initramfs: "/"}
+	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules, Initramfs: "/", Init: "/init"}
 
 	// talos.config= is the first boot's config, downloaded now that the network is up; an
 	// installed node has its config on STATE.
