@@ -15,15 +15,15 @@ else
 	echo "[1/3] node image $OUT/rootfs.sqsh"
 fi
 
-# GRUB's BIOS images and grub-mkimage, for the disk an installed node boots from; xorriso for
-# grub-mkrescue's ISO.
-if ! dpkg -s grub-pc-bin xorriso >/dev/null 2>&1; then
+# GRUB's BIOS and UEFI images and grub-mkimage, for the disk an installed node boots from;
+# xorriso and mtools for grub-mkrescue's ISO.
+if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "boot: Debian's grub-pc-bin or xorriso is missing: run apt-get install grub-pc-bin xorriso as root" >&2
+		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso or mtools is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools as root" >&2
 		exit 1
 	fi
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin xorriso >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin grub-efi-amd64-bin xorriso mtools >/dev/null
 fi
 
 # The meta package names the kernel's versioned package; both come from Debian's archive.

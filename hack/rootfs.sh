@@ -19,9 +19,9 @@ PKG=github.com/talos-go/talos
 
 # Debian packages the build uses: mksquashfs, the staged userland and its files, and a static
 # libseccomp for runc; mount and coreutils give the Kubernetes images mount(8) and cp; xfsprogs
-# gives metal nodes mkfs.xfs.
+# and dosfstools give metal nodes mkfs.xfs and mkfs.fat.
 need=""
-for pkg in squashfs-tools iptables nftables ca-certificates netbase libseccomp-dev gcc libc6-dev mount coreutils xfsprogs; do
+for pkg in squashfs-tools iptables nftables ca-certificates netbase libseccomp-dev gcc libc6-dev mount coreutils xfsprogs dosfstools; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then

@@ -22,12 +22,16 @@ type BootOptions struct {
 	KernelRoot string // an extracted Debian linux-image package: boot/vmlinuz-*, lib/modules/*
 	Rootfs     string // the node image, /rootfs.sqsh in the initramfs; its machined is /init
 	GRUBDir    string // GRUB's i386-pc modules and boot.img (Debian's grub-pc-bin)
+	GRUBEFIDir string // GRUB's x86_64-efi modules (Debian's grub-efi-amd64-bin)
 	Keys       string // PEM public keys an installed node trusts for its upgrade images (optional)
 	Out        string // folder for vmlinuz and initramfs.img
 }
 
-// DefaultGRUBDir is where Debian's grub-pc-bin puts GRUB's BIOS images and modules.
-const DefaultGRUBDir = "/usr/lib/grub/i386-pc"
+// Where Debian's grub-pc-bin and grub-efi-amd64-bin put GRUB's BIOS and UEFI modules.
+const (
+	DefaultGRUBDir    = "/usr/lib/grub/i386-pc"
+	DefaultGRUBEFIDir = "/usr/lib/grub/x86_64-efi"
+)
 
 // grubModules are built into core.img: what reads BOOT and runs partition.GRUBConfig's menu.
 var grubModules = []string{"biosdisk", "part_gpt", "xfs", "normal", "configfile", "linux", "echo", "test", "serial", "terminal"}
@@ -45,11 +49,11 @@ type BootAssets struct {
 
 // bootModules are the modules the initramfs carries: metal.BootModules, the drivers of the
 // devices a QEMU or cloud machine boots with, those machined loads when the config asks
-// (bonding, 8021q for VLANs, bridge) and XFS for an installed disk's partitions, each with what
-// it depends on.
+// (bonding, 8021q for VLANs, bridge), XFS for an installed disk's partitions and FAT for its EFI
+// partition, each with what it depends on.
 var bootModules = append(slices.Clone(metal.BootModules),
 	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod",
-	"bonding", "8021q", "bridge", "xfs")
+	"bonding", "8021q", "bridge", "xfs", "vfat", "nls_cp437", "nls_ascii")
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
 // is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node
@@ -118,6 +122,17 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	}
 	defer os.Remove(core)
 
+	efiDir := opts.GRUBEFIDir
+	if efiDir == "" {
+		efiDir = DefaultGRUBEFIDir
+	}
+
+	efi := a.Initramfs + ".efi.tmp"
+	if err := grubEFI(efiDir, efi); err != nil {
+		return a, err
+	}
+	defer os.Remove(efi)
+
 	out, err := os.Create(a.Initramfs + ".tmp")
 	if err != nil {
 		return a, err
@@ -163,6 +178,7 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	w.file(strings.TrimPrefix(metal.InitramfsKernel, "/"), a.Kernel, 0o644)
 	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/boot.img", filepath.Join(grubDir, "boot.img"), 0o644)
 	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/core.img", core, 0o644)
+	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/"+metal.GRUBEFIName, efi, 0o644)
 
 	if opts.Keys != "" {
 		if _, err = LoadPublicKeys(opts.Keys); err != nil {
@@ -185,7 +201,7 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	}
 
 	a.ISO = filepath.Join(opts.Out, ISOName)
-	if err = buildISO(grubDir, a.Kernel, a.Initramfs, a.ISO); err != nil {
+	if err = buildISO(a.Kernel, a.Initramfs, a.ISO); err != nil {
 		return a, err
 	}
 
@@ -237,11 +253,14 @@ func isoMenu() string {
 		"\n\tinitrd /boot/initramfs.img\n}\n"
 }
 
-// buildISO makes a BIOS-bootable (El Torito, and hybrid for a USB stick) ISO of the kernel and
-// initramfs with Debian's grub-mkrescue and xorriso, its dates fixed.
-func buildISO(grubDir, kernel, initramfs, out string) error {
-	if _, err := exec.LookPath("xorriso"); err != nil {
-		return errors.New("no xorriso to make the ISO: install Debian's xorriso (apt-get install xorriso)")
+// buildISO makes an ISO of the kernel and initramfs that boots with BIOS and UEFI (El Torito,
+// and hybrid for a USB stick) with Debian's grub-mkrescue (GRUB from both of Debian's GRUB
+// packages), xorriso and mtools, its dates and identifiers fixed.
+func buildISO(kernel, initramfs, out string) error {
+	for tool, pkg := range map[string]string{"xorriso": "xorriso", "mformat": "mtools"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("no %s to make the ISO: install Debian's %s (apt-get install %s)", tool, pkg, pkg)
+		}
 	}
 
 	stage, err := os.MkdirTemp(filepath.Dir(out), ".iso-")
@@ -270,9 +289,13 @@ func buildISO(grubDir, kernel, initramfs, out string) error {
 	// SOURCE_DATE_EPOCH, and what follows "--" are xorriso's own commands.
 	const epoch = "1970010100000000"
 
-	cmd := exec.Command("grub-mkrescue", "-d", grubDir, "-o", tmp, stage, "--",
+	// The GPT's identifiers come from the fixed volume date; mtools' FAT image for UEFI takes
+	// its dates from SOURCE_DATE_EPOCH, its serial number is zeroed after.
+	cmd := exec.Command("grub-mkrescue", "-o", tmp, stage, "--",
 		"-volume_date", "uuid", epoch, "-volume_date", "c", epoch, "-volume_date", "m", epoch,
-		"-volume_date", "all_file_dates", epoch, "-alter_date_r", "b", epoch, "/", "--", "-alter_date_r", "c", epoch, "/", "--")
+		"-volume_date", "all_file_dates", epoch, "-alter_date_r", "b", epoch, "/", "--", "-alter_date_r", "c", epoch, "/", "--",
+		"-boot_image", "any", "gpt_disk_guid=volume_date_uuid")
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=0")
 
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
@@ -280,7 +303,44 @@ func buildISO(grubDir, kernel, initramfs, out string) error {
 		return fmt.Errorf("grub-mkrescue: %w: %s", err, b)
 	}
 
+	if err = zeroFATSerial(tmp); err != nil {
+		os.Remove(tmp)
+
+		return err
+	}
+
 	return os.Rename(tmp, out)
+}
+
+// zeroFATSerial zeroes the volume serial number of the first FAT12/16 boot sector in the ISO:
+// the UEFI boot image grub-mkrescue makes with mformat, which picks the serial at random.
+func zeroFATSerial(iso string) error {
+	f, err := os.OpenFile(iso, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	const volumeID, fsType = 0x27, 0x36 // offsets in a FAT12/16 boot sector
+
+	sector := make([]byte, 512)
+
+	for off := int64(0); ; off += int64(len(sector)) {
+		if _, err = f.ReadAt(sector, off); err != nil {
+			return fmt.Errorf("the ISO holds no UEFI boot image (is Debian's grub-efi-amd64-bin installed?): %w", err)
+		}
+
+		kind := string(sector[fsType : fsType+8])
+		if sector[510] != 0x55 || sector[511] != 0xaa || (kind != "FAT12   " && kind != "FAT16   ") {
+			continue
+		}
+
+		if _, err = f.WriteAt(make([]byte, 4), off+volumeID); err != nil {
+			return err
+		}
+
+		return f.Close()
+	}
 }
 
 // grubCore makes GRUB's core.img for BIOS boot from an installed disk: the modules built in, its
@@ -293,6 +353,25 @@ func grubCore(dir, out string) error {
 	args := append([]string{"-O", "i386-pc", "-d", dir, "-o", out, "-p", partition.GRUBPrefix}, grubModules...)
 	if b, err := exec.Command("grub-mkimage", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("grub-mkimage (Debian's grub-pc-bin): %w: %s", err, b)
+	}
+
+	return nil
+}
+
+// grubEFIModules are built into the UEFI GRUB: what reads BOOT and runs partition.GRUBConfig's
+// menu (the BIOS image's, with UEFI's disk access built in).
+var grubEFIModules = []string{"part_gpt", "xfs", "normal", "configfile", "linux", "echo", "test", "serial", "terminal", "efi_gop"}
+
+// grubEFI makes GRUB's UEFI program for an installed disk (EFI/BOOT/BOOTX64.EFI on its EFI
+// partition): the modules built in, its prefix BOOT's grub folder, as core.img's.
+func grubEFI(dir, out string) error {
+	if _, err := os.Stat(filepath.Join(dir, "linux.mod")); err != nil {
+		return fmt.Errorf("no GRUB UEFI modules in %s: install Debian's grub-efi-amd64-bin (apt-get install grub-efi-amd64-bin): %w", dir, err)
+	}
+
+	args := append([]string{"-O", "x86_64-efi", "-d", dir, "-o", out, "-p", partition.GRUBPrefix}, grubEFIModules...)
+	if b, err := exec.Command("grub-mkimage", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("grub-mkimage (Debian's grub-efi-amd64-bin): %w: %s", err, b)
 	}
 
 	return nil
@@ -388,7 +467,7 @@ func bootMain(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS boot)\nkernel arguments %s: %s\n",
+	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS and UEFI boot)\nkernel arguments %s: %s\n",
 		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "),
 		a.ISO, float64(a.ISOSize)/1e6, a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
 

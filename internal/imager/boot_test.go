@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/metal"
 )
 
 // fakeKernel lays out an extracted linux-image package: a kernel and three modules, of which
@@ -146,7 +148,8 @@ func TestBuildBootReproducible(t *testing.T) {
 		t.Error("two ISOs of the same inputs differ")
 	}
 
-	for _, want := range []string{"CD001", "EL TORITO SPECIFICATION", "linux /boot/vmlinuz talos.platform=metal", "initrd /boot/initramfs.img"} {
+	// BIOS and UEFI: GRUB's UEFI program is in the FAT image the ISO boots UEFI from.
+	for _, want := range []string{"CD001", "EL TORITO SPECIFICATION", "linux /boot/vmlinuz talos.platform=metal", "initrd /boot/initramfs.img", "BOOTX64 EFI"} {
 		if !bytes.Contains(isos[0], []byte(want)) {
 			t.Errorf("the ISO holds no %q", want)
 		}
@@ -182,6 +185,11 @@ func TestBuildBootReproducible(t *testing.T) {
 
 	if core := e["boot/grub/core.img"]; len(core) < 4096 || core[:400] != string(diskboot[:400]) {
 		t.Errorf("boot/grub/core.img: %d bytes, not a GRUB core image", len(core))
+	}
+
+	// The installed disk's UEFI boot: a PE program (GRUB for x86_64-efi).
+	if efi := e["boot/grub/"+metal.GRUBEFIName]; len(efi) < 4096 || efi[:2] != "MZ" {
+		t.Errorf("boot/grub/%s: %d bytes, not a UEFI program", metal.GRUBEFIName, len(efi))
 	}
 
 	kernelBytes, err := os.ReadFile(filepath.Join(kernel, "boot", "vmlinuz-6.1.0-9-cloud-amd64"))

@@ -34,6 +34,7 @@ var userlandChecks = []chrootCheck{
 	{argv: []string{"/usr/sbin/nft", "--version"}, want: "nftables"},
 	{argv: []string{"/usr/sbin/ebtables", "--version"}, want: "nf_tables"},
 	{argv: []string{"/usr/sbin/mkfs.xfs", "-V"}, want: "mkfs.xfs version"},
+	{argv: []string{"/usr/sbin/mkfs.fat", "--help"}, want: "Create FAT filesystem"},
 }
 
 // toolChecks run the static tools and the node binaries.

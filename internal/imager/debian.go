@@ -131,8 +131,9 @@ func (u Userland) Stage(ctx context.Context, t *Tree) (programs []string, err er
 	return programs, nil
 }
 
-// DiskUserland is what a metal node formats its partitions with when it installs: mkfs.xfs.
-var DiskUserland = Userland{Packages: []string{"xfsprogs"}, Programs: []string{"/usr/sbin/mkfs.xfs"}}
+// DiskUserland is what a metal node formats its partitions with when it installs: mkfs.xfs,
+// and mkfs.fat for the EFI partition.
+var DiskUserland = Userland{Packages: []string{"xfsprogs", "dosfstools"}, Programs: []string{"/usr/sbin/mkfs.xfs", "/usr/sbin/mkfs.fat"}}
 
 // stagedFromPackage tells which of a package's files the image takes.
 func stagedFromPackage(p string) bool {

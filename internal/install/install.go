@@ -31,8 +31,13 @@ type Options struct {
 	Log       func(format string, args ...any)
 }
 
+// UEFIBootPath is GRUB's UEFI program on the EFI partition: the removable-media path, which
+// firmware boots without a boot entry in its variables.
+const UEFIBootPath = "EFI/BOOT/BOOTX64.EFI"
+
 // ToDisk makes a disk the node's: upstream's partitions (everything on the disk is lost), XFS
-// on BOOT, STATE and EPHEMERAL, GRUB for BIOS boot, slot A on BOOT (this kernel and initramfs),
+// on BOOT, STATE and EPHEMERAL, GRUB for BIOS and UEFI boot (FAT32 on EFI), slot A on BOOT (this
+// kernel and initramfs),
 // an empty META (zeroed: internal/meta's partition store) and this boot's STATE on the disk's
 // STATE. The node boots from the disk next.
 func ToDisk(ctx context.Context, o Options) error {
@@ -107,6 +112,13 @@ func ToDisk(ctx context.Context, o Options) error {
 		}
 	}
 
+	// The EFI partition holds GRUB for UEFI, which reads the same menu on BOOT as BIOS's.
+	o.Log("formatting %s (%s) as FAT32", partition.EFI, devs[partition.EFI].Path())
+
+	if out, err := exec.CommandContext(ctx, "mkfs.fat", "-F", "32", "-n", partition.EFI, devs[partition.EFI].Path()).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.fat %s: %w: %s", devs[partition.EFI].Path(), err, out)
+	}
+
 	grub := filepath.Join(o.Initramfs, metal.InitramfsGRUB)
 
 	bootImg, err := os.ReadFile(filepath.Join(grub, "boot.img"))
@@ -129,9 +141,33 @@ func ToDisk(ctx context.Context, o Options) error {
 		return err
 	}
 
+	efi, err := os.ReadFile(filepath.Join(grub, metal.GRUBEFIName))
+	if err != nil {
+		return fmt.Errorf("this initramfs carries no GRUB for UEFI (rebuild the boot assets with `make boot`): %w", err)
+	}
+
+	for _, m := range []string{"vfat", "nls_cp437", "nls_ascii"} { // FAT's default code page and character set
+		if err = metal.LoadModule(m); err != nil {
+			return err
+		}
+	}
+
+	o.Log("writing GRUB for UEFI to %s: %s", partition.EFI, UEFIBootPath)
+
+	err = onPartition(devs[partition.EFI], "vfat", func(dir string) error {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(UEFIBootPath)), 0o755); err != nil {
+			return err
+		}
+
+		return os.WriteFile(filepath.Join(dir, UEFIBootPath), efi, 0o644)
+	})
+	if err != nil {
+		return err
+	}
+
 	o.Log("writing slot A to BOOT: kernel, initramfs, GRUB's menu")
 
-	err = onPartition(devs[partition.Boot], func(dir string) error {
+	err = onPartition(devs[partition.Boot], "xfs", func(dir string) error {
 		return writeSlot(dir, "A", o)
 	})
 	if err != nil {
@@ -140,7 +176,7 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	o.Log("copying STATE (the machine config) to the disk")
 
-	return onPartition(devs[partition.State], func(dir string) error {
+	return onPartition(devs[partition.State], "xfs", func(dir string) error {
 		return copyTree(o.State, dir)
 	})
 }
@@ -185,15 +221,16 @@ func writeSlot(boot, slot string, o Options) error {
 	return os.WriteFile(filepath.Join(boot, "grub", "grub.cfg"), []byte(cfg), 0o600)
 }
 
-// onPartition mounts an XFS partition in a temporary folder for fn, syncs and unmounts it.
-func onPartition(dev partition.Device, fn func(dir string) error) error {
+// onPartition mounts a partition (filesystem fstype) in a temporary folder for fn, syncs and
+// unmounts it.
+func onPartition(dev partition.Device, fstype string, fn func(dir string) error) error {
 	dir, err := os.MkdirTemp("", "install-"+strings.ToLower(dev.PartName))
 	if err != nil {
 		return err
 	}
 	defer os.Remove(dir)
 
-	if err = unix.Mount(dev.Path(), dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	if err = unix.Mount(dev.Path(), dir, fstype, unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("mounting %s: %w", dev.Path(), err)
 	}
 

@@ -27,6 +27,7 @@ const (
 	InitramfsKernel  = "/boot/vmlinuz"           // the kernel, installed to disk with the initramfs
 	InitramfsGRUB    = "/boot/grub"              // GRUB's boot.img and core.img, installed to disk
 	InitramfsKeys    = "/boot/image-signing.pub" // the image keys an installed node trusts
+	GRUBEFIName      = "bootx64.efi"             // GRUB for UEFI, in InitramfsGRUB
 	diskDir          = "/disk"                   // a tmpfs standing for the node's disk until it installs
 	downloadedConfig = "/config.yaml"            // talos.config's download, copied into the node's root
 )

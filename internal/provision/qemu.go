@@ -39,7 +39,11 @@ type QEMURequest struct {
 	Initrd string // its initramfs
 	ISO    string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
 	// NoBootloader boots the kernel and initramfs directly on every start, also once installed.
-	NoBootloader    bool
+	NoBootloader bool
+	// NoUEFI boots the nodes with the BIOS (SeaBIOS) instead of UEFI (OVMF).
+	NoUEFI bool
+	// UEFISearchPaths are searched for OVMF before the distributions' folders.
+	UEFISearchPaths []string
 	DiskMB          int64 // each node's disk, a file in its state folder
 	ExtraKernelArgs []string
 
@@ -105,6 +109,12 @@ func (r *Request) checkQEMU() error {
 	for flag, path := range paths {
 		if _, err := os.Stat(path); err != nil {
 			return fmt.Errorf("%s: %w (build the boot assets with `make boot`)", flag, err)
+		}
+	}
+
+	if !q.NoUEFI {
+		if _, err := qemu.FindUEFI(q.UEFISearchPaths); err != nil {
+			return fmt.Errorf("--with-uefi: %w; or boot with the BIOS: --with-uefi=false", err)
 		}
 	}
 
@@ -233,8 +243,20 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 		extra = append(extra, qemu.Disk{Path: filepath.Join(n.State, fmt.Sprintf("disk-%d.raw", i+1)), SizeMB: req.QEMU.ExtraDisksSizeMB, Driver: driver})
 	}
 
+	var uefi *qemu.UEFI
+
+	if !req.QEMU.NoUEFI {
+		u, err := qemu.FindUEFI(req.QEMU.UEFISearchPaths)
+		if err != nil {
+			return err
+		}
+
+		u.Vars = filepath.Join(n.State, "uefi-vars.fd")
+		uefi = &u
+	}
+
 	spec := qemu.NodeSpec{
-		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, DirectBoot: req.QEMU.NoBootloader,
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,

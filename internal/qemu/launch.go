@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"os/signal"
 	"runtime"
 	"slices"
@@ -39,9 +40,11 @@ type NodeSpec struct {
 	// first), instead of the kernel and initramfs; it stays inserted.
 	ISO string `json:"iso,omitempty"`
 	// DirectBoot boots the kernel and initramfs on every start, never the installed disk's GRUB.
-	DirectBoot bool   `json:"directBoot,omitempty"`
-	Disk       string `json:"disk"` // a raw disk image, made when missing
-	DiskMB     int64  `json:"diskMB"`
+	DirectBoot bool `json:"directBoot,omitempty"`
+	// UEFI, when set, boots the node with UEFI firmware (OVMF) instead of the BIOS.
+	UEFI   *UEFI  `json:"uefi,omitempty"`
+	Disk   string `json:"disk"` // a raw disk image, made when missing
+	DiskMB int64  `json:"diskMB"`
 	// ExtraDisks are more disks after the first, on the drivers they name.
 	ExtraDisks  []Disk `json:"extraDisks,omitempty"`
 	Preallocate bool   `json:"preallocate,omitempty"` // allocate the disk files' blocks, not sparse
@@ -96,6 +99,12 @@ func Launch(ctx context.Context, spec NodeSpec) error {
 
 	for _, d := range spec.ExtraDisks {
 		if err := makeDisk(d.Path, d.SizeMB, spec.Preallocate); err != nil {
+			return err
+		}
+	}
+
+	if spec.UEFI != nil {
+		if err := spec.UEFI.makeVars(); err != nil {
 			return err
 		}
 	}
@@ -267,6 +276,12 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 		args = append(args, diskArgs(i, d)...)
 	}
 
+	if s.UEFI != nil {
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+s.UEFI.Code,
+			"-drive", "if=pflash,format=raw,unit=1,file="+s.UEFI.Vars)
+	}
+
 	if s.BadRTC {
 		args = append(args, "-rtc", "base="+time.Now().UTC().AddDate(-2, 0, 0).Format("2006-01-02T15:04:05"))
 	}
@@ -291,6 +306,57 @@ func diskArgs(i int, d Disk) []string {
 	default:
 		return append(drive, "-device", "virtio-blk-pci,drive="+id)
 	}
+}
+
+// UEFI is a node's UEFI firmware: OVMF's code and the node's own variables (the firmware
+// writes its boot entries there).
+type UEFI struct {
+	Code         string `json:"code"`         // read-only
+	VarsTemplate string `json:"varsTemplate"` // OVMF's empty variables, beside its code
+	Vars         string `json:"vars"`         // the node's, made from the template when missing
+}
+
+// UEFISearchPaths are where distributions install OVMF (Debian's ovmf first); FindUEFI looks
+// in the caller's folders before them.
+var UEFISearchPaths = []string{"/usr/share/OVMF", "/usr/share/ovmf", "/usr/share/edk2/ovmf", "/usr/share/edk2-ovmf/x64", "/usr/share/qemu"}
+
+// uefiPairs are OVMF's code and variables files, as distributions name them: the 4 MiB build
+// first (Debian's default since bookworm).
+var uefiPairs = [][2]string{{"OVMF_CODE_4M.fd", "OVMF_VARS_4M.fd"}, {"OVMF_CODE.fd", "OVMF_VARS.fd"}}
+
+// FindUEFI finds OVMF's code and variables template in extra folders, then UEFISearchPaths.
+func FindUEFI(extra []string) (UEFI, error) {
+	for _, dir := range append(slices.Clone(extra), UEFISearchPaths...) {
+		for _, p := range uefiPairs {
+			code, vars := filepath.Join(dir, p[0]), filepath.Join(dir, p[1])
+			if regular(code) && regular(vars) {
+				return UEFI{Code: code, VarsTemplate: vars}, nil
+			}
+		}
+	}
+
+	return UEFI{}, fmt.Errorf("no UEFI firmware (OVMF_CODE_4M.fd and OVMF_VARS_4M.fd, or OVMF_CODE.fd and OVMF_VARS.fd) in %s: install Debian's ovmf (apt-get install ovmf)",
+		strings.Join(append(slices.Clone(extra), UEFISearchPaths...), ", "))
+}
+
+func regular(path string) bool {
+	fi, err := os.Stat(path)
+
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// makeVars copies the variables template to the node's file, keeping one that is there.
+func (u UEFI) makeVars() error {
+	if _, err := os.Stat(u.Vars); err == nil {
+		return nil
+	}
+
+	b, err := os.ReadFile(u.VarsTemplate)
+	if err != nil {
+		return fmt.Errorf("UEFI firmware variables: %w", err)
+	}
+
+	return os.WriteFile(u.Vars, b, 0o600)
 }
 
 // makeDisk creates a disk file of sizeMB (its blocks allocated with preallocate, else sparse),

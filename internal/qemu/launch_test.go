@@ -84,6 +84,65 @@ func TestArgs(t *testing.T) {
 	}
 }
 
+// With UEFI the firmware is OVMF's code, read-only, and the node's own variables; without, the
+// BIOS (no pflash). The variables start as the template and are kept after.
+func TestUEFI(t *testing.T) {
+	s := NodeSpec{Name: "n", MemoryMB: 2048, CPUs: 1, Disk: "/d/disk.raw", MAC: "52:54:00:05:00:02"}
+	if args := strings.Join(s.Args(true), " "); strings.Contains(args, "pflash") {
+		t.Errorf("BIOS boot with UEFI firmware: %s", args)
+	}
+
+	s.UEFI = &UEFI{Code: "/fw/OVMF_CODE.fd", Vars: "/d/uefi-vars.fd"}
+	if args := strings.Join(s.Args(true), " "); !strings.Contains(args, "-drive if=pflash,format=raw,unit=0,readonly=on,file=/fw/OVMF_CODE.fd -drive if=pflash,format=raw,unit=1,file=/d/uefi-vars.fd") {
+		t.Errorf("UEFI: %s", args)
+	}
+
+	// The caller's folders are searched first; a folder without both files is passed over.
+	half, fw := t.TempDir(), t.TempDir()
+	for dir, files := range map[string][]string{half: {"OVMF_CODE_4M.fd"}, fw: {"OVMF_CODE.fd", "OVMF_VARS.fd"}} {
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	u, err := FindUEFI([]string{half, fw})
+	if err != nil || u.Code != filepath.Join(fw, "OVMF_CODE.fd") || u.VarsTemplate != filepath.Join(fw, "OVMF_VARS.fd") {
+		t.Fatalf("FindUEFI: %+v, %v", u, err)
+	}
+
+	u.Vars = filepath.Join(t.TempDir(), "uefi-vars.fd")
+	if err = u.makeVars(); err != nil {
+		t.Fatal(err)
+	}
+
+	if got, _ := os.ReadFile(u.Vars); string(got) != "OVMF_VARS.fd" {
+		t.Fatalf("the node's variables are not the template: %q", got)
+	}
+
+	if err = os.WriteFile(u.Vars, []byte("written by the firmware"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if err = u.makeVars(); err != nil {
+		t.Fatal(err)
+	}
+
+	if got, _ := os.ReadFile(u.Vars); string(got) != "written by the firmware" {
+		t.Error("the node's variables were replaced")
+	}
+
+	// Nowhere: the error names the folders searched and the package to install.
+	saved := UEFISearchPaths
+	UEFISearchPaths = []string{t.TempDir()}
+	t.Cleanup(func() { UEFISearchPaths = saved })
+
+	if _, err = FindUEFI([]string{half}); err == nil || !strings.Contains(err.Error(), half) || !strings.Contains(err.Error(), "apt-get install ovmf") {
+		t.Errorf("no firmware: %v", err)
+	}
+}
+
 // A disk is bootable once it has a partition table with BOOT and boot code in its first sector.
 func TestBootable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "disk.raw")

@@ -228,6 +228,9 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.QEMU.Initrd, "initrd-path", "_out/boot/initramfs.img", "the initramfs of the boot assets (`make boot`) for --provisioner qemu")
 	f.Var(negatedBool{&req.QEMU.NoBootloader}, "with-bootloader", "enable bootloader to load kernel and initramfs from disk image after install (qemu; false: the kernel is booted directly on every start)")
 	f.Lookup("with-bootloader").NoOptDefVal = "true"
+	f.Var(negatedBool{&req.QEMU.NoUEFI}, "with-uefi", "enable UEFI on x86_64 architecture (qemu; Debian's OVMF; false: the BIOS)")
+	f.Lookup("with-uefi").NoOptDefVal = "true"
+	f.StringSliceVar(&req.QEMU.UEFISearchPaths, "extra-uefi-search-paths", nil, "additional search paths for UEFI firmware (only applies when UEFI is enabled) (qemu)")
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
 	f.StringVar(&installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")

@@ -33,11 +33,11 @@ func TestClusterCreateQEMU(t *testing.T) {
 		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
 		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
 		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
-		"--wait=false")
+		"--with-uefi=false", "--wait=false")
 	t.Logf("created, apid serving and etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
-	// The node installed itself to its disk (machine.install.disk /dev/vda) and booted from it:
-	// GRUB started slot A's kernel, STATE and EPHEMERAL (under /var's overlay and containerd's
+	// The node installed itself to its disk (machine.install.disk /dev/vda) and booted from it
+	// with the BIOS (--with-uefi=false): GRUB started slot A's kernel, STATE and EPHEMERAL (under /var's overlay and containerd's
 	// folder) are the disk's XFS partitions.
 	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") || strings.Contains(out, "talos.config=") {
 		t.Errorf("the node did not boot slot A from its disk: /proc/cmdline %s", out)
@@ -119,7 +119,8 @@ func TestClusterCreateQEMU(t *testing.T) {
 // With --iso-path the nodes boot `make boot`'s ISO (GRUB from a CD-ROM, the firmware trying the
 // blank disk first) without a config, into maintenance mode, and create applies each one's
 // through the maintenance API (--with-apply-config); they install themselves and boot their
-// disks from then on. The worker has its extra disks on the drivers
+// disks from then on. The firmware is UEFI (OVMF, upstream's default --with-uefi): GRUB for UEFI
+// from the ISO, then from the disk's EFI partition, every boot of the upgrade and rollback too. The worker has its extra disks on the drivers
 // asked for, and its clock, started two years behind (--bad-rtc), is set by NTP.
 func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-apply", "qemu-apply-controlplane-1", "qemu-apply-worker-1")
@@ -179,6 +180,16 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 		if !strings.Contains(links, want) {
 			t.Errorf("ls /dev/disk on the worker: no %s:\n%s", want, links)
 		}
+	}
+
+	// UEFI booted the kernel (the kernel sees its firmware), GRUB for UEFI from the EFI
+	// partition the install formatted.
+	if out := cli.Must(t, "-n", worker, "read", "/sys/firmware/efi/fw_platform_size"); strings.TrimSpace(out) != "64" {
+		t.Errorf("the worker did not boot with 64-bit UEFI: fw_platform_size %q", out)
+	}
+
+	if !regexp.MustCompile(`(?m)\svda1\s+\d+\s+partition\s+105 MB\s+vfat\s+EFI\s+EFI\s*$`).MatchString(vols) {
+		t.Errorf("get discoveredvolumes on the worker: the EFI partition is not FAT labelled EFI:\n%s", vols)
 	}
 
 	// A reboot comes back from the disk with the applied config (kept on STATE) and what was
