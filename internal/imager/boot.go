@@ -359,17 +359,31 @@ func grubCore(dir, out string) error {
 }
 
 // grubEFIModules are built into the UEFI GRUB: what reads BOOT and runs partition.GRUBConfig's
-// menu (the BIOS image's, with UEFI's disk access built in).
-var grubEFIModules = []string{"part_gpt", "xfs", "normal", "configfile", "linux", "echo", "test", "serial", "terminal", "efi_gop"}
+// menu (the BIOS image's, with UEFI's disk access built in), and regexp for grubEFIConfig.
+var grubEFIModules = []string{"part_gpt", "xfs", "normal", "configfile", "linux", "echo", "test", "serial", "terminal", "efi_gop", "regexp"}
+
+// grubEFIConfig is built into the UEFI GRUB: BOOT is on the disk the firmware loaded GRUB from
+// ($cmdpath, its EFI partition), whichever GRUB's number for it (a USB stick or another disk
+// may come first).
+const grubEFIConfig = `regexp --set=1:disk '^\(([^,)]+)' "$cmdpath"
+set root="($disk,gpt3)"
+set prefix="($disk,gpt3)/grub"
+`
 
 // grubEFI makes GRUB's UEFI program for an installed disk (EFI/BOOT/BOOTX64.EFI on its EFI
-// partition): the modules built in, its prefix BOOT's grub folder, as core.img's.
+// partition): the modules built in, its prefix BOOT's grub folder on its own disk.
 func grubEFI(dir, out string) error {
 	if _, err := os.Stat(filepath.Join(dir, "linux.mod")); err != nil {
 		return fmt.Errorf("no GRUB UEFI modules in %s: install Debian's grub-efi-amd64-bin (apt-get install grub-efi-amd64-bin): %w", dir, err)
 	}
 
-	args := append([]string{"-O", "x86_64-efi", "-d", dir, "-o", out, "-p", partition.GRUBPrefix}, grubEFIModules...)
+	early := out + ".cfg"
+	if err := os.WriteFile(early, []byte(grubEFIConfig), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(early)
+
+	args := append([]string{"-O", "x86_64-efi", "-d", dir, "-o", out, "-c", early, "-p", partition.GRUBPrefix}, grubEFIModules...)
 	if b, err := exec.Command("grub-mkimage", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("grub-mkimage (Debian's grub-efi-amd64-bin): %w: %s", err, b)
 	}

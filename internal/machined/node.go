@@ -48,6 +48,7 @@ type node struct {
 	r    *runtime.Runtime
 
 	dnsLog      *zap.Logger      // the host DNS log (dns-resolve-cache)
+	console     io.Writer        // machined's console: the kernel's log on metal, else stderr
 	power       chan powerAction // reboot/shutdown requests from the API
 	configReady chan struct{}    // closed once maintenance mode gets a config
 	readyOnce   sync.Once
@@ -140,6 +141,7 @@ func (n *node) setupLogging() error {
 		}
 	}
 
+	n.console = console
 	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(io.MultiWriter(console, w)), zap.InfoLevel)
 	n.r.Log = zap.New(core).With(zap.String("node", n.opts.Address))
 

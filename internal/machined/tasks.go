@@ -104,6 +104,12 @@ func (n *node) StartServices(ctx context.Context) error {
 		return err
 	}
 
+	// The config's debug: the services' logs on the console too, as upstream's.
+	if cfg := n.r.Config(); cfg != nil && cfg.Debug() {
+		n.r.Logs.SetConsole(n.console)
+		n.r.Log.Info("debug: the services' logs go to the console too")
+	}
+
 	n.r.Supervisor.Load(services.For(n.r, t)...)
 
 	return n.r.Supervisor.Start()

@@ -323,7 +323,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
-	if req.Provisioner == ProvisionerQEMU && (req.QEMU.ApplyConfig || req.QEMU.ISO != "") {
+	if req.Provisioner == ProvisionerQEMU && (req.QEMU.ApplyConfig || req.QEMU.ISO != "" || req.QEMU.USB != "") {
 		return c, cfgs, c.applyConfigs(ctx, progress)
 	}
 

@@ -61,6 +61,7 @@ type Cluster struct {
 	Kernel       string `yaml:"kernel,omitempty"`
 	Initrd       string `yaml:"initrd,omitempty"`
 	ISO          string `yaml:"iso,omitempty"`
+	USB          string `yaml:"usb,omitempty"`
 	KVM          bool   `yaml:"kvm,omitempty"`
 	ConfigServer string `yaml:"configServer,omitempty"`
 	NetworkPID   int    `yaml:"networkPid,omitempty"`

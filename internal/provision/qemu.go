@@ -38,6 +38,7 @@ type QEMURequest struct {
 	Kernel string // vmlinuz of `make boot`
 	Initrd string // its initramfs
 	ISO    string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
+	USB    string // or this USB stick's image (the hybrid ISO is one)
 	// NoBootloader boots the kernel and initramfs directly on every start, also once installed.
 	NoBootloader bool
 	// NoUEFI boots the nodes with the BIOS (SeaBIOS) instead of UEFI (OVMF).
@@ -93,17 +94,21 @@ func (r *Request) checkQEMU() error {
 	}
 
 	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
-	if q.ISO != "" {
+	if flag, medium := q.bootMedium(); medium != "" {
+		if q.ISO != "" && q.USB != "" {
+			return errors.New("--iso-path and --usb-path both give the first boot's medium: give one")
+		}
+
 		if q.NoBootloader {
-			return errors.New("--with-bootloader=false boots the kernel directly on every start: drop --iso-path, or --with-bootloader=false")
+			return fmt.Errorf("--with-bootloader=false boots the kernel directly on every start: drop %s, or --with-bootloader=false", flag)
 		}
 
-		// The ISO's menu has the kernel arguments: the configs go through the maintenance API.
+		// The medium's menu has the kernel arguments: the configs go through the maintenance API.
 		if len(q.ExtraKernelArgs) > 0 {
-			return errors.New("--extra-boot-kernel-args are for a kernel booted directly: the ISO's GRUB menu has its own; drop --iso-path, or --extra-boot-kernel-args")
+			return fmt.Errorf("--extra-boot-kernel-args are for a kernel booted directly: the %s's GRUB menu has its own; drop %s, or --extra-boot-kernel-args", flag, flag)
 		}
 
-		paths = map[string]string{"--iso-path": q.ISO}
+		paths = map[string]string{flag: medium}
 	}
 
 	for flag, path := range paths {
@@ -119,6 +124,16 @@ func (r *Request) checkQEMU() error {
 	}
 
 	return nil
+}
+
+// bootMedium is the first boot's medium, an ISO or a USB stick, and its flag ("" when the
+// kernel boots directly).
+func (q QEMURequest) bootMedium() (flag, path string) {
+	if q.USB != "" {
+		return "--usb-path", q.USB
+	}
+
+	return "--iso-path", q.ISO
 }
 
 // macFor is a node's MAC: QEMU's prefix and the last three bytes of its address, unique in the
@@ -140,9 +155,11 @@ func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
 		return err
 	}
 
-	if req.QEMU.ISO != "" {
-		if c.ISO, err = filepath.Abs(req.QEMU.ISO); err != nil {
-			return err
+	for _, m := range []struct{ path, abs *string }{{&req.QEMU.ISO, &c.ISO}, {&req.QEMU.USB, &c.USB}} {
+		if *m.path != "" {
+			if *m.abs, err = filepath.Abs(*m.path); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -221,7 +238,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	cmdline := append([]string{}, metal.DefaultKernelArgs...)
-	if !req.QEMU.ApplyConfig && c.ISO == "" {
+	if !req.QEMU.ApplyConfig && c.ISO == "" && c.USB == "" {
 		cmdline = append(cmdline, "talos.config="+c.ConfigServer+qemu.ConfigPath(n.Name))
 	}
 
@@ -256,7 +273,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	spec := qemu.NodeSpec{
-		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,

@@ -54,6 +54,9 @@ func TestQEMURequestRefused(t *testing.T) {
 		{"no ISO", 0, func(r *Request) { r.QEMU.ISO = filepath.Join(dir, "missing.iso") }, []string{"--iso-path", "make boot"}},
 		{"ISO with kernel arguments", 0, func(r *Request) { r.QEMU.ISO, r.QEMU.ExtraKernelArgs = kernel, []string{"a=b"} }, []string{"--extra-boot-kernel-args", "drop --iso-path"}},
 		{"ISO without the bootloader", 0, func(r *Request) { r.QEMU.ISO, r.QEMU.NoBootloader = kernel, true }, []string{"--with-bootloader=false", "drop --iso-path"}},
+		{"no USB stick", 0, func(r *Request) { r.QEMU.USB = filepath.Join(dir, "missing.img") }, []string{"--usb-path", "make boot"}},
+		{"USB stick with kernel arguments", 0, func(r *Request) { r.QEMU.USB, r.QEMU.ExtraKernelArgs = kernel, []string{"a=b"} }, []string{"--extra-boot-kernel-args", "drop --usb-path"}},
+		{"ISO and USB stick", 0, func(r *Request) { r.QEMU.ISO, r.QEMU.USB = kernel, kernel }, []string{"--iso-path and --usb-path", "give one"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := good()

@@ -13,8 +13,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -39,6 +39,8 @@ type NodeSpec struct {
 	// ISO is a CD-ROM the node boots from while its disk is blank (the firmware tries the disk
 	// first), instead of the kernel and initramfs; it stays inserted.
 	ISO string `json:"iso,omitempty"`
+	// USB is a USB stick's image the node boots from in the same way (on an xHCI controller).
+	USB string `json:"usb,omitempty"`
 	// DirectBoot boots the kernel and initramfs on every start, never the installed disk's GRUB.
 	DirectBoot bool `json:"directBoot,omitempty"`
 	// UEFI, when set, boots the node with UEFI firmware (OVMF) instead of the BIOS.
@@ -152,6 +154,8 @@ func runQEMU(ctx context.Context, spec NodeSpec, tap *os.File) (bool, error) {
 		from = "its disk"
 	case spec.ISO != "":
 		from = "the ISO " + spec.ISO
+	case spec.USB != "":
+		from = "the USB stick " + spec.USB
 	}
 
 	fmt.Fprintf(os.Stderr, "[launcher] starting QEMU for %s from %s (KVM: %v, tap %s on %s)\n", spec.Name, from, spec.KVM, spec.Tap, spec.Bridge)
@@ -268,6 +272,9 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 	switch {
 	case s.ISO != "":
 		args = append(args, "-drive", "file="+s.ISO+",format=raw,if=none,media=cdrom,readonly=on,id=cd0", "-device", "ide-cd,drive=cd0,bootindex=2")
+	case s.USB != "":
+		args = append(args, "-device", "qemu-xhci,id=xhci",
+			"-drive", "file="+s.USB+",format=raw,if=none,readonly=on,id=usb0", "-device", "usb-storage,bus=xhci.0,drive=usb0,bootindex=2")
 	case !fromDisk:
 		args = append(args, "-kernel", s.Kernel, "-initrd", s.Initrd, "-append", strings.Join(s.Cmdline, " "))
 	}

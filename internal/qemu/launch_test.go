@@ -143,6 +143,17 @@ func TestUEFI(t *testing.T) {
 	}
 }
 
+// With a USB stick the firmware boots it after the blank disk, from an xHCI controller.
+func TestArgsUSB(t *testing.T) {
+	s := NodeSpec{Name: "n", MemoryMB: 2048, CPUs: 1, Disk: "/d/disk.raw", MAC: "52:54:00:05:00:02", USB: "/a/metal-amd64.iso"}
+	for _, fromDisk := range []bool{false, true} {
+		args := strings.Join(s.Args(fromDisk), " ")
+		if strings.Contains(args, "-kernel") || !strings.Contains(args, "-device qemu-xhci,id=xhci -drive file=/a/metal-amd64.iso,format=raw,if=none,readonly=on,id=usb0 -device usb-storage,bus=xhci.0,drive=usb0,bootindex=2") {
+			t.Errorf("with a USB stick (from disk: %v): %s", fromDisk, args)
+		}
+	}
+}
+
 // A disk is bootable once it has a partition table with BOOT and boot code in its first sector.
 func TestBootable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "disk.raw")

@@ -84,6 +84,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		skipKubeconfig  bool
 		imageKeys       string
 		installImage    string
+		withDebug       bool
 		waitOpts        provision.WaitOptions
 		k8sVersion      string
 		dnsDomain       string
@@ -117,7 +118,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Generate.TalosVersion = talosVersion
-			req.Generate.Options = append(req.Generate.Options, generate.WithClusterDiscovery(discovery), generate.WithInstallImage(installImage))
+			req.Generate.Options = append(req.Generate.Options, generate.WithClusterDiscovery(discovery), generate.WithInstallImage(installImage), generate.WithDebug(withDebug))
 
 			if req.Generate.Options, err = registryOptions(req.Generate.Options, mirrors, insecure); err != nil {
 				return err
@@ -232,7 +233,9 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.Lookup("with-uefi").NoOptDefVal = "true"
 	f.StringSliceVar(&req.QEMU.UEFISearchPaths, "extra-uefi-search-paths", nil, "additional search paths for UEFI firmware (only applies when UEFI is enabled) (qemu)")
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
+	f.BoolVar(&withDebug, "with-debug", false, "enable debug in Talos config to send service logs to the console")
 	f.StringVar(&installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
+	f.StringVar(&req.QEMU.USB, "usb-path", "", "the USB stick image path to use for the initial boot (`make boot`'s hybrid ISO is one; the configs are applied in maintenance mode) (qemu)")
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")
 	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
 	f.StringVar(&extraKernelArgs, "extra-boot-kernel-args", "", "add extra kernel args to the initial boot from vmlinuz and initramfs (qemu)")

@@ -228,6 +228,35 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 	}
 }
 
+// With --usb-path the node boots the hybrid ISO as a USB stick (on xHCI, after its blank disk),
+// gets its config through the maintenance API, installs itself and boots its disk.
+func TestClusterCreateQEMUFromUSB(t *testing.T) {
+	_, cli, dir := qemuCluster(t, "qemu-usb", "qemu-usb-controlplane-1")
+
+	const cidr, gateway, node = "10.5.9.0/24", "10.5.9.1", "10.5.9.2"
+
+	start := time.Now()
+	out := cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-usb", "--cidr", cidr,
+		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
+		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
+		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
+		"--usb-path", iso, "--disk-preallocate=false", "--wait=false")
+	t.Logf("created from the USB stick, the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if !strings.Contains(out, "maintenance mode on qemu-usb-controlplane-1 to apply its config: OK") {
+		t.Errorf("create did not apply the node's config:\n%s", out)
+	}
+
+	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-usb-controlplane-1.log")); !strings.Contains(string(console), "from the USB stick "+iso) ||
+		!strings.Contains(string(console), "BOOT_IMAGE=/boot/vmlinuz") {
+		t.Errorf("the node did not boot the USB stick first")
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
+		t.Errorf("the node did not boot slot A from its disk after the install: /proc/cmdline %s", out)
+	}
+}
+
 // upgradeAndRollBack upgrades an installed node to a second image of the boot assets, served
 // over HTTP on the cluster's bridge (gateway): the node downloads and verifies it, writes slot
 // B, GRUB boots B once, B reports a successful boot and becomes the active slot; then

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 )
 
 // MaxSize is the size at which a log file is cut down to its newer half.
@@ -21,9 +22,23 @@ var validID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
 // Manager hands out per-service log writers and readers.
 type Manager struct {
-	dir  string
-	mu   sync.Mutex
-	logs map[string]*serviceLog
+	dir     string
+	mu      sync.Mutex
+	logs    map[string]*serviceLog
+	console atomic.Pointer[io.Writer] // the machine config's debug: every service's lines, too
+}
+
+// SetConsole sends every service's lines to w as well, each prefixed with the service's name
+// (upstream's `debug: true`: the system services' logs on the console); nil stops it.
+// machined's own log is on the console already and is left out.
+func (m *Manager) SetConsole(w io.Writer) {
+	if w == nil {
+		m.console.Store(nil)
+
+		return
+	}
+
+	m.console.Store(&w)
 }
 
 // NewManager keeps logs in dir.
@@ -35,7 +50,12 @@ func NewManager(dir string) (*Manager, error) {
 	return &Manager{dir: dir, logs: map[string]*serviceLog{}}, nil
 }
 
+// ConsoleID is machined's own log, which goes to the console already.
+const ConsoleID = "machined"
+
 type serviceLog struct {
+	id      string
+	console *atomic.Pointer[io.Writer] // nil: never to the console
 	path    string
 	mu      sync.Mutex
 	f       *os.File
@@ -55,7 +75,11 @@ func (m *Manager) get(id string) (*serviceLog, error) {
 		return l, nil
 	}
 
-	l := &serviceLog{path: filepath.Join(m.dir, id+".log"), changed: make(chan struct{})}
+	l := &serviceLog{id: id, path: filepath.Join(m.dir, id+".log"), changed: make(chan struct{})}
+	if id != ConsoleID {
+		l.console = &m.console
+	}
+
 	m.logs[id] = l
 
 	return l, nil
@@ -110,6 +134,12 @@ func (l *serviceLog) Write(p []byte) (int, error) {
 	n, err := l.f.Write(p)
 	l.size += int64(n)
 
+	if l.console != nil {
+		if w := l.console.Load(); w != nil {
+			(*w).Write(prefixLines(l.id, p)) //nolint:errcheck // the console is best effort
+		}
+	}
+
 	if l.size > MaxSize {
 		l.shrink()
 	}
@@ -118,6 +148,19 @@ func (l *serviceLog) Write(p []byte) (int, error) {
 	l.changed = make(chan struct{})
 
 	return n, err
+}
+
+// prefixLines puts "id: " before each line of p.
+func prefixLines(id string, p []byte) []byte {
+	var b bytes.Buffer
+
+	for line := range bytes.Lines(p) {
+		b.WriteString(id)
+		b.WriteString(": ")
+		b.Write(line)
+	}
+
+	return b.Bytes()
 }
 
 // shrink keeps the newer half of the file, starting at a line boundary.

@@ -87,3 +87,33 @@ func TestShrinkKeepsNewest(t *testing.T) {
 		t.Fatalf("after shrink: %d bytes, suffix ok=%v", buf.Len(), bytes.HasSuffix(buf.Bytes(), []byte("last\n")))
 	}
 }
+
+// With a console set (the config's debug), each service's lines go there too, prefixed with its
+// name; machined's own log (on the console already) does not; nil stops it.
+func TestConsole(t *testing.T) {
+	m, err := NewManager(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var console bytes.Buffer
+
+	etcd, _ := m.Writer("etcd")
+	machined, _ := m.Writer(ConsoleID)
+
+	fmt.Fprint(etcd, "before\n")
+	m.SetConsole(&console)
+	fmt.Fprint(etcd, "a\nb\n")
+	fmt.Fprint(machined, "own line\n")
+	m.SetConsole(nil)
+	fmt.Fprint(etcd, "after\n")
+
+	if got := console.String(); got != "etcd: a\netcd: b\n" {
+		t.Errorf("console: %q", got)
+	}
+
+	var file bytes.Buffer
+	if err = m.Read(t.Context(), "etcd", -1, false, func(b []byte) error { file.Write(b); return nil }); err != nil || file.String() != "before\na\nb\nafter\n" {
+		t.Errorf("the service's log: %q, %v", file.String(), err)
+	}
+}

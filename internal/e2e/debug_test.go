@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/testenv"
+)
+
+// `cluster create --with-debug` sets the configs' debug: the node's services' logs go to its
+// console (a process node's console is its log in the cluster folder) as well as to their own,
+// each line with the service's name.
+func TestClusterCreateWithDebug(t *testing.T) {
+	h := t.TempDir()
+	c := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: h, Timeout: 3 * time.Minute}
+
+	t.Cleanup(func() { c.Run(t, "cluster", "destroy", "--name", "debug") })
+	c.Must(t, "cluster", "create", "--name", "debug", "--controlplanes", "1", "--workers", "0",
+		"--cidr", "127.5.41.0/24", "--with-debug", "--wait-timeout", "3m")
+
+	console := filepath.Join(h, ".talos", "clusters", "debug", "debug-controlplane-1.log")
+
+	testenv.WaitFor(t, "apid's lines on the console", time.Minute, func() error {
+		b, err := os.ReadFile(console)
+		if err != nil {
+			return err
+		}
+
+		if !strings.Contains(string(b), "debug: the services' logs go to the console too") || !strings.Contains(string(b), "\napid: ") {
+			return os.ErrNotExist
+		}
+
+		return nil
+	})
+
+	// apid's own log has the same lines, without the prefix.
+	if out := c.Must(t, "-n", "127.5.41.2", "logs", "apid"); strings.Contains(out, "apid: ") || out == "" {
+		t.Errorf("apid's log: %q", out[:min(len(out), 300)])
+	}
+}
