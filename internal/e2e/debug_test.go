@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,24 @@ import (
 
 // `cluster create --with-debug` sets the configs' debug: the node's services' logs go to its
 // console (a process node's console is its log in the cluster folder) as well as to their own,
-// each line with the service's name.
-func TestClusterCreateWithDebug(t *testing.T) {
+// each line with the service's name. --endpoint makes the talosconfig's only endpoint the one
+// given (here the second control plane, which proxies to the first).
+func TestClusterCreateWithDebugAndEndpoint(t *testing.T) {
 	h := t.TempDir()
 	c := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: h, Timeout: 3 * time.Minute}
 
 	t.Cleanup(func() { c.Run(t, "cluster", "destroy", "--name", "debug") })
-	c.Must(t, "cluster", "create", "--name", "debug", "--controlplanes", "1", "--workers", "0",
-		"--cidr", "127.5.41.0/24", "--with-debug", "--wait-timeout", "3m")
+	c.Must(t, "cluster", "create", "--name", "debug", "--controlplanes", "2", "--workers", "0",
+		"--cidr", "127.5.41.0/24", "--with-debug", "--endpoint", "127.5.41.3", "--wait-timeout", "3m")
+
+	if out := c.Must(t, "config", "info"); !regexp.MustCompile(`(?m)^Endpoints:\s+127\.5\.41\.3\s*$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^Nodes:\s+127\.5\.41\.2\s*$`).MatchString(out) {
+		t.Errorf("config info: the endpoint is not the one given, or the node not the first control plane:\n%s", out)
+	}
+
+	if out := c.Must(t, "get", "hostname"); !strings.Contains(out, "debug-controlplane-1") {
+		t.Errorf("through the endpoint to the first control plane: %s", out)
+	}
 
 	console := filepath.Join(h, ".talos", "clusters", "debug", "debug-controlplane-1.log")
 

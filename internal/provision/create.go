@@ -45,6 +45,12 @@ type Request struct {
 	Nameservers []string
 	Progress    io.Writer
 
+	// Endpoint, when set, is the talosconfig's only endpoint and a SAN of the nodes' certificates
+	// (--endpoint: a load balancer or name in front of the control planes); InitNodeAsEndpoint
+	// makes the first control plane the only one. Otherwise every control plane is one.
+	Endpoint           string
+	InitNodeAsEndpoint bool
+
 	Provisioner string // ProvisionerProcess (default), ProvisionerContainer or ProvisionerQEMU
 	// Arch is the nodes' architecture (--arch): the node binary, image and boot assets are
 	// built for this machine's, so only it is accepted.
@@ -66,6 +72,24 @@ type GenerateOptions struct {
 	ControlPlanePort int
 	// Options are more generate options (DNS domain, KubePrism port, discovery...).
 	Options []generate.Option
+}
+
+// talosEndpoints are the talosconfig's endpoints, as upstream's: --endpoint, or the first
+// control plane with --init-node-as-endpoint, or every control plane (talosctl balances).
+func (r Request) talosEndpoints(controlPlanes []netip.Addr) []string {
+	switch {
+	case r.Endpoint != "":
+		return []string{r.Endpoint}
+	case r.InitNodeAsEndpoint:
+		return []string{controlPlanes[0].String()}
+	}
+
+	eps := make([]string, 0, len(controlPlanes))
+	for _, a := range controlPlanes {
+		eps = append(eps, a.String())
+	}
+
+	return eps
 }
 
 func (r *Request) check() error {
@@ -232,19 +256,18 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithInstallDisk(QEMUInstallDisk))
 	}
 
+	if req.Endpoint != "" {
+		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithAdditionalSubjectAltNames([]string{req.Endpoint}))
+	}
+
 	cfgs, err := GenerateConfigs(req.Name, addrs[0], req.InputDir, req.Generate)
 	if err != nil {
 		return nil, nil, err
 	}
 
-	eps := make([]string, 0, req.ControlPlanes)
-	for _, a := range addrs[:req.ControlPlanes] {
-		eps = append(eps, a.String())
-	}
-
 	if ctxCfg := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctxCfg != nil {
-		ctxCfg.Endpoints = eps
-		ctxCfg.Nodes = eps[:1]
+		ctxCfg.Endpoints = req.talosEndpoints(addrs[:req.ControlPlanes])
+		ctxCfg.Nodes = []string{addrs[0].String()}
 	}
 
 	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.CIDR.String(), Binary: req.Binary, Provisioner: req.Provisioner}

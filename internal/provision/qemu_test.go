@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -70,5 +71,24 @@ func TestMACsDifferPerNode(t *testing.T) {
 	a, b := macFor(netip.MustParseAddr("10.5.0.2")), macFor(netip.MustParseAddr("10.5.0.3"))
 	if a != "52:54:00:05:00:02" || a == b {
 		t.Fatalf("MACs %s %s", a, b)
+	}
+}
+
+// The talosconfig's endpoints: every control plane, the one --endpoint names, or the first
+// with --init-node-as-endpoint.
+func TestTalosEndpoints(t *testing.T) {
+	cps := []netip.Addr{netip.MustParseAddr("10.5.0.2"), netip.MustParseAddr("10.5.0.3")}
+
+	for _, c := range []struct {
+		req  Request
+		want []string
+	}{
+		{Request{}, []string{"10.5.0.2", "10.5.0.3"}},
+		{Request{Endpoint: "lb.example.org"}, []string{"lb.example.org"}},
+		{Request{InitNodeAsEndpoint: true}, []string{"10.5.0.2"}},
+	} {
+		if got := c.req.talosEndpoints(cps); !slices.Equal(got, c.want) {
+			t.Errorf("%+v: %v, want %v", c.req, got, c.want)
+		}
 	}
 }

@@ -233,6 +233,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.Lookup("with-uefi").NoOptDefVal = "true"
 	f.StringSliceVar(&req.QEMU.UEFISearchPaths, "extra-uefi-search-paths", nil, "additional search paths for UEFI firmware (only applies when UEFI is enabled) (qemu)")
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
+	f.StringVar(&req.Endpoint, "endpoint", "", "use endpoint instead of provider defaults")
+	f.BoolVar(&req.InitNodeAsEndpoint, "init-node-as-endpoint", false, "use init node as endpoint instead of any load balancer endpoint")
 	f.BoolVar(&withDebug, "with-debug", false, "enable debug in Talos config to send service logs to the console")
 	f.StringVar(&installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
 	f.StringVar(&req.QEMU.USB, "usb-path", "", "the USB stick image path to use for the initial boot (`make boot`'s hybrid ISO is one; the configs are applied in maintenance mode) (qemu)")
