@@ -18,6 +18,7 @@ import (
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/slots"
+	"github.com/talos-go/talos/internal/udev"
 )
 
 // Paths inside the initramfs, as `imager boot` lays it out.
@@ -139,9 +140,18 @@ func InitMain([]string) error {
 
 	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules, Initramfs: "/", Init: "/init"}
 
-	// talos.config= is the first boot's config, downloaded now that the network is up; an
-	// installed node has its config on STATE.
-	if arg := cmdline.Get("talos.config"); arg != "" && !installed {
+	// talos.config= is the first boot's config, downloaded now that the network is up, or read
+	// from a metal-iso volume; an installed node has its config on STATE.
+	if arg := cmdline.Get("talos.config"); arg == MetalISO && !installed {
+		spec.Config = downloadedConfig
+
+		dev, err := configFromISO(mods, spec.Config)
+		if err != nil {
+			return err
+		}
+
+		log("talos.config: read the machine config from the %s volume %s", MetalISO, dev)
+	} else if arg != "" && !installed {
 		url, err := ConfigURL(arg, ConfigVars(ip.Address.Addr(), hostname))
 		if err != nil {
 			return err
@@ -162,6 +172,49 @@ func InitMain([]string) error {
 	log("switched to the node image; starting machined at %s", ip.Address)
 
 	return container.ExecInit("metal", ip.Address.Addr(), spec.Config != "", env...)
+}
+
+// MetalISO is upstream's talos.config=metal-iso: the config is config.yaml at the root of an
+// ISO 9660 filesystem labelled metal-iso (a CD-ROM or a disk the machine has).
+const MetalISO = "metal-iso"
+
+// configFromISO copies config.yaml from the metal-iso volume to dst and names the device.
+func configFromISO(mods *Modules, dst string) (string, error) {
+	devs, err := partition.Devices("/sys")
+	if err != nil {
+		return "", err
+	}
+
+	for _, d := range devs {
+		dev := filepath.Join("/dev", d.Name)
+		if v, err := udev.Probe(dev); err != nil || v.Filesystem != "iso9660" || v.Label != MetalISO {
+			continue
+		}
+
+		if err = mods.Load("isofs"); err != nil {
+			return "", err
+		}
+
+		const dir = "/metal-iso"
+		if err = os.MkdirAll(dir, 0o700); err != nil {
+			return "", err
+		}
+
+		if err = unix.Mount(dev, dir, "iso9660", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return "", fmt.Errorf("talos.config=%s: mounting %s: %w", MetalISO, dev, err)
+		}
+
+		b, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
+		unix.Unmount(dir, 0) //nolint:errcheck // read-only: nothing to lose
+
+		if err != nil {
+			return "", fmt.Errorf("talos.config=%s: the volume %s has no config.yaml at its root: %w", MetalISO, dev, err)
+		}
+
+		return dev, os.WriteFile(dst, b, 0o600)
+	}
+
+	return "", fmt.Errorf("talos.config=%s: no ISO 9660 volume labelled %s (attach one with config.yaml at its root, or give a URL)", MetalISO, MetalISO)
 }
 
 // chooseSlot is the boot stage's part in the initramfs of an installed node: META and GRUB's

@@ -57,6 +57,10 @@ type QEMURequest struct {
 	// ApplyConfig boots the nodes without a config (maintenance mode) and applies each one's
 	// through the maintenance API, instead of talos.config=.
 	ApplyConfig bool
+	// ConfigInjection is how a booting node gets its config (--config-injection-method): "" or
+	// "http", served by the network process (talos.config=URL); "metal-iso", on an ISO of its
+	// own labelled metal-iso (talos.config=metal-iso).
+	ConfigInjection string
 }
 
 func (r *Request) checkQEMU() error {
@@ -93,6 +97,20 @@ func (r *Request) checkQEMU() error {
 		return errors.New("no qemu-system-x86_64: install it with `apt-get install qemu-system-x86`")
 	}
 
+	switch q.ConfigInjection {
+	case "", ConfigInjectionHTTP:
+	case ConfigInjectionISO:
+		if flag, medium := q.bootMedium(); medium != "" || q.ApplyConfig {
+			if medium == "" {
+				flag = "--with-apply-config"
+			}
+
+			return fmt.Errorf("--config-injection-method %s gives the config at boot, %s applies it in maintenance mode: drop one", ConfigInjectionISO, flag)
+		}
+	default:
+		return fmt.Errorf("--config-injection-method %q is unknown: use %s (the default) or %s", q.ConfigInjection, ConfigInjectionHTTP, ConfigInjectionISO)
+	}
+
 	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
 	if flag, medium := q.bootMedium(); medium != "" {
 		if q.ISO != "" && q.USB != "" {
@@ -121,6 +139,23 @@ func (r *Request) checkQEMU() error {
 		if _, err := qemu.FindUEFI(q.UEFISearchPaths); err != nil {
 			return fmt.Errorf("--with-uefi: %w; or boot with the BIOS: --with-uefi=false", err)
 		}
+	}
+
+	return nil
+}
+
+// The values of --config-injection-method.
+const (
+	ConfigInjectionHTTP = "http"
+	ConfigInjectionISO  = "metal-iso"
+)
+
+// makeConfigISO writes an ISO 9660 image labelled metal-iso holding the config as config.yaml
+// (Debian's xorriso).
+func makeConfigISO(config, out string) error {
+	cmd := exec.Command("xorriso", "-as", "mkisofs", "-quiet", "-V", metal.MetalISO, "-o", out, "-graft-points", "config.yaml="+config)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("--config-injection-method %s: making the node's ISO with xorriso (apt-get install xorriso): %w: %s", ConfigInjectionISO, err, b)
 	}
 
 	return nil
@@ -238,7 +273,18 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	cmdline := append([]string{}, metal.DefaultKernelArgs...)
-	if !req.QEMU.ApplyConfig && c.ISO == "" && c.USB == "" {
+	configISO := ""
+
+	switch {
+	case req.QEMU.ApplyConfig || c.ISO != "" || c.USB != "":
+	case req.QEMU.ConfigInjection == ConfigInjectionISO:
+		configISO = filepath.Join(n.State, "config.iso")
+		if err := makeConfigISO(n.Config, configISO); err != nil {
+			return err
+		}
+
+		cmdline = append(cmdline, "talos.config="+metal.MetalISO)
+	default:
 		cmdline = append(cmdline, "talos.config="+c.ConfigServer+qemu.ConfigPath(n.Name))
 	}
 
@@ -273,7 +319,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	spec := qemu.NodeSpec{
-		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, ConfigISO: configISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,

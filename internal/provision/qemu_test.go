@@ -1,12 +1,15 @@
 package provision
 
 import (
+	"bytes"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/talos-go/talos/internal/udev"
 )
 
 func TestQEMURequestRefused(t *testing.T) {
@@ -58,6 +61,9 @@ func TestQEMURequestRefused(t *testing.T) {
 		{"no USB stick", 0, func(r *Request) { r.QEMU.USB = filepath.Join(dir, "missing.img") }, []string{"--usb-path", "make boot"}},
 		{"USB stick with kernel arguments", 0, func(r *Request) { r.QEMU.USB, r.QEMU.ExtraKernelArgs = kernel, []string{"a=b"} }, []string{"--extra-boot-kernel-args", "drop --usb-path"}},
 		{"ISO and USB stick", 0, func(r *Request) { r.QEMU.ISO, r.QEMU.USB = kernel, kernel }, []string{"--iso-path and --usb-path", "give one"}},
+		{"unknown config injection", 0, func(r *Request) { r.QEMU.ConfigInjection = "floppy" }, []string{"--config-injection-method \"floppy\"", "metal-iso"}},
+		{"metal-iso and an ISO", 0, func(r *Request) { r.QEMU.ConfigInjection, r.QEMU.ISO = "metal-iso", kernel }, []string{"--config-injection-method metal-iso", "--iso-path", "drop one"}},
+		{"metal-iso and apply-config", 0, func(r *Request) { r.QEMU.ConfigInjection, r.QEMU.ApplyConfig = "metal-iso", true }, []string{"--with-apply-config", "drop one"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := good()
@@ -90,5 +96,34 @@ func TestTalosEndpoints(t *testing.T) {
 		if got := c.req.talosEndpoints(cps); !slices.Equal(got, c.want) {
 			t.Errorf("%+v: %v, want %v", c.req, got, c.want)
 		}
+	}
+}
+
+// The metal-iso image: ISO 9660 labelled metal-iso, the config as config.yaml.
+func TestMakeConfigISO(t *testing.T) {
+	if _, err := exec.LookPath("xorriso"); err != nil {
+		t.Skip("no xorriso")
+	}
+
+	dir := t.TempDir()
+	config := filepath.Join(dir, "node.yaml")
+
+	if err := os.WriteFile(config, []byte("version: v1alpha1 # the node's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	out := filepath.Join(dir, "config.iso")
+	if err := makeConfigISO(config, out); err != nil {
+		t.Fatal(err)
+	}
+
+	v, err := udev.Probe(out)
+	if err != nil || v.Filesystem != "iso9660" || v.Label != "metal-iso" {
+		t.Fatalf("probed %+v, %v", v, err)
+	}
+
+	b, _ := os.ReadFile(out)
+	if !bytes.Contains(b, []byte("CONFIG.YAML")) && !bytes.Contains(b, []byte("config.yaml")) || !bytes.Contains(b, []byte("version: v1alpha1 # the node's")) {
+		t.Error("the ISO does not hold the config as config.yaml")
 	}
 }

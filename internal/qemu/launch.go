@@ -41,6 +41,8 @@ type NodeSpec struct {
 	ISO string `json:"iso,omitempty"`
 	// USB is a USB stick's image the node boots from in the same way (on an xHCI controller).
 	USB string `json:"usb,omitempty"`
+	// ConfigISO is a read-only disk holding the node's config (talos.config=metal-iso).
+	ConfigISO string `json:"configISO,omitempty"`
 	// DirectBoot boots the kernel and initramfs on every start, never the installed disk's GRUB.
 	DirectBoot bool `json:"directBoot,omitempty"`
 	// UEFI, when set, boots the node with UEFI firmware (OVMF) instead of the BIOS.
@@ -281,6 +283,11 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 
 	for i, d := range s.ExtraDisks {
 		args = append(args, diskArgs(i, d)...)
+	}
+
+	// After the node's disks, so that the install disk keeps its name (vda).
+	if s.ConfigISO != "" {
+		args = append(args, "-drive", "file="+s.ConfigISO+",format=raw,if=none,readonly=on,id=config", "-device", "virtio-blk-pci,drive=config")
 	}
 
 	if s.UEFI != nil {

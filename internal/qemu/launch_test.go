@@ -154,6 +154,19 @@ func TestArgsUSB(t *testing.T) {
 	}
 }
 
+// The metal-iso config disk comes after the node's disks: the install disk stays vda.
+func TestArgsConfigISO(t *testing.T) {
+	s := NodeSpec{Name: "n", MemoryMB: 2048, CPUs: 1, Disk: "/d/disk.raw", MAC: "52:54:00:05:00:02", ConfigISO: "/d/config.iso",
+		ExtraDisks: []Disk{{Path: "/d/disk-1.raw", Driver: "virtio"}}}
+
+	args := strings.Join(s.Args(false), " ")
+	iso := strings.Index(args, "-drive file=/d/config.iso,format=raw,if=none,readonly=on,id=config -device virtio-blk-pci,drive=config")
+
+	if iso < 0 || iso < strings.Index(args, "disk-1.raw") || iso < strings.Index(args, "disk.raw") {
+		t.Errorf("config ISO: %s", args)
+	}
+}
+
 // A disk is bootable once it has a partition table with BOOT and boot code in its first sector.
 func TestBootable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "disk.raw")

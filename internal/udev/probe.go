@@ -30,7 +30,7 @@ type Volume struct {
 	PartitionUUID  string
 	PartitionType  string
 
-	Filesystem          string // xfs, vfat, ext4, squashfs, gpt; empty when unknown
+	Filesystem          string // xfs, vfat, ext4, squashfs, iso9660, gpt; empty when unknown
 	Label, UUID         string
 	FilesystemBlockSize uint32
 	ProbedSize          uint64
@@ -108,7 +108,7 @@ func readTable(path string) []partition.Placed {
 	return parts
 }
 
-// probe reads what the device's first blocks hold: a GPT, or XFS, ext4, FAT or squashfs.
+// probe reads what the device's first blocks hold: a GPT, or XFS, ext4, FAT, squashfs or ISO 9660.
 func probe(r io.ReaderAt, v *Volume) {
 	b := make([]byte, 4096)
 	if n, _ := r.ReadAt(b, 0); n < len(b) {
@@ -146,9 +146,47 @@ func probe(r io.ReaderAt, v *Volume) {
 		v.ProbedSize = binary.LittleEndian.Uint64(b[40:])
 	}
 
+	if v.Filesystem == "" {
+		probeISO9660(r, v)
+	}
+
 	if v.Label == "NO NAME" {
 		v.Label = ""
 	}
+}
+
+// probeISO9660 reads an ISO 9660 primary volume descriptor (sector 16 of 2048 bytes): its
+// volume identifier is the label (metal-iso, say), its block size and count the size.
+func probeISO9660(r io.ReaderAt, v *Volume) {
+	pvd := make([]byte, 2048)
+	if n, _ := r.ReadAt(pvd, 16*2048); n < len(pvd) || pvd[0] != 1 || string(pvd[1:6]) != "CD001" {
+		return
+	}
+
+	v.Filesystem = "iso9660"
+	v.Label = strings.TrimRight(string(pvd[40:72]), " ")
+	v.FilesystemBlockSize = uint32(binary.LittleEndian.Uint16(pvd[128:]))
+	v.ProbedSize = uint64(binary.LittleEndian.Uint32(pvd[80:])) * uint64(v.FilesystemBlockSize)
+
+	// As blkid: the volume's creation date (YYYYMMDDhhmmsscc) is its UUID, dashed.
+	if d := string(pvd[813:829]); strings.Trim(d, "0 \x00") != "" {
+		v.UUID = strings.Join([]string{d[0:4], d[4:6], d[6:8], d[8:10], d[10:12], d[12:14], d[14:16]}, "-")
+	}
+}
+
+// Probe reads what the block device at path holds (Volume's Filesystem, Label, UUID and sizes).
+func Probe(path string) (Volume, error) {
+	var v Volume
+
+	f, err := os.Open(path)
+	if err != nil {
+		return v, err
+	}
+	defer f.Close()
+
+	probe(f, &v)
+
+	return v, nil
 }
 
 // diskGUID reads a GPT header's disk GUID (mixed-endian).

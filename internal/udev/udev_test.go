@@ -58,6 +58,9 @@ func TestProbeMatchesBlkid(t *testing.T) {
 		{"xfs", "STATE", func(p string) *exec.Cmd { return exec.Command("mkfs.xfs", "-q", "-f", "-L", "STATE", p) }},
 		{"ext4", "data", func(p string) *exec.Cmd { return exec.Command("mkfs.ext4", "-q", "-F", "-L", "data", p) }},
 		{"vfat", "EFI", func(p string) *exec.Cmd { return exec.Command("mkfs.vfat", "-n", "EFI", p) }},
+		{"iso9660", "metal-iso", func(p string) *exec.Cmd {
+			return exec.Command("sh", "-c", `rm "$1" && xorriso -as mkisofs -quiet -V metal-iso -o "$1" /etc/hostname`, "sh", p)
+		}},
 	}
 
 	for _, c := range cases {

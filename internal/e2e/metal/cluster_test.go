@@ -257,6 +257,35 @@ func TestClusterCreateQEMUFromUSB(t *testing.T) {
 	}
 }
 
+// With --config-injection-method metal-iso each node's config is on an ISO of its own (a
+// read-only disk after its install disk) that the initramfs reads (talos.config=metal-iso),
+// not served over HTTP. The firmware is UEFI, booting the kernel directly the first time.
+func TestClusterCreateQEMUConfigISO(t *testing.T) {
+	_, cli, dir := qemuCluster(t, "qemu-iso", "qemu-iso-controlplane-1")
+
+	const cidr, gateway, node = "10.5.10.0/24", "10.5.10.1", "10.5.10.2"
+
+	start := time.Now()
+	cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-iso", "--cidr", cidr,
+		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
+		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
+		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
+		"--config-injection-method", "metal-iso", "--disk-preallocate=false", "--wait=false")
+	t.Logf("created with the config on a metal-iso volume, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-iso-controlplane-1.log")); !strings.Contains(string(console), "talos.config: read the machine config from the metal-iso volume /dev/vdb") {
+		t.Errorf("the console shows no config read from the metal-iso volume")
+	}
+
+	if network, _ := os.ReadFile(filepath.Join(dir, "network.log")); strings.Contains(string(network), "serving qemu-iso-controlplane-1's config") {
+		t.Errorf("the network process served the config:\n%s", network)
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") || strings.Contains(out, "talos.config=") {
+		t.Errorf("the node did not boot slot A from its disk after the install: /proc/cmdline %s", out)
+	}
+}
+
 // upgradeAndRollBack upgrades an installed node to a second image of the boot assets, served
 // over HTTP on the cluster's bridge (gateway): the node downloads and verifies it, writes slot
 // B, GRUB boots B once, B reports a successful boot and becomes the active slot; then

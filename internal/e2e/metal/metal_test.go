@@ -369,6 +369,21 @@ func TestBadIPArgumentStopsTheBoot(t *testing.T) {
 	}
 }
 
+// talos.config=metal-iso with no such volume stops the boot with what to attach.
+func TestMissingMetalISOStopsTheBoot(t *testing.T) {
+	m := boot(t, "ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off", "talos.config=metal-iso")
+
+	select {
+	case <-m.exited:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("QEMU still runs: the init did not stop without a metal-iso volume")
+	}
+
+	if console := m.consoleText(); !strings.Contains(console, "talos.config=metal-iso: no ISO 9660 volume labelled metal-iso (attach one with config.yaml at its root") {
+		t.Fatalf("the console does not say the metal-iso volume is missing")
+	}
+}
+
 // A boot without the KSPP kernel arguments stops with a message naming the missing ones.
 func TestMissingKSPPArgumentsStopTheBoot(t *testing.T) {
 	m := bootWith(t, qemuOptions{noDefaults: true}, "console=ttyS0", "talos.platform=metal", "init_on_alloc=1")
