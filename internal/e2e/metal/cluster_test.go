@@ -29,11 +29,7 @@ func TestClusterCreateQEMU(t *testing.T) {
 	const cidr, gateway, node = "10.5.7.0/24", "10.5.7.1", "10.5.7.2"
 
 	start := time.Now()
-	cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-e2e", "--cidr", cidr,
-		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
-		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
-		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
-		"--with-uefi=false", "--wait=false")
+	cli.Must(t, oneNodeCluster("qemu-e2e", cidr, gateway, "--with-uefi=false")...)
 	t.Logf("created, apid serving and etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
 	// The node installed itself to its disk (machine.install.disk /dev/vda) and booted from it
@@ -236,11 +232,7 @@ func TestClusterCreateQEMUFromUSB(t *testing.T) {
 	const cidr, gateway, node = "10.5.9.0/24", "10.5.9.1", "10.5.9.2"
 
 	start := time.Now()
-	out := cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-usb", "--cidr", cidr,
-		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
-		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
-		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
-		"--usb-path", iso, "--disk-preallocate=false", "--wait=false")
+	out := cli.Must(t, oneNodeCluster("qemu-usb", cidr, gateway, "--usb-path", iso, "--disk-preallocate=false")...)
 	t.Logf("created from the USB stick, the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
 	if !strings.Contains(out, "maintenance mode on qemu-usb-controlplane-1 to apply its config: OK") {
@@ -266,11 +258,7 @@ func TestClusterCreateQEMUConfigISO(t *testing.T) {
 	const cidr, gateway, node = "10.5.10.0/24", "10.5.10.1", "10.5.10.2"
 
 	start := time.Now()
-	cli.Must(t, "cluster", "create", "--provisioner", "qemu", "--name", "qemu-iso", "--cidr", cidr,
-		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
-		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
-		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
-		"--config-injection-method", "metal-iso", "--disk-preallocate=false", "--wait=false")
+	cli.Must(t, oneNodeCluster("qemu-iso", cidr, gateway, "--config-injection-method", "metal-iso", "--disk-preallocate=false")...)
 	t.Logf("created with the config on a metal-iso volume, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
 	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-iso-controlplane-1.log")); !strings.Contains(string(console), "talos.config: read the machine config from the metal-iso volume /dev/vdb") {
@@ -398,6 +386,16 @@ func waitTimeSynced(t *testing.T, cli testenv.CLI, node, what string) {
 
 		return nil
 	})
+}
+
+// oneNodeCluster is `cluster create` of one control plane on the boot assets under test, its
+// time from the test's NTP server on the bridge (gateway), with the flags a test adds.
+func oneNodeCluster(name, cidr, gateway string, flags ...string) []string {
+	return append([]string{"cluster", "create", "--provisioner", "qemu", "--name", name, "--cidr", cidr,
+		"--controlplanes", "1", "--workers", "0", "--memory", "2048", "--cpus", "2", "--disk", "3072",
+		"--machined-path", filepath.Join(binDir, "machined"), "--vmlinuz-path", kernel, "--initrd-path", initramfs,
+		"--nameservers", gateway, "--config-patch", fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gateway),
+		"--wait=false"}, flags...)
 }
 
 // qemuCluster prepares a qemu cluster named name: an NTP server on every address of the test's
