@@ -37,9 +37,8 @@ const UEFIBootPath = "EFI/BOOT/BOOTX64.EFI"
 
 // ToDisk makes a disk the node's: upstream's partitions (everything on the disk is lost), XFS
 // on BOOT, STATE and EPHEMERAL, GRUB for BIOS and UEFI boot (FAT32 on EFI), slot A on BOOT (this
-// kernel and initramfs),
-// an empty META (zeroed: internal/meta's partition store) and this boot's STATE on the disk's
-// STATE. The node boots from the disk next.
+// kernel and initramfs), an empty META (zeroed: internal/meta's partition store) and this boot's
+// STATE on the disk's STATE. The node boots from the disk next.
 func ToDisk(ctx context.Context, o Options) error {
 	// A /dev/disk/by-* name is the link udevd made: the kernel knows the disk by what it points to.
 	disk, err := filepath.EvalSymlinks(o.Disk)

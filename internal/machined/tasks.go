@@ -17,6 +17,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/sequencer"
 	"github.com/talos-go/talos/internal/machined/server"
 	"github.com/talos-go/talos/internal/machined/services"
+	"github.com/talos-go/talos/internal/machined/system/logsend"
 )
 
 // The tasks of the node's sequences (internal/machined/sequencer); StartResources is in
@@ -110,9 +111,42 @@ func (n *node) StartServices(ctx context.Context) error {
 		n.r.Log.Info("debug: the services' logs go to the console too")
 	}
 
+	// A destination that cannot be used does not stop the node (validation refuses most).
+	if err = n.sendLogs(); err != nil {
+		n.r.Log.Error("machine.logging: logs are not sent", zap.Error(err))
+	}
+
 	n.r.Supervisor.Load(services.For(n.r, t)...)
 
 	return n.r.Supervisor.Start()
+}
+
+// sendLogs sends every log line to the config's machine.logging.destinations.
+func (n *node) sendLogs() error {
+	cfg := n.r.Config()
+	if cfg == nil || cfg.Machine() == nil || cfg.Machine().Logging() == nil {
+		return nil
+	}
+
+	var dests []logsend.Destination
+
+	for _, d := range cfg.Machine().Logging().Destinations() {
+		dests = append(dests, logsend.Destination{Endpoint: d.Endpoint(), ExtraTags: d.ExtraTags()})
+	}
+
+	if len(dests) == 0 {
+		return nil
+	}
+
+	sender, err := logsend.New(dests)
+	if err != nil {
+		return err
+	}
+
+	n.r.Logs.SetForward(sender.Send)
+	n.r.Log.Info("logs are sent to the machine.logging destinations", zap.Int("destinations", len(dests)))
+
+	return nil
 }
 
 // MarkRunning marks the node as running; the boot counts as good once the services it must

@@ -26,7 +26,7 @@ const (
 	InitramfsImage   = "/rootfs.sqsh"            // the node image
 	InitramfsModules = "/lib/modules"            // <release>/ with the boot's modules and their index
 	InitramfsKernel  = "/boot/vmlinuz"           // the kernel, installed to disk with the initramfs
-	InitramfsGRUB    = "/boot/grub"              // GRUB's boot.img and core.img, installed to disk
+	InitramfsGRUB    = "/boot/grub"              // GRUB's boot.img, core.img and GRUBEFIName, installed to disk
 	InitramfsKeys    = "/boot/image-signing.pub" // the image keys an installed node trusts
 	GRUBEFIName      = "bootx64.efi"             // GRUB for UEFI, in InitramfsGRUB
 	diskDir          = "/disk"                   // a tmpfs standing for the node's disk until it installs

@@ -106,6 +106,8 @@ func (r *Request) check() error {
 		return errors.New("no node binary: build it with `go build -o _out/machined ./cmd/machined`")
 	case r.Arch != "" && r.Arch != runtime.GOARCH:
 		return fmt.Errorf("--arch %s: the nodes run this machine's builds (node binary, image, boot assets), which are %s: use --arch %s", r.Arch, runtime.GOARCH, runtime.GOARCH)
+	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
+		return errors.New("--with-json-logs: the receiver is the qemu provisioner's network process: use --provisioner qemu, or send the logs to a receiver of yours with a machine.logging config patch")
 	}
 
 	switch r.Provisioner {
@@ -254,6 +256,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	if req.Provisioner == ProvisionerQEMU {
 		// As upstream's qemu nodes: the guest's virtio disk (installing to it is not done yet).
 		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithInstallDisk(QEMUInstallDisk))
+	}
+
+	if req.Provisioner == ProvisionerQEMU && req.QEMU.JSONLogs {
+		req.Patches = append(slices.Clone(req.Patches), jsonLogsPatch(req.CIDR))
 	}
 
 	if req.Endpoint != "" {

@@ -112,6 +112,7 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		{Name: "a", ControlPlanes: 0, CIDR: netip.MustParsePrefix("127.5.0.0/24"), Binary: "x"},
 		{Name: "a", ControlPlanes: 1, CIDR: netip.MustParsePrefix("10.5.0.0/24"), Binary: "x"},
 		{Name: "a", ControlPlanes: 1, CIDR: netip.MustParsePrefix("127.5.0.0/24"), Binary: "x", Arch: "riscv64"},
+		{Name: "a", ControlPlanes: 1, CIDR: netip.MustParsePrefix("127.5.0.0/24"), Binary: "x", QEMU: provision.QEMURequest{JSONLogs: true}},
 	} {
 		req.StateRoot = t.TempDir()
 		if _, _, err := provision.Create(context.Background(), req); err == nil {

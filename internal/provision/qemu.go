@@ -61,6 +61,18 @@ type QEMURequest struct {
 	// "http", served by the network process (talos.config=URL); "metal-iso", on an ISO of its
 	// own labelled metal-iso (talos.config=metal-iso).
 	ConfigInjection string
+	// JSONLogs has the nodes send their logs (machine.logging, json_lines over TCP) to the
+	// network process, which writes them to json-logs.log in the cluster's folder.
+	JSONLogs bool
+}
+
+// JSONLogsFile is where --with-json-logs' logs go, in the cluster's folder.
+const JSONLogsFile = "json-logs.log"
+
+// jsonLogsPatch is the config patch that sends a node's logs to the network process.
+func jsonLogsPatch(cidr netip.Prefix) string {
+	return fmt.Sprintf(`{"machine": {"logging": {"destinations": [{"endpoint": "tcp://%s", "format": "json_lines"}]}}}`,
+		netip.AddrPortFrom(gateway(cidr).Addr(), qemu.JSONLogsPort))
 }
 
 func (r *Request) checkQEMU() error {
@@ -213,6 +225,9 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
 
 	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname}
+	if req.QEMU.JSONLogs {
+		spec.JSONLogs = filepath.Join(c.Dir, JSONLogsFile)
+	}
 
 	for _, ns := range req.Nameservers {
 		if a, err := netip.ParseAddr(ns); err == nil {

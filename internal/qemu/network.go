@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,7 +35,13 @@ type NetworkSpec struct {
 	NoHostname  bool         `json:"noHostname,omitempty"` // the leases name no hostname
 	// LeaseTime is how long a lease lasts; zero: the LeaseTime constant.
 	LeaseTime time.Duration `json:"leaseTime,omitempty"`
+	// JSONLogs, when set, is the file the nodes' json_lines logs are appended to, received on
+	// the gateway's JSONLogsPort (TCP).
+	JSONLogs string `json:"jsonLogs,omitempty"`
 }
+
+// JSONLogsPort is where the network process receives the nodes' logs (upstream's port).
+const JSONLogsPort = 4003
 
 // NodeLease is one node's fixed lease and its config file.
 type NodeLease struct {
@@ -82,10 +90,22 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 
 	srv := &http.Server{Handler: http.HandlerFunc(spec.serveConfig), ReadHeaderTimeout: 10 * time.Second}
 
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 
 	go func() { errs <- dhcp.Serve() }()
 	go func() { errs <- srv.Serve(l) }()
+
+	if spec.JSONLogs != "" {
+		logs, err := net.Listen("tcp", netip.AddrPortFrom(spec.Gateway.Addr(), JSONLogsPort).String())
+		if err != nil {
+			return fmt.Errorf("the JSON logs receiver: %w", err)
+		}
+		defer logs.Close()
+
+		go func() { errs <- receiveLogs(logs, spec.JSONLogs) }()
+
+		fmt.Fprintf(os.Stderr, "[network] nodes' JSON logs received at %s, written to %s\n", logs.Addr(), spec.JSONLogs)
+	}
 
 	fmt.Fprintf(os.Stderr, "[network] DHCP on %s, configs at http://%s\n", spec.Bridge, l.Addr())
 
@@ -102,6 +122,34 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 	}
 
 	return err
+}
+
+// receiveLogs appends every line the nodes send on l to file.
+func receiveLogs(l net.Listener, file string) error {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	var mu sync.Mutex
+
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return nil // closed with the network process
+		}
+
+		go func() {
+			defer conn.Close()
+
+			for s := bufio.NewScanner(conn); s.Scan(); {
+				mu.Lock()
+				f.Write(append(s.Bytes(), '\n')) //nolint:errcheck // a full disk loses log lines only
+				mu.Unlock()
+			}
+		}()
+	}
 }
 
 // HandleDHCP answers a node's DISCOVER with an offer of its address and its REQUEST with an

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +156,51 @@ func TestDHCPWithoutHostname(t *testing.T) {
 	offer := exchange(t, s, request(t, dhcpv4.MessageTypeDiscover, "52:54:00:05:00:03"))
 	if offer == nil || offer.MessageType() != dhcpv4.MessageTypeOffer || offer.HostName() != "" {
 		t.Fatalf("got %v, want an offer naming no hostname", offer)
+	}
+}
+
+// The nodes' JSON logs: every line each connection sends is appended to the file.
+func TestReceiveLogs(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	file := filepath.Join(t.TempDir(), "json-logs.log")
+	done := make(chan error, 1)
+
+	go func() { done <- receiveLogs(l, file) }()
+
+	for _, line := range []string{`{"msg":"a","talos-service":"apid"}`, `{"msg":"b","talos-service":"machined"}`} {
+		conn, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		fmt.Fprintln(conn, line)
+		conn.Close()
+	}
+
+	waitUntil(t, func() bool {
+		b, _ := os.ReadFile(file)
+
+		return strings.Count(string(b), "\n") == 2 && strings.Contains(string(b), `"talos-service":"apid"`) && strings.Contains(string(b), `"msg":"b"`)
+	})
+
+	l.Close()
+
+	if err = <-done; err != nil {
+		t.Errorf("receiveLogs after the listener closed: %v", err)
+	}
+}
+
+// waitUntil polls cond for ten seconds.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the logs were not written")
+		}
 	}
 }

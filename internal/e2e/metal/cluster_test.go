@@ -251,15 +251,27 @@ func TestClusterCreateQEMUFromUSB(t *testing.T) {
 
 // With --config-injection-method metal-iso each node's config is on an ISO of its own (a
 // read-only disk after its install disk) that the initramfs reads (talos.config=metal-iso),
-// not served over HTTP. The firmware is UEFI, booting the kernel directly the first time.
+// not served over HTTP. The firmware is UEFI, booting the kernel directly the first time. The
+// node sends its logs to the network process (--with-json-logs).
 func TestClusterCreateQEMUConfigISO(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-iso", "qemu-iso-controlplane-1")
 
 	const cidr, gateway, node = "10.5.10.0/24", "10.5.10.1", "10.5.10.2"
 
 	start := time.Now()
-	cli.Must(t, oneNodeCluster("qemu-iso", cidr, gateway, "--config-injection-method", "metal-iso", "--disk-preallocate=false")...)
+	cli.Must(t, oneNodeCluster("qemu-iso", cidr, gateway, "--config-injection-method", "metal-iso", "--disk-preallocate=false", "--with-json-logs")...)
 	t.Logf("created with the config on a metal-iso volume, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	// --with-json-logs: the node sends its logs (machine.logging) to the network process, which
+	// writes them to the cluster's folder.
+	testenv.WaitFor(t, "the node's JSON logs in the cluster folder", 2*time.Minute, func() error {
+		b, _ := os.ReadFile(filepath.Join(dir, "json-logs.log"))
+		if !strings.Contains(string(b), `"talos-service":"apid"`) || !strings.Contains(string(b), `"talos-service":"machined"`) {
+			return errors.New("no lines from apid and machined yet")
+		}
+
+		return nil
+	})
 
 	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-iso-controlplane-1.log")); !strings.Contains(string(console), "talos.config: read the machine config from the metal-iso volume /dev/vdb") {
 		t.Errorf("the console shows no config read from the metal-iso volume")

@@ -26,6 +26,19 @@ type Manager struct {
 	mu      sync.Mutex
 	logs    map[string]*serviceLog
 	console atomic.Pointer[io.Writer] // the machine config's debug: every service's lines, too
+	forward atomic.Pointer[func(id string, line []byte)]
+}
+
+// SetForward calls fn with every line of every log, machined's own included, without its
+// newline (machine.logging.destinations); nil stops it. fn must not block.
+func (m *Manager) SetForward(fn func(id string, line []byte)) {
+	if fn == nil {
+		m.forward.Store(nil)
+
+		return
+	}
+
+	m.forward.Store(&fn)
 }
 
 // SetConsole sends every service's lines to w as well, each prefixed with the service's name
@@ -55,7 +68,7 @@ const ConsoleID = "machined"
 
 type serviceLog struct {
 	id      string
-	console *atomic.Pointer[io.Writer] // nil: never to the console
+	m       *Manager
 	path    string
 	mu      sync.Mutex
 	f       *os.File
@@ -75,11 +88,7 @@ func (m *Manager) get(id string) (*serviceLog, error) {
 		return l, nil
 	}
 
-	l := &serviceLog{id: id, path: filepath.Join(m.dir, id+".log"), changed: make(chan struct{})}
-	if id != ConsoleID {
-		l.console = &m.console
-	}
-
+	l := &serviceLog{id: id, m: m, path: filepath.Join(m.dir, id+".log"), changed: make(chan struct{})}
 	m.logs[id] = l
 
 	return l, nil
@@ -134,9 +143,13 @@ func (l *serviceLog) Write(p []byte) (int, error) {
 	n, err := l.f.Write(p)
 	l.size += int64(n)
 
-	if l.console != nil {
-		if w := l.console.Load(); w != nil {
-			(*w).Write(prefixLines(l.id, p)) //nolint:errcheck // the console is best effort
+	if w := l.m.console.Load(); w != nil && l.id != ConsoleID {
+		(*w).Write(prefixLines(l.id, p)) //nolint:errcheck // the console is best effort
+	}
+
+	if fn := l.m.forward.Load(); fn != nil {
+		for line := range bytes.Lines(p) {
+			(*fn)(l.id, bytes.TrimSuffix(line, []byte("\n")))
 		}
 	}
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +116,29 @@ func TestConsole(t *testing.T) {
 	var file bytes.Buffer
 	if err = m.Read(t.Context(), "etcd", -1, false, func(b []byte) error { file.Write(b); return nil }); err != nil || file.String() != "before\na\nb\nafter\n" {
 		t.Errorf("the service's log: %q, %v", file.String(), err)
+	}
+}
+
+// A forward gets every log's lines, machined's own too, without their newlines.
+func TestForward(t *testing.T) {
+	m, err := NewManager(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var got []string
+
+	m.SetForward(func(id string, line []byte) { got = append(got, id+"|"+string(line)) })
+
+	etcd, _ := m.Writer("etcd")
+	machined, _ := m.Writer(ConsoleID)
+
+	fmt.Fprint(etcd, "a\nb\n")
+	fmt.Fprint(machined, "own line\n")
+	m.SetForward(nil)
+	fmt.Fprint(etcd, "after\n")
+
+	if want := []string{"etcd|a", "etcd|b", "machined|own line"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("forwarded %q, want %q", got, want)
 	}
 }
