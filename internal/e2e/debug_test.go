@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -53,6 +54,20 @@ func TestClusterCreateWithDebugAndEndpoint(t *testing.T) {
 	if out := c.Must(t, "get", "hostname"); !strings.Contains(out, "debug-controlplane-1") {
 		t.Errorf("through the endpoint to the first control plane: %s", out)
 	}
+
+	// A change of the destinations takes effect without a reboot.
+	live := receiveJSONLogs(t)
+	c.Must(t, "-n", "127.5.41.2", "patch", "machineconfig", "--mode", "no-reboot", "--patch",
+		fmt.Sprintf(`[{"op": "replace", "path": "/machine/logging/destinations/0/endpoint", "value": "tcp://%s"}]`, live.addr))
+	c.Must(t, "-n", "127.5.41.2", "logs", "apid") // something to log: apid serves the call
+
+	testenv.WaitFor(t, "the node's lines at the new destination", time.Minute, func() error {
+		if !live.has(func(m map[string]string) bool { return m["talos-service"] != "" && m["test"] == "e2e" }) {
+			return errors.New("nothing yet")
+		}
+
+		return nil
+	})
 
 	console := filepath.Join(h, ".talos", "clusters", "debug", "debug-controlplane-1.log")
 

@@ -30,6 +30,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/logging"
+	"github.com/talos-go/talos/internal/machined/system/logsend"
 	"github.com/talos-go/talos/internal/machined/upgrade"
 	"github.com/talos-go/talos/internal/metal"
 )
@@ -49,6 +50,7 @@ type node struct {
 
 	dnsLog      *zap.Logger      // the host DNS log (dns-resolve-cache)
 	console     io.Writer        // machined's console: the kernel's log on metal, else stderr
+	logSender   *logsend.Sender  // machine.logging.destinations of the active config
 	power       chan powerAction // reboot/shutdown requests from the API
 	configReady chan struct{}    // closed once maintenance mode gets a config
 	readyOnce   sync.Once
@@ -409,6 +411,12 @@ func (n *node) activate(ctx context.Context, cfg config.Provider) error {
 
 	if err != nil {
 		return fmt.Errorf("publishing machine config: %w", err)
+	}
+
+	// machine.logging changes live, as upstream's: a destination that cannot be used does not
+	// stop the node (validation refuses most).
+	if err = n.sendLogs(cfg); err != nil {
+		n.r.Log.Error("machine.logging: logs are not sent", zap.Error(err))
 	}
 
 	return nil

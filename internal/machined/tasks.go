@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/google/uuid"
+	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
@@ -111,27 +112,28 @@ func (n *node) StartServices(ctx context.Context) error {
 		n.r.Log.Info("debug: the services' logs go to the console too")
 	}
 
-	// A destination that cannot be used does not stop the node (validation refuses most).
-	if err = n.sendLogs(); err != nil {
-		n.r.Log.Error("machine.logging: logs are not sent", zap.Error(err))
-	}
-
 	n.r.Supervisor.Load(services.For(n.r, t)...)
 
 	return n.r.Supervisor.Start()
 }
 
-// sendLogs sends every log line to the config's machine.logging.destinations.
-func (n *node) sendLogs() error {
-	cfg := n.r.Config()
-	if cfg == nil || cfg.Machine() == nil || cfg.Machine().Logging() == nil {
-		return nil
-	}
-
+// sendLogs sends every log line to the config's machine.logging.destinations, in place of
+// the previous config's.
+func (n *node) sendLogs(cfg config.Provider) error {
 	var dests []logsend.Destination
 
-	for _, d := range cfg.Machine().Logging().Destinations() {
-		dests = append(dests, logsend.Destination{Endpoint: d.Endpoint(), ExtraTags: d.ExtraTags()})
+	if cfg != nil && cfg.Machine() != nil {
+		for _, d := range cfg.Machine().Logging().Destinations() {
+			dests = append(dests, logsend.Destination{Endpoint: d.Endpoint(), ExtraTags: d.ExtraTags()})
+		}
+	}
+
+	old := n.logSender
+	n.logSender = nil
+	n.r.Logs.SetForward(nil)
+
+	if old != nil {
+		old.Close()
 	}
 
 	if len(dests) == 0 {
@@ -143,6 +145,7 @@ func (n *node) sendLogs() error {
 		return err
 	}
 
+	n.logSender = sender
 	n.r.Logs.SetForward(sender.Send)
 	n.r.Log.Info("logs are sent to the machine.logging destinations", zap.Int("destinations", len(dests)))
 
