@@ -132,7 +132,7 @@ type Manager struct {
 
 	mu         sync.Mutex
 	bootstrap  *BootstrapOptions // requested, not yet taken by a start
-	taken      bool              // a bootstrap was taken by a start (until data exists)
+	taken      *BootstrapOptions // a bootstrap taken by a start, until data exists
 	joining    bool              // a join attempt is in progress
 	joined     bool              // this node was added to an existing cluster
 	left       bool              // left the cluster: do not start until Reset
@@ -278,7 +278,7 @@ func (m *Manager) checkBootstrapLocked(o Options) error {
 	switch {
 	case m.joined:
 		return fmt.Errorf("%w: this node joined it", ErrClusterExists)
-	case m.bootstrap != nil || m.taken:
+	case m.bootstrap != nil || m.taken != nil:
 		return fmt.Errorf("%w: bootstrap was already requested", ErrAlreadyBootstrapped)
 	case HasData(o.DataDir):
 		return ErrAlreadyBootstrapped
@@ -320,11 +320,19 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 
 	if HasData(o.DataDir) {
 		m.mu.Lock()
-		m.taken = false
+		m.taken = nil
 		m.mu.Unlock()
 
 		return plan{}, nil
 	}
+
+	// A start that took the bootstrap and failed before etcd had data (its image, say): the
+	// bootstrap was accepted, so this start makes it again.
+	m.mu.Lock()
+	if m.taken != nil && m.bootstrap == nil {
+		m.bootstrap, m.taken = m.taken, nil
+	}
+	m.mu.Unlock()
 
 	if err := clearIncomplete(o); err != nil {
 		return plan{}, err
@@ -334,7 +342,7 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 		m.mu.Lock()
 		if req := m.bootstrap; req != nil {
 			m.bootstrap = nil
-			m.taken = true
+			m.taken = req
 			m.mu.Unlock()
 
 			m.setPhase(o.Log, "bootstrapping a new cluster")

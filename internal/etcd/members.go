@@ -243,7 +243,7 @@ func (m *Manager) Leave(ctx context.Context, stop func(ctx context.Context) erro
 func (m *Manager) Reset() {
 	m.mu.Lock()
 	m.left = false
-	m.taken = false
+	m.taken = nil
 	m.joined = false
 	m.bootstrap = nil
 	m.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -54,6 +55,7 @@ func InitMain([]string) error {
 	}
 
 	initKmsg, _ = OpenKmsg() // stderr, the console, without it
+	defer flushLog()         // an error ends the boot: its lines before it must reach the console
 
 	b, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
@@ -170,6 +172,7 @@ func InitMain([]string) error {
 	}
 
 	log("switched to the node image; starting machined at %s", ip.Address)
+	flushLog()
 
 	return container.ExecInit("metal", ip.Address.Addr(), spec.Config != "", env...)
 }
@@ -426,6 +429,13 @@ func configureNetwork(ip IPConfig) error {
 
 // initKmsg is the kernel's log, once /dev is mounted.
 var initKmsg *Kmsg
+
+// flushLog waits for the queued lines to reach the kernel's log.
+func flushLog() {
+	if initKmsg != nil {
+		initKmsg.Flush(time.Second)
+	}
+}
 
 // log writes to the kernel's log (the console shows it with the kernel's timestamps), or to
 // stderr before /dev is mounted.

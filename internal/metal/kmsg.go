@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"time"
 )
 
 // KmsgPath is the kernel log's device.
@@ -18,8 +19,14 @@ const KmsgPath = "/dev/kmsg"
 // wait already, a new one is dropped and counted.
 type Kmsg struct {
 	f       *os.File
-	records chan []byte
+	records chan kmsgRecord
 	dropped atomic.Int64
+}
+
+// kmsgRecord is a line to write, or (done set) a flush to answer.
+type kmsgRecord struct {
+	line []byte
+	done chan struct{}
 }
 
 // kmsgMax is the longest record the kernel keeps whole (its LOG_LINE_MAX, less the prefix),
@@ -36,7 +43,7 @@ func OpenKmsg() (*Kmsg, error) {
 		return nil, err
 	}
 
-	k := &Kmsg{f: f, records: make(chan []byte, kmsgQueue)}
+	k := &Kmsg{f: f, records: make(chan kmsgRecord, kmsgQueue)}
 
 	go k.writeRecords()
 
@@ -45,11 +52,34 @@ func OpenKmsg() (*Kmsg, error) {
 
 func (k *Kmsg) writeRecords() {
 	for rec := range k.records {
+		if rec.done != nil {
+			close(rec.done)
+
+			continue
+		}
+
 		if n := k.dropped.Swap(0); n > 0 {
 			_, _ = fmt.Fprintf(k.f, "<4>[talos] %d log lines dropped: the console is slower than the log\n", n)
 		}
 
-		_, _ = k.f.Write(rec)
+		_, _ = k.f.Write(rec.line)
+	}
+}
+
+// Flush waits, at most timeout, until the lines queued before it are written: the initramfs
+// flushes before it execs machined, which would take queued lines with it.
+func (k *Kmsg) Flush(timeout time.Duration) {
+	done := make(chan struct{})
+
+	select {
+	case k.records <- kmsgRecord{done: done}:
+	case <-time.After(timeout):
+		return
+	}
+
+	select {
+	case <-done:
+	case <-time.After(timeout):
 	}
 }
 
@@ -65,7 +95,7 @@ func (k *Kmsg) Write(p []byte) (int, error) {
 		// The newline ends the record: without it the kernel holds the record open for a
 		// continuation, and the console prints it only when the next one comes.
 		select {
-		case k.records <- append(append([]byte("<6>[talos] "), line...), '\n'):
+		case k.records <- kmsgRecord{line: append(append([]byte("<6>[talos] "), line...), '\n')}:
 		default:
 			k.dropped.Add(1)
 		}

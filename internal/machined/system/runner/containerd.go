@@ -190,7 +190,8 @@ func (c *Containerd) image(ctx context.Context, client *containerd.Client) (cont
 			return nil, fmt.Errorf("image %s is not in containerd's %s namespace and no archive holds it: images come from the node image's cache or a file, nothing is pulled", c.Image, c.namespace())
 		}
 
-		if _, err = ImportArchive(ctx, client, c.Archive); err != nil {
+		// The image cache may import the same image at the same time: it is there then.
+		if _, err = ImportArchive(ctx, client, c.Archive); err != nil && !errdefs.IsAlreadyExists(err) {
 			return nil, err
 		}
 
