@@ -14,8 +14,10 @@ import (
 // failingRunner fails as etcd's first start does when its image cannot be had.
 type failingRunner struct{}
 
-func (failingRunner) Run(context.Context) error { return errors.New("importing the image: already exists") }
-func (failingRunner) String() string            { return "failing" }
+func (failingRunner) Run(context.Context) error {
+	return errors.New("importing the image: already exists")
+}
+func (failingRunner) String() string { return "failing" }
 
 // A bootstrap that a start took and that failed before etcd had data is made again by the next
 // start (the supervisor restarts the service): the accepted bootstrap is not lost, and a second
