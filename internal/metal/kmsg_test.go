@@ -20,10 +20,10 @@ func TestKmsgFlush(t *testing.T) {
 	go k.writeRecords()
 
 	for range 100 {
-		k.Write([]byte("a line\n")) //nolint:errcheck // it reports none
+		k.Write([]byte("a line\n"))
 	}
 
-	k.Write([]byte("switched to the node image\n")) //nolint:errcheck // it reports none
+	k.Write([]byte("switched to the node image\n"))
 	k.Flush(10 * time.Second)
 
 	b, err := os.ReadFile(f.Name())
