@@ -90,22 +90,28 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 
 	srv := &http.Server{Handler: http.HandlerFunc(spec.serveConfig), ReadHeaderTimeout: 10 * time.Second}
 
-	errs := make(chan error, 3)
-
-	go func() { errs <- dhcp.Serve() }()
-	go func() { errs <- srv.Serve(l) }()
-
 	if spec.JSONLogs != "" {
+		f, err := os.OpenFile(spec.JSONLogs, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("the JSON logs receiver: %w", err)
+		}
+		defer f.Close()
+
 		logs, err := net.Listen("tcp", netip.AddrPortFrom(spec.Gateway.Addr(), JSONLogsPort).String())
 		if err != nil {
 			return fmt.Errorf("the JSON logs receiver: %w", err)
 		}
 		defer logs.Close()
 
-		go func() { errs <- receiveLogs(logs, spec.JSONLogs) }()
+		go receiveLogs(logs, f)
 
 		fmt.Fprintf(os.Stderr, "[network] nodes' JSON logs received at %s, written to %s\n", logs.Addr(), spec.JSONLogs)
 	}
+
+	errs := make(chan error, 2)
+
+	go func() { errs <- dhcp.Serve() }()
+	go func() { errs <- srv.Serve(l) }()
 
 	fmt.Fprintf(os.Stderr, "[network] DHCP on %s, configs at http://%s\n", spec.Bridge, l.Addr())
 
@@ -124,20 +130,23 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 	return err
 }
 
-// receiveLogs appends every line the nodes send on l to file.
-func receiveLogs(l net.Listener, file string) error {
-	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-
+// receiveLogs appends every line the nodes send on l to f, until l is closed. An accept that
+// fails otherwise (out of file descriptors, say) is retried: the receiver never ends the
+// network process.
+func receiveLogs(l net.Listener, f *os.File) {
 	var mu sync.Mutex
 
 	for {
 		conn, err := l.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+
 		if err != nil {
-			return nil // closed with the network process
+			fmt.Fprintf(os.Stderr, "[network] JSON logs: %v\n", err)
+			time.Sleep(100 * time.Millisecond)
+
+			continue
 		}
 
 		go func() {
