@@ -71,6 +71,9 @@ type Options struct {
 	CACert, CAKey  []byte // cluster.etcd.ca (PEM)
 	ClusterToken   string
 	ExtraArgs      map[string]string
+	// Init is an init node's (machine.type init, upstream's legacy first control plane): with
+	// no data and no cluster answering at a peer, it bootstraps itself, unasked.
+	Init bool
 
 	// Peers returns the addresses (IPs or names, no port) where other control planes' etcd may
 	// answer on ClientPort. Own address may be included; it is skipped.
@@ -334,6 +337,10 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 	}
 	m.mu.Unlock()
 
+	if o.Init {
+		m.initBootstrap(ctx, o)
+	}
+
 	if err := clearIncomplete(o); err != nil {
 		return plan{}, err
 	}
@@ -383,6 +390,25 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 		case <-m.wake:
 		case <-time.After(o.JoinRetry + time.Duration(rand.Int64N(int64(o.JoinRetry/2)+1))): //nolint:gosec // retry jitter, not a secret
 		}
+	}
+}
+
+// initBootstrap records an init node's own bootstrap, unless one is recorded, the node joined,
+// or a cluster already answers at a peer (the init node was reset: it joins that one).
+func (m *Manager) initBootstrap(ctx context.Context, o Options) {
+	if found, where := m.clusterAtPeers(ctx, o); found {
+		o.Log.Info("etcd: init node: a cluster answers at " + where + ": joining it")
+
+		return
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if m.bootstrap == nil && m.taken == nil && !m.joined {
+		o.Log.Info("etcd: init node: bootstrapping the cluster itself")
+
+		m.bootstrap = &BootstrapOptions{}
 	}
 }
 

@@ -50,6 +50,9 @@ type Request struct {
 	// makes the first control plane the only one. Otherwise every control plane is one.
 	Endpoint           string
 	InitNodeAsEndpoint bool
+	// WithInitNode makes the first control plane an init node (machine.type init), which
+	// bootstraps etcd itself: create asks no bootstrap (upstream's legacy --with-init-node).
+	WithInitNode bool
 
 	Provisioner string // ProvisionerProcess (default), ProvisionerContainer or ProvisionerQEMU
 	// Arch is the nodes' architecture (--arch): the node binary, image and boot assets are
@@ -288,6 +291,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		hostname := fmt.Sprintf(`{"machine": {"network": {"hostname": %q}}}`, name)
 
 		own := []string{hostname}
+		if req.WithInitNode && i == 0 {
+			typ = TypeInit
+			own = append(own, `{"machine": {"type": "init"}}`)
+		}
 		if req.Workers == 0 {
 			// No workers: pods go on the control planes, which are otherwise tainted NoSchedule.
 			own = append(own, `{"cluster": {"allowSchedulingOnControlPlanes": true}}`)

@@ -23,7 +23,13 @@ import (
 const (
 	TypeControlPlane = "controlplane"
 	TypeWorker       = "worker"
+	// TypeInit is the first control plane of --with-init-node (machine.type init): it
+	// bootstraps etcd itself.
+	TypeInit = "init"
 )
+
+// IsControlPlane tells a control plane, the init node included.
+func (n Node) IsControlPlane() bool { return n.Type == TypeControlPlane || n.Type == TypeInit }
 
 // Node is one node of a local cluster.
 type Node struct {

@@ -23,7 +23,7 @@ func (c *Cluster) Client(ctx context.Context, cfg *clientconfig.Config) (*client
 	var eps []string
 
 	for _, n := range c.Nodes {
-		if n.Type == TypeControlPlane {
+		if n.IsControlPlane() {
 			eps = append(eps, n.Address)
 		}
 	}
@@ -62,7 +62,7 @@ func (c *Cluster) controlPlanes() []Node {
 	var cps []Node
 
 	for _, n := range c.Nodes {
-		if n.Type == TypeControlPlane {
+		if n.IsControlPlane() {
 			cps = append(cps, n)
 		}
 	}
@@ -93,6 +93,12 @@ func Bootstrap(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progre
 	}
 
 	etcd := true
+
+	if cps[0].Type == TypeInit {
+		fmt.Fprintf(progress, "etcd bootstraps itself on the init node %s\n", cps[0].Name)
+
+		return etcd, nil
+	}
 
 	err = step(ctx, progress, "etcd bootstrap on "+cps[0].Name, func(ctx context.Context) error {
 		err := cl.Bootstrap(client.WithNode(ctx, cps[0].Address), &machine.BootstrapRequest{})
@@ -233,7 +239,7 @@ func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress
 	}
 
 	for _, n := range c.Nodes {
-		if n.Type == TypeControlPlane {
+		if n.IsControlPlane() {
 			nodes.ControlPlanes = append(nodes.ControlPlanes, n.Address)
 		} else {
 			nodes.Workers = append(nodes.Workers, n.Address)

@@ -235,6 +235,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
 	f.StringVar(&req.Endpoint, "endpoint", "", "use endpoint instead of provider defaults")
 	f.BoolVar(&req.InitNodeAsEndpoint, "init-node-as-endpoint", false, "use init node as endpoint instead of any load balancer endpoint")
+	f.BoolVar(&req.WithInitNode, "with-init-node", false, "create the cluster with an init node (machine.type init: it bootstraps etcd itself)")
 	f.BoolVar(&req.QEMU.JSONLogs, "with-json-logs", false, "enable JSON logs receiver and configure Talos to send logs there (qemu: json-logs.log in the cluster's folder)")
 	f.BoolVar(&withDebug, "with-debug", false, "enable debug in Talos config to send service logs to the console")
 	f.StringVar(&installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
@@ -452,7 +453,7 @@ func saveSupport(cmd *cobra.Command, c *provision.Cluster, path string) {
 	g := &Global{Talosconfig: filepath.Join(c.Dir, "talosconfig")}
 
 	for _, n := range c.Nodes {
-		if n.Type == "controlplane" && len(g.Endpoints) == 0 {
+		if n.IsControlPlane() && len(g.Endpoints) == 0 {
 			g.Endpoints = []string{n.Address}
 		}
 

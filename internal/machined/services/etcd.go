@@ -135,6 +135,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		CAKey:          ca.Key,
 		ClusterToken:   cfg.Cluster().ID(),
 		ExtraArgs:      cfg.Cluster().Etcd().ExtraArgs(),
+		Init:           r.MachineType(context.Background()) == machine.TypeInit,
 		Peers:          func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
 		Output:         out,
 		Log:            r.Log,
