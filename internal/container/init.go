@@ -50,6 +50,12 @@ func InitMain(args []string) error {
 
 	goPipe.Close()
 
+	if spec.DisableIPv6 {
+		if err := disableIPv6(); err != nil {
+			return err
+		}
+	}
+
 	if spec.Cgroup != "" {
 		// The cgroup the launcher moved us into becomes the node's cgroup root.
 		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
@@ -91,6 +97,10 @@ func buildRoot(spec Spec) error {
 	}
 
 	if err := mountLayers(spec, root, false); err != nil {
+		return err
+	}
+
+	if err := mountUser(spec.Mounts, root); err != nil {
 		return err
 	}
 

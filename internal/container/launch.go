@@ -50,6 +50,10 @@ type Spec struct {
 	// memory already. An emulated machine would otherwise read the binary from the squashfs
 	// and translate its code a second time (2 s of a TCG boot).
 	Init string `json:"init,omitempty"`
+	// Mounts are the host's folders (or tmpfs) mounted into the node's root (--mount).
+	Mounts []Mount `json:"mounts,omitempty"`
+	// DisableIPv6 turns IPv6 off in the node's network namespace (--docker-disable-ipv6).
+	DisableIPv6 bool `json:"disableIPv6,omitempty"`
 }
 
 func (s *Spec) check() error {

@@ -7,6 +7,7 @@ import (
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/portforward"
 	"github.com/talos-go/talos/internal/qemu"
 	"github.com/talos-go/talos/internal/trustd"
 )
@@ -26,4 +27,6 @@ var Commands = map[string]func(args []string) error{
 	"qemu":         qemu.Main,
 	"qemu-network": qemu.NetworkMain,
 	"trustd":       trustd.Main,
+	// port-forward publishes a container cluster's ports on the host (-p).
+	"port-forward": portforward.Main,
 }

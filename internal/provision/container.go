@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/portforward"
 )
 
 // Provisioners.
@@ -31,6 +32,13 @@ type ContainerRequest struct {
 	CPUsWorkers  float64
 	MemoryMB     int64 // per control plane; 0: no limit
 	MemoryWorker int64
+	// Mounts go into every node (--mount).
+	Mounts []container.Mount
+	// ExposedPorts (-p) are published on HostIP (--docker-host-ip) and relayed to the first
+	// control plane, as upstream's docker provisioner publishes them on its init node.
+	ExposedPorts string
+	HostIP       string
+	DisableIPv6  bool // --docker-disable-ipv6
 }
 
 // geteuid is os.Geteuid, replaced in tests to check the refusal without root.
@@ -58,7 +66,63 @@ func (r *Request) checkContainer() error {
 		return fmt.Errorf("--image: %w (build the node image with `make rootfs`)", err)
 	}
 
-	return nil
+	// Refused here, before anything is made.
+	_, err := portforward.Parse(c.ExposedPorts, c.HostIP, r.CIDR.Addr())
+
+	return err
+}
+
+// dockerFlagsUsed names the container provisioner's own flags that a request of another
+// provisioner gives, if any.
+func (c ContainerRequest) dockerFlagsUsed() string {
+	switch {
+	case len(c.Mounts) > 0:
+		return "--mount"
+	case c.ExposedPorts != "":
+		return "--exposed-ports"
+	case c.DisableIPv6:
+		return "--docker-disable-ipv6"
+	}
+
+	return ""
+}
+
+// publishPorts starts the cluster's port forwarder for -p: its listeners are made here, so a
+// port in use is refused at once.
+func (c *Cluster) publishPorts(req Request, progress io.Writer) error {
+	cp, err := netip.ParseAddr(c.Nodes[0].Address)
+	if err != nil {
+		return err
+	}
+
+	rules, err := portforward.Parse(req.Container.ExposedPorts, req.Container.HostIP, cp)
+	if err != nil || len(rules) == 0 {
+		return err
+	}
+
+	files, err := portforward.Listen(rules)
+	if err != nil {
+		return err
+	}
+
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+
+	rulesJSON, err := json.Marshal(rules)
+	if err != nil {
+		return err
+	}
+
+	for _, r := range rules {
+		fmt.Fprintf(progress, "publishing %s\n", r)
+	}
+
+	c.PortsPID, err = c.startDetached("ports.log", files, "port-forward", "--cluster", c.Dir, "--rules", string(rulesJSON))
+
+	return err
 }
 
 // shortHash names host links after a cluster folder: link names are at most 15 bytes.
@@ -112,7 +176,7 @@ func (c *Cluster) spec(n *Node, req *Request) (container.Spec, error) {
 
 	return container.Spec{
 		Image: c.Image, Disk: n.State, Hostname: n.Name, Address: netip.PrefixFrom(addr, cidr.Bits()),
-		Config: n.Config, Cgroup: n.Cgroup, Limits: limits,
+		Config: n.Config, Cgroup: n.Cgroup, Limits: limits, Mounts: req.Container.Mounts, DisableIPv6: req.Container.DisableIPv6,
 		Network: container.NodeNetwork{Bridge: c.Bridge, HostEnd: n.Veth, Gateway: gateway(cidr).Addr(), MTU: c.MTU},
 	}, nil
 }

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
@@ -109,6 +110,10 @@ func (r *Request) check() error {
 		return errors.New("no node binary: build it with `go build -o _out/machined ./cmd/machined`")
 	case r.Arch != "" && r.Arch != runtime.GOARCH:
 		return fmt.Errorf("--arch %s: the nodes run this machine's builds (node binary, image, boot assets), which are %s: use --arch %s", r.Arch, runtime.GOARCH, runtime.GOARCH)
+	case r.Provisioner != ProvisionerQEMU && (r.QEMU.UUIDHostnames || r.QEMU.TPM != "" || r.QEMU.IOMMU):
+		return errors.New("--with-uuid-hostnames, --with-tpm2, --with-tpm1_2 and --with-iommu are the qemu provisioner's (its VMs' UUID, TPM and IOMMU): use --provisioner qemu")
+	case r.Provisioner != ProvisionerContainer && r.Container.dockerFlagsUsed() != "":
+		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
 	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
 		return errors.New("--with-json-logs: the receiver is the qemu provisioner's network process: use --provisioner qemu, or send the logs to a receiver of yours with a machine.logging config patch")
 	}
@@ -287,7 +292,15 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 			typ, index, base, extra = TypeWorker, i-req.ControlPlanes+1, cfgs.Worker, req.WorkerPatches
 		}
 
-		name := fmt.Sprintf("%s-%s-%d", req.Name, typ, index)
+		name, id := fmt.Sprintf("%s-%s-%d", req.Name, typ, index), ""
+		if req.Provisioner == ProvisionerQEMU {
+			// As upstream's qemu nodes: each machine has a UUID of its own.
+			id = uuid.NewString()
+			if req.QEMU.UUIDHostnames {
+				name = "machine-" + id
+			}
+		}
+
 		hostname := fmt.Sprintf(`{"machine": {"network": {"hostname": %q}}}`, name)
 
 		own := []string{hostname}
@@ -309,7 +322,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 			return nil, nil, err
 		}
 
-		node := Node{Name: name, Type: typ, Address: addr.String(), State: filepath.Join(dir, name), Config: filepath.Join(dir, name+".yaml")}
+		node := Node{Name: name, Type: typ, Address: addr.String(), State: filepath.Join(dir, name), Config: filepath.Join(dir, name+".yaml"), UUID: id}
 
 		if err = os.WriteFile(node.Config, nodeCfg, 0o600); err != nil {
 			return nil, nil, err
@@ -325,7 +338,9 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	// From here on a failure leaves a cluster to destroy.
 	switch req.Provisioner {
 	case ProvisionerContainer:
-		err = c.createNetwork(req, progress)
+		if err = c.createNetwork(req, progress); err == nil {
+			err = c.publishPorts(req, progress)
+		}
 	case ProvisionerQEMU:
 		err = c.prepareQEMU(req, progress)
 	}
@@ -385,8 +400,8 @@ func (c *Cluster) start(n *Node, extraArgs []string) error {
 }
 
 // startDetached starts the node binary with args in its own session, output appended to the
-// cluster folder's logName, extra (if any) as its fd 3.
-func (c *Cluster) startDetached(logName string, extra *os.File, args ...string) (int, error) {
+// cluster folder's logName, the extra files (if any) as its fds 3, 4, ...
+func (c *Cluster) startDetached(logName string, extra []*os.File, args ...string) (int, error) {
 	out, err := os.OpenFile(filepath.Join(c.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -397,9 +412,7 @@ func (c *Cluster) startDetached(logName string, extra *os.File, args ...string) 
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 
-	if extra != nil {
-		cmd.ExtraFiles = []*os.File{extra}
-	}
+	cmd.ExtraFiles = extra
 
 	if err = cmd.Start(); err != nil {
 		return 0, fmt.Errorf("starting %s: %w", strings.Join(args[:1], " "), err)
@@ -436,6 +449,14 @@ func Destroy(root, name string, progress io.Writer) error {
 
 	if c.Provisioner == ProvisionerQEMU {
 		if err = c.stopQEMUNetwork(progress); err != nil {
+			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
+		}
+	}
+
+	if c.PortsPID != 0 {
+		fmt.Fprintf(progress, "stopping the port forwarder\n")
+
+		if err = stopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
 			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
 		}
 	}

@@ -47,6 +47,8 @@ type Node struct {
 	// QEMU provisioner: the node's tap on the bridge and its network card's address.
 	Tap string `yaml:"tap,omitempty"`
 	MAC string `yaml:"mac,omitempty"`
+	// UUID is the machine's SMBIOS system UUID (QEMU provisioner).
+	UUID string `yaml:"uuid,omitempty"`
 }
 
 // Cluster is the recorded state of a local cluster, kept in <dir>/cluster.yaml.
@@ -71,6 +73,9 @@ type Cluster struct {
 	KVM          bool   `yaml:"kvm,omitempty"`
 	ConfigServer string `yaml:"configServer,omitempty"`
 	NetworkPID   int    `yaml:"networkPid,omitempty"`
+
+	// PortsPID is the port forwarder's, publishing -p's ports (container provisioner).
+	PortsPID int `yaml:"portsPid,omitempty"`
 }
 
 // DefaultStateRoot is where clusters are kept: ~/.talos/clusters.

@@ -61,10 +61,22 @@ type QEMURequest struct {
 	// "http", served by the network process (talos.config=URL); "metal-iso", on an ISO of its
 	// own labelled metal-iso (talos.config=metal-iso).
 	ConfigInjection string
+	// UUIDHostnames names each node machine-<its SMBIOS UUID> (upstream's --with-uuid-hostnames).
+	UUIDHostnames bool
+	// TPM gives each node a TPM emulated by swtpm: qemu.TPM2 or qemu.TPM12 ("" for none).
+	TPM string
+	// IOMMU gives each node an Intel IOMMU (the q35 machine).
+	IOMMU bool
 	// JSONLogs has the nodes send their logs (machine.logging, json_lines over TCP) to the
 	// network process, which writes them to json-logs.log in the cluster's folder.
 	JSONLogs bool
 }
+
+// The TPM versions of --with-tpm2 and --with-tpm1_2.
+const (
+	TPM2  = qemu.TPM2
+	TPM12 = qemu.TPM12
+)
 
 // JSONLogsFile is where --with-json-logs' logs go, in the cluster's folder.
 const JSONLogsFile = "json-logs.log"
@@ -102,6 +114,12 @@ func (r *Request) checkQEMU() error {
 	for _, d := range q.ExtraDisksDrivers {
 		if !slices.Contains(qemu.DiskDrivers, d) {
 			return fmt.Errorf("--extra-disks-drivers %q is not supported: use %s (the node's kernel carries their modules)", d, strings.Join(qemu.DiskDrivers, ", "))
+		}
+	}
+
+	if q.TPM != "" {
+		if _, err := exec.LookPath("swtpm"); err != nil {
+			return fmt.Errorf("--with-tpm%s: no swtpm to emulate the TPM: install it with `apt-get install swtpm`", strings.ReplaceAll(strings.TrimSuffix(q.TPM, ".0"), ".", "_"))
 		}
 	}
 
@@ -270,7 +288,7 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 
 	fmt.Fprintf(progress, "starting DHCP and the config server at %s\n", c.ConfigServer)
 
-	pid, err := c.startDetached("network.log", lf, "qemu-network", "--spec", string(specJSON))
+	pid, err := c.startDetached("network.log", []*os.File{lf}, "qemu-network", "--spec", string(specJSON))
 	c.NetworkPID = pid
 
 	return err
@@ -338,7 +356,12 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,
-		MAC: n.MAC, Bridge: c.Bridge, Tap: n.Tap, MTU: c.MTU,
+		MAC: n.MAC, Bridge: c.Bridge, Tap: n.Tap, MTU: c.MTU, UUID: n.UUID,
+		IOMMU: req.QEMU.IOMMU,
+	}
+
+	if req.QEMU.TPM != "" {
+		spec.TPM, spec.TPMState = req.QEMU.TPM, filepath.Join(n.State, "tpm")
 	}
 
 	specJSON, err := json.Marshal(spec)

@@ -57,9 +57,16 @@ type NodeSpec struct {
 	CPUs        int    `json:"cpus"`
 	KVM         bool   `json:"kvm"`
 	MAC         string `json:"mac"`
-	Bridge      string `json:"bridge"`
-	Tap         string `json:"tap"` // the node's tap, made by the launcher (at most 15 bytes)
-	MTU         int    `json:"mtu"`
+	// UUID is the machine's SMBIOS system UUID (QEMU makes one up when empty).
+	UUID string `json:"uuid,omitempty"`
+	// TPM gives the node a TPM ("2.0" or "1.2"), emulated by swtpm with its state in TPMState.
+	TPM      string `json:"tpm,omitempty"`
+	TPMState string `json:"tpmState,omitempty"`
+	// IOMMU gives the node an Intel IOMMU (on the q35 machine, which it needs).
+	IOMMU  bool   `json:"iommu,omitempty"`
+	Bridge string `json:"bridge"`
+	Tap    string `json:"tap"` // the node's tap, made by the launcher (at most 15 bytes)
+	MTU    int    `json:"mtu"`
 }
 
 // Disk is one more disk of a node.
@@ -144,6 +151,14 @@ func Launch(ctx context.Context, spec NodeSpec) error {
 func runQEMU(ctx context.Context, spec NodeSpec, tap *os.File) (bool, error) {
 	fromDisk := !spec.DirectBoot && Bootable(spec.Disk)
 	watch := &rebootWatcher{}
+
+	if spec.TPM != "" {
+		stop, err := startTPM(ctx, spec)
+		if err != nil {
+			return false, err
+		}
+		defer stop()
+	}
 
 	cmd := exec.Command("qemu-system-x86_64", spec.Args(fromDisk)...)
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(os.Stdout, watch), os.Stderr // the console, into the node's log
@@ -294,6 +309,19 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 		args = append(args,
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+s.UEFI.Code,
 			"-drive", "if=pflash,format=raw,unit=1,file="+s.UEFI.Vars)
+	}
+
+	if s.UUID != "" {
+		args = append(args, "-uuid", s.UUID)
+	}
+
+	if s.TPM != "" {
+		args = append(args, "-chardev", "socket,id=chrtpm,path="+s.tpmSocket(), "-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-tis,tpmdev=tpm0")
+	}
+
+	if s.IOMMU {
+		// The Intel IOMMU is a q35 device; interrupt remapping needs the split irqchip.
+		args = append(args, "-machine", "q35,kernel-irqchip=split", "-device", "intel-iommu,intremap=on")
 	}
 
 	if s.BadRTC {

@@ -95,6 +95,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		insecure        []string
 		discovery       bool
 		extraKernelArgs string
+		tpm2, tpm12     bool
 	)
 
 	cmd := &cobra.Command{
@@ -134,6 +135,15 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 
 			req.Name, req.CIDR, req.Progress = *name, prefix, cmd.OutOrStdout()
 			req.QEMU.ExtraKernelArgs = strings.Fields(extraKernelArgs)
+
+			switch {
+			case tpm2 && tpm12:
+				return errors.New("--with-tpm2 and --with-tpm1_2 both give the nodes a TPM: choose one version")
+			case tpm2:
+				req.QEMU.TPM = provision.TPM2
+			case tpm12:
+				req.QEMU.TPM = provision.TPM12
+			}
 
 			// Process nodes start through the boot stage (A/B slots), as the firmware would boot
 			// them; container nodes boot their image.
@@ -250,6 +260,10 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringSliceVar(&req.QEMU.ExtraDisksDrivers, "extra-disks-drivers", nil, "driver for each extra disk (virtio, scsi, nvme) (qemu)")
 	f.BoolVar(&req.QEMU.BadRTC, "bad-rtc", false, "launch VM with bad RTC state: two years behind (qemu)")
 	f.BoolVar(&req.QEMU.DisableDHCPHostname, "disable-dhcp-hostname", false, "skip announcing hostname via DHCP (qemu)")
+	f.BoolVar(&req.QEMU.UUIDHostnames, "with-uuid-hostnames", false, "use machine UUIDs as default hostnames (QEMU only)")
+	f.BoolVar(&tpm2, "with-tpm2", false, "enable TPM 2.0 emulation support using swtpm (qemu)")
+	f.BoolVar(&tpm12, "with-tpm1_2", false, "enable TPM 1.2 emulation support using swtpm (qemu)")
+	f.BoolVar(&req.QEMU.IOMMU, "with-iommu", false, "enable IOMMU support: an Intel IOMMU on the q35 machine (qemu)")
 	f.BoolVar(&req.QEMU.ApplyConfig, "with-apply-config", false, "enable apply config when the VM is starting in maintenance mode (qemu)")
 	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")
 	f.IntVar(&req.Container.MTU, "mtu", 1500, "MTU of the cluster network (container, qemu)")

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,7 +23,7 @@ import (
 // server, its time from the NTP server the test runs on the bridge's address; etcd is
 // bootstrapped. `cluster destroy` leaves no process, link or folder behind.
 func TestClusterCreateQEMU(t *testing.T) {
-	ntp, cli, dir := qemuCluster(t, "qemu-e2e", "qemu-e2e-controlplane-1")
+	ntp, cli, dir := qemuCluster(t, "qemu-e2e")
 
 	const cidr, gateway, node = "10.5.7.0/24", "10.5.7.1", "10.5.7.2"
 
@@ -119,7 +118,7 @@ func TestClusterCreateQEMU(t *testing.T) {
 // from the ISO, then from the disk's EFI partition, every boot of the upgrade and rollback too. The worker has its extra disks on the drivers
 // asked for, and its clock, started two years behind (--bad-rtc), is set by NTP.
 func TestClusterCreateQEMUApplyConfig(t *testing.T) {
-	_, cli, dir := qemuCluster(t, "qemu-apply", "qemu-apply-controlplane-1", "qemu-apply-worker-1")
+	_, cli, dir := qemuCluster(t, "qemu-apply")
 
 	const cidr, gateway, worker = "10.5.8.0/24", "10.5.8.1", "10.5.8.3"
 
@@ -227,7 +226,7 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 // With --usb-path the node boots the hybrid ISO as a USB stick (on xHCI, after its blank disk),
 // gets its config through the maintenance API, installs itself and boots its disk.
 func TestClusterCreateQEMUFromUSB(t *testing.T) {
-	_, cli, dir := qemuCluster(t, "qemu-usb", "qemu-usb-controlplane-1")
+	_, cli, dir := qemuCluster(t, "qemu-usb")
 
 	const cidr, gateway, node = "10.5.9.0/24", "10.5.9.1", "10.5.9.2"
 
@@ -254,7 +253,7 @@ func TestClusterCreateQEMUFromUSB(t *testing.T) {
 // not served over HTTP. The firmware is UEFI, booting the kernel directly the first time. The
 // node sends its logs to the network process (--with-json-logs).
 func TestClusterCreateQEMUConfigISO(t *testing.T) {
-	_, cli, dir := qemuCluster(t, "qemu-iso", "qemu-iso-controlplane-1")
+	_, cli, dir := qemuCluster(t, "qemu-iso")
 
 	const cidr, gateway, node = "10.5.10.0/24", "10.5.10.1", "10.5.10.2"
 
@@ -414,7 +413,7 @@ func oneNodeCluster(name, cidr, gateway string, flags ...string) []string {
 // network namespace (the cluster's bridge included), a talosctl with a home of its own, and,
 // when the test ends, the nodes' and the network process's logs if it failed, and a destroy.
 // It returns the NTP server, the talosctl and the cluster's folder.
-func qemuCluster(t *testing.T, name string, nodes ...string) (*testenv.NTPServer, testenv.CLI, string) {
+func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, string) {
 	t.Helper()
 
 	if !netnstest.Private() {
@@ -430,9 +429,10 @@ func qemuCluster(t *testing.T, name string, nodes ...string) (*testenv.NTPServer
 
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, log := range append(slices.Clone(nodes), "network") {
-				b, _ := os.ReadFile(filepath.Join(dir, log+".log"))
-				t.Logf("%s.log:\n%s", log, b[max(0, len(b)-6000):])
+			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+			for _, log := range logs {
+				b, _ := os.ReadFile(log)
+				t.Logf("%s:\n%s", filepath.Base(log), b[max(0, len(b)-6000):])
 			}
 		}
 
@@ -440,4 +440,46 @@ func qemuCluster(t *testing.T, name string, nodes ...string) (*testenv.NTPServer
 	})
 
 	return ntp, cli, dir
+}
+
+// --with-uuid-hostnames names the node machine-<its SMBIOS UUID> (the node reads the UUID QEMU
+// gives it), --with-tpm2 gives it a TPM 2.0 (swtpm, its state in the node's folder) and
+// --with-iommu an Intel IOMMU (the q35 machine); the node installs and boots its disk with them.
+func TestClusterCreateQEMUMachineDevices(t *testing.T) {
+	_, cli, dir := qemuCluster(t, "qemu-dev")
+
+	const cidr, gateway, node = "10.5.11.0/24", "10.5.11.1", "10.5.11.2"
+
+	cli.Must(t, oneNodeCluster("qemu-dev", cidr, gateway, "--with-uuid-hostnames", "--with-tpm2", "--with-iommu", "--with-uefi=false", "--disk-preallocate=false")...)
+
+	m := regexp.MustCompile(`(?m)^machine-([0-9a-f-]{36})\s+controlplane\s+10\.5\.11\.2\s`).FindStringSubmatch(cli.Must(t, "cluster", "show", "--name", "qemu-dev"))
+	if m == nil {
+		t.Fatalf("cluster show: the node is not named machine-<UUID>:\n%s", cli.Must(t, "cluster", "show", "--name", "qemu-dev"))
+	}
+
+	id := m[1]
+
+	if out := cli.Must(t, "-n", node, "get", "systeminformation", "-o", "yaml"); !strings.Contains(out, "uuid: "+id) {
+		t.Errorf("the node's SMBIOS UUID is not its name's %s:\n%s", id, out)
+	}
+
+	if out := cli.Must(t, "-n", node, "get", "hostname"); !strings.Contains(out, "machine-"+id) {
+		t.Errorf("hostname:\n%s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/sys/class/tpm/tpm0/tpm_version_major"); strings.TrimSpace(out) != "2" {
+		t.Errorf("the node's TPM version: %q, want 2", out)
+	}
+
+	if _, err := os.Stat(filepath.Join(dir, "machine-"+id, "tpm", "tpm2-00.permall")); err != nil {
+		t.Errorf("the TPM's state is not in the node's folder: %v", err)
+	}
+
+	if out := cli.Must(t, "-n", node, "ls", "/sys/class/iommu"); !strings.Contains(out, "dmar") {
+		t.Errorf("the node has no Intel IOMMU (/sys/class/iommu):\n%s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
+		t.Errorf("the node did not boot its disk on the q35 machine: /proc/cmdline %s", out)
+	}
 }
