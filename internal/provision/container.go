@@ -176,9 +176,18 @@ func (c *Cluster) spec(n *Node, req *Request) (container.Spec, error) {
 
 	return container.Spec{
 		Image: c.Image, Disk: n.State, Hostname: n.Name, Address: netip.PrefixFrom(addr, cidr.Bits()),
-		Config: n.Config, Cgroup: n.Cgroup, Limits: limits, Mounts: req.Container.Mounts, DisableIPv6: req.Container.DisableIPv6,
+		Config: nodeConfig(n, req), Cgroup: n.Cgroup, Limits: limits, Mounts: req.Container.Mounts, DisableIPv6: req.Container.DisableIPv6,
 		Network: container.NodeNetwork{Bridge: c.Bridge, HostEnd: n.Veth, Gateway: gateway(cidr).Addr(), MTU: c.MTU},
 	}, nil
+}
+
+// nodeConfig is the config a node boots with: none with --skip-injecting-config.
+func nodeConfig(n *Node, req *Request) string {
+	if req.SkipInjectingConfig {
+		return ""
+	}
+
+	return n.Config
 }
 
 // startContainer launches a node's launcher detached from the CLI: own session, output to a

@@ -51,6 +51,11 @@ type Request struct {
 	// makes the first control plane the only one. Otherwise every control plane is one.
 	Endpoint           string
 	InitNodeAsEndpoint bool
+	// SkipInjectingConfig starts the nodes without their configs (maintenance mode) and writes
+	// the cluster's configs (controlplane.yaml, worker.yaml, talosconfig) to ConfigsDir instead,
+	// for the user to apply (upstream's --skip-injecting-config).
+	SkipInjectingConfig bool
+	ConfigsDir          string
 	// WithInitNode makes the first control plane an init node (machine.type init), which
 	// bootstraps etcd itself: create asks no bootstrap (upstream's legacy --with-init-node).
 	WithInitNode bool
@@ -255,6 +260,12 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		return nil, nil, err
 	}
 
+	if req.SkipInjectingConfig {
+		if err = req.checkConfigsDir(); err != nil {
+			return nil, nil, err
+		}
+	}
+
 	if err = os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -282,6 +293,14 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	if ctxCfg := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctxCfg != nil {
 		ctxCfg.Endpoints = req.talosEndpoints(addrs[:req.ControlPlanes])
 		ctxCfg.Nodes = []string{addrs[0].String()}
+	}
+
+	if req.SkipInjectingConfig {
+		fmt.Fprintf(progress, "writing the configs to %s\n", req.ConfigsDir)
+
+		if err = req.writeConfigs(cfgs); err != nil {
+			return nil, nil, err
+		}
 	}
 
 	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.CIDR.String(), Binary: req.Binary, Provisioner: req.Provisioner}
@@ -362,7 +381,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		case ProvisionerQEMU:
 			err = c.startQEMU(&c.Nodes[i], &req)
 		default:
-			err = c.start(&c.Nodes[i], req.NodeArgs)
+			err = c.start(&c.Nodes[i], req.NodeArgs, !req.SkipInjectingConfig)
 		}
 
 		if err != nil {
@@ -374,20 +393,60 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
-	if req.Provisioner == ProvisionerQEMU && (req.QEMU.ApplyConfig || req.QEMU.ISO != "" || req.QEMU.USB != "") {
+	if req.Provisioner == ProvisionerQEMU && !req.SkipInjectingConfig && (req.QEMU.ApplyConfig || req.QEMU.ISO != "" || req.QEMU.USB != "") {
 		return c, cfgs, c.applyConfigs(ctx, progress)
 	}
 
 	return c, cfgs, nil
 }
 
-// start launches a node detached from the CLI: own session, output to a file in its folder.
-func (c *Cluster) start(n *Node, extraArgs []string) error {
+// configFiles are --skip-injecting-config's files, as `talosctl gen config` names them.
+var configFiles = []string{"controlplane.yaml", "worker.yaml", "talosconfig"}
+
+// checkConfigsDir refuses to write over files a user has there.
+func (r *Request) checkConfigsDir() error {
+	for _, name := range configFiles {
+		if _, err := os.Stat(filepath.Join(r.ConfigsDir, name)); err == nil {
+			return fmt.Errorf("--skip-injecting-config writes %s to %s, where one is already: move it, or run the command in another folder", name, r.ConfigsDir)
+		}
+	}
+
+	return nil
+}
+
+// writeConfigs writes the cluster's configs, with the patches for every node and for its type
+// applied (not the per-node hostname), and its talosconfig, to ConfigsDir.
+func (r *Request) writeConfigs(cfgs *Configs) error {
+	cp, err := patch(cfgs.ControlPlane, r.Patches, r.CPPatches)
+	if err != nil {
+		return err
+	}
+
+	w, err := patch(cfgs.Worker, r.Patches, r.WorkerPatches)
+	if err != nil {
+		return err
+	}
+
+	for name, data := range map[string][]byte{configFiles[0]: cp, configFiles[1]: w} {
+		if err = os.WriteFile(filepath.Join(r.ConfigsDir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+
+	return cfgs.Talosconfig.Save(filepath.Join(r.ConfigsDir, configFiles[2]))
+}
+
+// start launches a node detached from the CLI: own session, output to a file in its folder;
+// without withConfig it boots into maintenance mode.
+func (c *Cluster) start(n *Node, extraArgs []string, withConfig bool) error {
 	if err := os.MkdirAll(n.State, 0o700); err != nil {
 		return err
 	}
 
-	args := append(append([]string{}, extraArgs...), "--platform", "container", "--state", n.State, "--address", n.Address, "--config", n.Config)
+	args := append(append([]string{}, extraArgs...), "--platform", "container", "--state", n.State, "--address", n.Address)
+	if withConfig {
+		args = append(args, "--config", n.Config)
+	}
 
 	pid, err := c.startDetached(n.Name+".log", nil, args...)
 	if err != nil {

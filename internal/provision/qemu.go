@@ -309,7 +309,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	configISO := ""
 
 	switch {
-	case req.QEMU.ApplyConfig || c.ISO != "" || c.USB != "":
+	case req.QEMU.ApplyConfig || c.ISO != "" || c.USB != "" || req.SkipInjectingConfig:
 	case req.QEMU.ConfigInjection == ConfigInjectionISO:
 		configISO = filepath.Join(n.State, "config.iso")
 		if err := makeConfigISO(n.Config, configISO); err != nil {

@@ -226,3 +226,31 @@ func TestRebootWatcher(t *testing.T) {
 		t.Error("a power-off was taken for a reboot")
 	}
 }
+
+// The machine's UUID, its TPM (QEMU talks to swtpm on a short socket path) and the IOMMU (the
+// q35 machine) are in QEMU's arguments only when asked for.
+func TestArgsMachineDevices(t *testing.T) {
+	s := NodeSpec{Name: "n", Disk: "/d/disk.raw", UUID: "a4a9fe5d-1f47-4b20-a87d-1fe170b74a74", TPM: TPM2,
+		TPMState: "/a/very/long/cluster/folder/" + strings.Repeat("x", 120) + "/tpm", IOMMU: true}
+
+	args := strings.Join(s.Args(false), " ")
+	for _, want := range []string{
+		"-uuid a4a9fe5d-1f47-4b20-a87d-1fe170b74a74",
+		"-tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0",
+		"-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args lack %q: %s", want, args)
+		}
+	}
+
+	if sock := s.tpmSocket(); len(sock) >= 108 || !strings.Contains(args, "path="+sock) {
+		t.Errorf("the TPM's socket %q (%d bytes) is too long for a unix socket, or not QEMU's", sock, len(sock))
+	}
+
+	for _, absent := range []string{"-uuid", "tpm", "q35"} {
+		if strings.Contains(strings.Join(NodeSpec{Name: "n", Disk: "/d/disk.raw"}.Args(false), " "), absent) {
+			t.Errorf("a plain node's args have %q", absent)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/spf13/cobra"
 
+	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/images"
 	"github.com/talos-go/talos/internal/provision"
 )
@@ -96,6 +97,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		discovery       bool
 		extraKernelArgs string
 		tpm2, tpm12     bool
+		mounts          []string
 	)
 
 	cmd := &cobra.Command{
@@ -134,7 +136,22 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Name, req.CIDR, req.Progress = *name, prefix, cmd.OutOrStdout()
+			if req.SkipInjectingConfig {
+				// As upstream's: the configs go to the current folder.
+				if req.ConfigsDir, err = os.Getwd(); err != nil {
+					return err
+				}
+			}
 			req.QEMU.ExtraKernelArgs = strings.Fields(extraKernelArgs)
+
+			for _, m := range mounts {
+				parsed, err := container.ParseMount(m)
+				if err != nil {
+					return err
+				}
+
+				req.Container.Mounts = append(req.Container.Mounts, parsed)
+			}
 
 			switch {
 			case tpm2 && tpm12:
@@ -169,6 +186,14 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 
 			if err = mergeClusterContext(g, cfgs, c, cmd); err != nil {
 				return err
+			}
+
+			if req.SkipInjectingConfig {
+				fmt.Fprintf(cmd.OutOrStdout(), "the nodes boot in maintenance mode, without a config; the configs are in %s (controlplane.yaml, worker.yaml, talosconfig), each node's own in %s:\n"+
+					"apply them with `talosctl apply-config --insecure -n %s --file controlplane.yaml`, then `talosctl -n %s bootstrap`\n",
+					req.ConfigsDir, c.Dir, c.Nodes[0].Address, c.Nodes[0].Address)
+
+				return nil
 			}
 
 			ctx, cancel := context.WithTimeout(cmd.Context(), waitTimeout)
@@ -245,6 +270,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
 	f.StringVar(&req.Endpoint, "endpoint", "", "use endpoint instead of provider defaults")
 	f.BoolVar(&req.InitNodeAsEndpoint, "init-node-as-endpoint", false, "use init node as endpoint instead of any load balancer endpoint")
+	f.BoolVar(&req.SkipInjectingConfig, "skip-injecting-config", false, "skip injecting config from embedded metadata server, write config files only (the nodes boot in maintenance mode; the configs go to the current folder)")
 	f.BoolVar(&req.WithInitNode, "with-init-node", false, "create the cluster with an init node (machine.type init: it bootstraps etcd itself)")
 	f.BoolVar(&req.QEMU.JSONLogs, "with-json-logs", false, "enable JSON logs receiver and configure Talos to send logs there (qemu: json-logs.log in the cluster's folder)")
 	f.BoolVar(&withDebug, "with-debug", false, "enable debug in Talos config to send service logs to the console")
@@ -266,6 +292,10 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&req.QEMU.IOMMU, "with-iommu", false, "enable IOMMU support: an Intel IOMMU on the q35 machine (qemu)")
 	f.BoolVar(&req.QEMU.ApplyConfig, "with-apply-config", false, "enable apply config when the VM is starting in maintenance mode (qemu)")
 	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")
+	f.StringArrayVar(&mounts, "mount", nil, "attach a mount to the container (container: type=bind,source=<host path>,target=<node path>[,readonly], or type=tmpfs,target=<node path>)")
+	f.StringVarP(&req.Container.ExposedPorts, "exposed-ports", "p", "", "comma-separated list of ports/protocols to expose on init node. Ex -p <hostPort>:<containerPort>/<protocol (tcp or udp)> (container)")
+	f.StringVar(&req.Container.HostIP, "docker-host-ip", "0.0.0.0", "host IP to forward exposed ports to (container)")
+	f.BoolVar(&req.Container.DisableIPv6, "docker-disable-ipv6", false, "skip enabling IPv6 in containers (container)")
 	f.IntVar(&req.Container.MTU, "mtu", 1500, "MTU of the cluster network (container, qemu)")
 	f.Float64Var(&req.Container.CPUs, "cpus", 2.0, "the share of CPUs as fraction (each control plane) (container; qemu: the guest's CPUs, rounded up)")
 	f.Float64Var(&req.Container.CPUsWorkers, "cpus-workers", 2.0, "the share of CPUs as fraction (each worker) (container; qemu: the guest's CPUs, rounded up)")

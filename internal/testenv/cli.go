@@ -20,6 +20,7 @@ type CLI struct {
 	TalosConfig string        // TALOSCONFIG
 	ClusterRoot string        // when set, `cluster ...` commands get --state ClusterRoot
 	Timeout     time.Duration // per command; a minute when zero
+	Dir         string        // the working folder; the test's when empty
 }
 
 // Run runs talosctl and returns its stdout, stderr and exit code. A talosctl that cannot be
@@ -38,6 +39,7 @@ func (c CLI) Run(t testing.TB, args ...string) (string, string, int) {
 	}
 
 	cmd := exec.CommandContext(ctx, c.Binary, args...)
+	cmd.Dir = c.Dir
 	cmd.Env = append(os.Environ(), "HOME="+c.Home, "TALOSCONFIG="+c.TalosConfig, "XDG_CONFIG_HOME="+filepath.Join(c.Home, ".config"))
 
 	var stdout, stderr bytes.Buffer

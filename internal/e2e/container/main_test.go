@@ -18,6 +18,7 @@ import (
 
 var (
 	binDir, home, talosconfig, stateRoot, image string
+	hostMount                                   string // bound read-only at /var/mnt/host in every node (--mount)
 	clusterName                                 = fmt.Sprintf("ce2e%d", os.Getpid()%100000)
 	before                                      hostState
 	destroyed                                   bool
@@ -32,6 +33,9 @@ const (
 	cidr = "10.5.0.0/24"
 	cp   = "10.5.0.2"
 	w    = "10.5.0.3"
+	// exposedAPI is the host's port that -p relays to the control plane's apid (the suite's
+	// network namespace is its own: the port is free).
+	exposedAPI = "127.0.0.1:15000"
 )
 
 // The suite makes a bridge and veths: it runs in a network namespace of its own.
@@ -59,7 +63,7 @@ func run(m *testing.M) int {
 		return 0
 	}
 
-	for _, d := range []*string{&binDir, &home, &stateRoot} {
+	for _, d := range []*string{&binDir, &home, &stateRoot, &hostMount} {
 		if *d, err = os.MkdirTemp("", "container-e2e-"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 
@@ -67,6 +71,12 @@ func run(m *testing.M) int {
 		}
 
 		defer os.RemoveAll(*d)
+	}
+
+	if err = os.WriteFile(filepath.Join(hostMount, "marker"), []byte("from the host\n"), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+
+		return 1
 	}
 
 	start := time.Now()
@@ -100,7 +110,9 @@ func run(m *testing.M) int {
 	create.Timeout = 10 * time.Minute
 	stdout, stderr, code := create.Run(nil, "cluster", "create", "--provisioner", "container", "--name", clusterName,
 		"--controlplanes", "1", "--workers", "1", "--image", image, "--nameservers", "10.5.0.1",
-		"--memory", fmt.Sprint(memoryMB[0]), "--memory-workers", fmt.Sprint(memoryMB[1]), "--wait-timeout", "8m")
+		"--memory", fmt.Sprint(memoryMB[0]), "--memory-workers", fmt.Sprint(memoryMB[1]), "--wait-timeout", "8m",
+		"--mount", "type=bind,source="+hostMount+",target=/var/mnt/host,readonly",
+		"-p", "15000:50000/tcp", "--docker-host-ip", "127.0.0.1")
 	fmt.Fprintf(os.Stderr, "cluster create: exit %d in %s\n%s%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
 
 	defer func() {
