@@ -17,6 +17,7 @@ import (
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
@@ -304,6 +305,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		KubernetesConfigDir:  n.r.Paths.KubernetesComponentConfig(),
 		AuditLogDir:          n.r.Paths.KubernetesAuditLogs(),
 		Etcd:                 services.EtcdManager(n.r),
+		EtcdClient:           func(context.Context) (*clientv3.Client, error) { return services.EtcdManager(n.r).LocalClient() },
 		RunsKubernetes:       services.RunsKubernetes(),
 		Root:                 n.r.Paths.Root,
 		TimeLog:              n.r.Log.Named("time"),

@@ -128,6 +128,11 @@ func (n *node) sendLogs(cfg config.Provider) error {
 		}
 	}
 
+	// The same destinations: the sender keeps its connections and what it has queued.
+	if n.logSender != nil && n.logSender.Sends(dests) {
+		return nil
+	}
+
 	old := n.logSender
 	n.logSender = nil
 	n.r.Logs.SetForward(nil)

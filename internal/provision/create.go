@@ -117,6 +117,10 @@ func (r *Request) check() error {
 		return fmt.Errorf("--arch %s: the nodes run this machine's builds (node binary, image, boot assets), which are %s: use --arch %s", r.Arch, runtime.GOARCH, runtime.GOARCH)
 	case r.Provisioner != ProvisionerQEMU && (r.QEMU.UUIDHostnames || r.QEMU.TPM != "" || r.QEMU.IOMMU):
 		return errors.New("--with-uuid-hostnames, --with-tpm2, --with-tpm1_2 and --with-iommu are the qemu provisioner's (its VMs' UUID, TPM and IOMMU): use --provisioner qemu")
+	case r.Provisioner != ProvisionerQEMU && r.QEMU.UseVIP:
+		return errors.New("--use-vip: the nodes hold the VIP on their own network cards, which only the qemu provisioner's have (container and process nodes do not run machine.network): use --provisioner qemu")
+	case r.QEMU.UseVIP && r.CIDR.Bits() > 26:
+		return fmt.Errorf("--use-vip takes the network's 50th address for the VIP: --cidr %s is too small, give a /26 or larger", r.CIDR)
 	case r.Provisioner != ProvisionerContainer && r.Container.dockerFlagsUsed() != "":
 		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
 	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
@@ -285,7 +289,14 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithAdditionalSubjectAltNames([]string{req.Endpoint}))
 	}
 
-	cfgs, err := GenerateConfigs(req.Name, addrs[0], req.InputDir, req.Generate)
+	endpoint := addrs[0]
+	if req.QEMU.UseVIP {
+		endpoint = vipAddress(req.CIDR)
+		req.CPPatches = append(slices.Clone(req.CPPatches), vipPatch(endpoint))
+		fmt.Fprintf(progress, "the Kubernetes endpoint is the control planes' VIP %s\n", endpoint)
+	}
+
+	cfgs, err := GenerateConfigs(req.Name, endpoint, req.InputDir, req.Generate)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -67,6 +67,9 @@ type QEMURequest struct {
 	TPM string
 	// IOMMU gives each node an Intel IOMMU (the q35 machine).
 	IOMMU bool
+	// UseVIP makes the Kubernetes endpoint a virtual IP (the network's 50th address) that the
+	// control planes elect a holder of (machine.network.interfaces[].vip), as upstream's --use-vip.
+	UseVIP bool
 	// JSONLogs has the nodes send their logs (machine.logging, json_lines over TCP) to the
 	// network process, which writes them to json-logs.log in the cluster's folder.
 	JSONLogs bool
@@ -77,6 +80,21 @@ const (
 	TPM2  = qemu.TPM2
 	TPM12 = qemu.TPM12
 )
+
+// vipAddress is --use-vip's shared address: the cluster network's 50th, as upstream's.
+func vipAddress(cidr netip.Prefix) netip.Addr {
+	a := cidr.Masked().Addr()
+	for range 50 {
+		a = a.Next()
+	}
+
+	return a
+}
+
+// vipPatch is the control planes' config patch that shares the VIP on their network card.
+func vipPatch(vip netip.Addr) string {
+	return fmt.Sprintf(`{"machine": {"network": {"interfaces": [{"interface": "eth0", "dhcp": true, "vip": {"ip": %q}}]}}}`, vip)
+}
 
 // JSONLogsFile is where --with-json-logs' logs go, in the cluster's folder.
 const JSONLogsFile = "json-logs.log"

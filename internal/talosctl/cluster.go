@@ -289,6 +289,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&req.QEMU.UUIDHostnames, "with-uuid-hostnames", false, "use machine UUIDs as default hostnames (QEMU only)")
 	f.BoolVar(&tpm2, "with-tpm2", false, "enable TPM 2.0 emulation support using swtpm (qemu)")
 	f.BoolVar(&tpm12, "with-tpm1_2", false, "enable TPM 1.2 emulation support using swtpm (qemu)")
+	f.BoolVar(&req.QEMU.UseVIP, "use-vip", false, "use a virtual IP for the controlplane endpoint instead of the loadbalancer endpoint (qemu: the network's 50th address, held by the control plane etcd elects)")
 	f.BoolVar(&req.QEMU.IOMMU, "with-iommu", false, "enable IOMMU support: an Intel IOMMU on the q35 machine (qemu)")
 	f.BoolVar(&req.QEMU.ApplyConfig, "with-apply-config", false, "enable apply config when the VM is starting in maintenance mode (qemu)")
 	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")

@@ -337,6 +337,34 @@ func TestUpgradeSaysWhatIsMissing(t *testing.T) {
 	}
 }
 
+// --mount binds the host's folder into every node, read-only.
+func TestMountFromHost(t *testing.T) {
+	for _, node := range []string{cp, w} {
+		if out := must(t, "-n", node, "read", "/var/mnt/host/marker"); out != "from the host\n" {
+			t.Errorf("%s: /var/mnt/host/marker: %q", node, out)
+		}
+	}
+
+	if out := must(t, "-n", cp, "mounts"); !regexp.MustCompile(`(?m)\s/var/mnt/host\s*$`).MatchString(out) {
+		t.Errorf("mounts: no /var/mnt/host:\n%s", out)
+	}
+}
+
+// -p 15000:50000/tcp with --docker-host-ip 127.0.0.1 relays the host's port to the control
+// plane's apid: the TLS server answering there is the node's (its certificate names it).
+func TestExposedPorts(t *testing.T) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", exposedAPI, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only the certificate's names are read
+	if err != nil {
+		t.Fatalf("TLS through the published port %s: %v", exposedAPI, err)
+	}
+	defer conn.Close()
+
+	cert := conn.ConnectionState().PeerCertificates[0]
+	if !slices.ContainsFunc(cert.IPAddresses, func(ip net.IP) bool { return ip.String() == cp }) {
+		t.Errorf("the server at %s is not %s's apid: its certificate names %v", exposedAPI, cp, cert.IPAddresses)
+	}
+}
+
 // Reset wipes the worker's STATE and EPHEMERAL (its launcher does, on the restart): it comes back
 // in maintenance mode. Gracefully, as upstream: with Kubernetes, the worker's Node is cordoned
 // and its pods evicted first (the Node object stays until `kubectl delete node`).
@@ -537,32 +565,4 @@ func tarNames(t *testing.T, path string) []string {
 	}
 
 	return names
-}
-
-// --mount binds the host's folder into every node, read-only.
-func TestMountFromHost(t *testing.T) {
-	for _, node := range []string{cp, w} {
-		if out := must(t, "-n", node, "read", "/var/mnt/host/marker"); out != "from the host\n" {
-			t.Errorf("%s: /var/mnt/host/marker: %q", node, out)
-		}
-	}
-
-	if out := must(t, "-n", cp, "mounts"); !regexp.MustCompile(`(?m)\s/var/mnt/host\s*$`).MatchString(out) {
-		t.Errorf("mounts: no /var/mnt/host:\n%s", out)
-	}
-}
-
-// -p 15000:50000/tcp with --docker-host-ip 127.0.0.1 relays the host's port to the control
-// plane's apid: the TLS server answering there is the node's (its certificate names it).
-func TestExposedPorts(t *testing.T) {
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", exposedAPI, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only the certificate's names are read
-	if err != nil {
-		t.Fatalf("TLS through the published port %s: %v", exposedAPI, err)
-	}
-	defer conn.Close()
-
-	cert := conn.ConnectionState().PeerCertificates[0]
-	if !slices.ContainsFunc(cert.IPAddresses, func(ip net.IP) bool { return ip.String() == cp }) {
-		t.Errorf("the server at %s is not %s's apid: its certificate names %v", exposedAPI, cp, cert.IPAddresses)
-	}
 }

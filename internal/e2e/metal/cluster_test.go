@@ -445,12 +445,14 @@ func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, st
 // --with-uuid-hostnames names the node machine-<its SMBIOS UUID> (the node reads the UUID QEMU
 // gives it), --with-tpm2 gives it a TPM 2.0 (swtpm, its state in the node's folder) and
 // --with-iommu an Intel IOMMU (the q35 machine); the node installs and boots its disk with them.
+// --use-vip makes the Kubernetes endpoint the network's 50th address, which the control plane
+// holds once etcd elects it.
 func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-dev")
 
 	const cidr, gateway, node = "10.5.11.0/24", "10.5.11.1", "10.5.11.2"
 
-	cli.Must(t, oneNodeCluster("qemu-dev", cidr, gateway, "--with-uuid-hostnames", "--with-tpm2", "--with-iommu", "--with-uefi=false", "--disk-preallocate=false")...)
+	cli.Must(t, oneNodeCluster("qemu-dev", cidr, gateway, "--with-uuid-hostnames", "--with-tpm2", "--with-iommu", "--use-vip", "--with-uefi=false", "--disk-preallocate=false")...)
 
 	m := regexp.MustCompile(`(?m)^machine-([0-9a-f-]{36})\s+controlplane\s+10\.5\.11\.2\s`).FindStringSubmatch(cli.Must(t, "cluster", "show", "--name", "qemu-dev"))
 	if m == nil {
@@ -482,4 +484,23 @@ func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
 		t.Errorf("the node did not boot its disk on the q35 machine: /proc/cmdline %s", out)
 	}
+
+	if out := cli.Must(t, "-n", node, "get", "machineconfig", "-o", "yaml"); !strings.Contains(out, "endpoint: https://10.5.11.50:6443") {
+		t.Errorf("the cluster endpoint is not the VIP:\n%s", out)
+	}
+
+	// Once etcd runs (slow under TCG), the control plane is elected and holds the VIP: the
+	// host reaches apid there.
+	testenv.WaitFor(t, "the VIP on the control plane", 4*time.Minute, func() error {
+		if out, errOut, code := cli.Run(t, "-n", node, "get", "addresses"); code != 0 || !strings.Contains(out, "eth0/10.5.11.50/32") {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		conn, err := net.DialTimeout("tcp", "10.5.11.50:50000", 5*time.Second)
+		if err != nil {
+			return err
+		}
+
+		return conn.Close()
+	})
 }

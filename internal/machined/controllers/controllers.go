@@ -4,11 +4,14 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"os"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/container"
@@ -57,8 +60,9 @@ type Options struct {
 	// API server's audit log go (/system/secrets/kubernetes, /etc/kubernetes,
 	// /system/config/kubernetes, /var/log/audit/kube on a node in its own root).
 	KubernetesSecretsDir, KubeletDir, KubernetesConfigDir, AuditLogDir string
-	// Etcd is the node's etcd member.
-	Etcd etcdctrl.StatusSource
+	// Etcd is the node's etcd member; EtcdClient gives a client of it (the VIP elections').
+	Etcd       etcdctrl.StatusSource
+	EtcdClient func(ctx context.Context) (*clientv3.Client, error)
 	// RunsKubernetes: the node runs kubelet, so the controllers that talk to it and to the API
 	// server run too (the resources they build on are computed on every node).
 	RunsKubernetes bool
@@ -155,7 +159,8 @@ func List(opts Options) []controller.Controller {
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {
 		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{LoadModule: opts.LoadModule},
-			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks})
+			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks},
+			&networkctrl.VIPController{Etcd: opts.EtcdClient, Hostname: func() string { h, _ := os.Hostname(); return h }})
 	}
 
 	if opts.RunsKubernetes {

@@ -193,6 +193,10 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 		}
 	}
 
+	if err := writeVIP(ctx, r, name, dev.VIPConfig()); err != nil {
+		return err
+	}
+
 	// A VLAN is a link of its own on the interface, named <interface>.<id> as upstream's.
 	for _, vlan := range dev.Vlans() {
 		vname := fmt.Sprintf("%s.%d", name, vlan.ID())
@@ -212,6 +216,10 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 			if err := writeDHCP4(ctx, r, vname, vlan.DHCPOptions()); err != nil {
 				return err
 			}
+		}
+
+		if err := writeVIP(ctx, r, vname, vlan.VIPConfig()); err != nil {
+			return err
 		}
 	}
 
@@ -257,6 +265,29 @@ func writeDHCP4(ctx context.Context, r controller.Runtime, link string, opts tal
 	}
 
 	return nil
+}
+
+// writeVIP asks VIPController to hold the link's shared address when this node is elected.
+func writeVIP(ctx context.Context, r controller.Runtime, link string, vip talosconfig.VIPConfig) error {
+	if vip == nil || vip.IP() == "" {
+		return nil
+	}
+
+	ip, err := netip.ParseAddr(vip.IP())
+	if err != nil {
+		return fmt.Errorf("machine.network.interfaces[%s].vip.ip %q: %w (give an address like 10.5.0.50)", link, vip.IP(), err)
+	}
+
+	id := "vip/" + link
+
+	return safe.WriterModify(ctx, r, network.NewOperatorSpec(network.NamespaceName, id), func(res *network.OperatorSpec) error {
+		*res.TypedSpec() = network.OperatorSpecSpec{
+			Operator: network.OperatorVIP, LinkName: link, RequireUp: true,
+			VIP: network.VIPOperatorSpec{IP: ip, GratuitousARP: true}, ConfigLayer: network.ConfigMachineConfiguration,
+		}
+
+		return nil
+	})
 }
 
 func writeLinkSpec(ctx context.Context, r controller.Runtime, spec network.LinkSpecSpec) error {

@@ -6,10 +6,13 @@ package logsend
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,9 +31,10 @@ const queueLength = 1024
 
 // Sender sends to every destination from a goroutine of its own.
 type Sender struct {
-	dests []*dest
-	wg    sync.WaitGroup
-	stop  chan struct{}
+	config []Destination
+	dests  []*dest
+	wg     sync.WaitGroup
+	stop   chan struct{}
 }
 
 type dest struct {
@@ -42,7 +46,7 @@ type dest struct {
 
 // New starts sending to dests; a destination with another scheme is refused, naming it.
 func New(dests []Destination) (*Sender, error) {
-	s := &Sender{stop: make(chan struct{})}
+	s := &Sender{stop: make(chan struct{}), config: dests}
 
 	for _, d := range dests {
 		if d.Endpoint == nil || (d.Endpoint.Scheme != "tcp" && d.Endpoint.Scheme != "udp") || d.Endpoint.Host == "" {
@@ -64,19 +68,19 @@ func New(dests []Destination) (*Sender, error) {
 	return s, nil
 }
 
+// Sends reports whether the sender sends to exactly these destinations.
+func (s *Sender) Sends(dests []Destination) bool {
+	return slices.EqualFunc(s.config, dests, func(a, b Destination) bool {
+		return a.Endpoint.String() == b.Endpoint.String() && maps.Equal(a.ExtraTags, b.ExtraTags)
+	})
+}
+
 // Send queues one line of a service's log (machined's own included) for every destination.
 func (s *Sender) Send(service string, line []byte) {
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 
 	for _, d := range s.dests {
-		msg := map[string]string{}
-		for k, v := range d.tags {
-			msg[k] = v
-		}
-
-		msg["msg"], msg["talos-service"], msg["talos-level"], msg["talos-time"] = string(line), service, level(line), now
-
-		b, err := json.Marshal(msg)
+		b, err := d.message(string(line), service, level(line), now)
 		if err != nil {
 			continue
 		}
@@ -95,6 +99,18 @@ func (s *Sender) Close() {
 	s.wg.Wait()
 }
 
+// message is one message to d: the fields and d's extra tags.
+func (d *dest) message(line, service, level, at string) ([]byte, error) {
+	msg := maps.Clone(d.tags)
+	if msg == nil {
+		msg = map[string]string{}
+	}
+
+	msg["msg"], msg["talos-service"], msg["talos-level"], msg["talos-time"] = line, service, level, at
+
+	return json.Marshal(msg)
+}
+
 // level is a machined line's zap level (its second tab-separated field), else info.
 func level(line []byte) string {
 	if f := bytes.SplitN(line, []byte("\t"), 3); len(f) == 3 {
@@ -108,7 +124,8 @@ func level(line []byte) string {
 }
 
 // run sends the queue's messages, connecting (again) when needed: a second apart while the
-// destination is away.
+// destination is away. Messages dropped meanwhile (the queue was full) are counted in a
+// message of their own, sent before the next one, so the destination knows of the gap.
 func (d *dest) run(stop <-chan struct{}) {
 	var conn net.Conn
 
@@ -116,6 +133,15 @@ func (d *dest) run(stop <-chan struct{}) {
 		if conn != nil {
 			conn.Close()
 		}
+	}()
+
+	// Dialling ends with stop: Close does not wait out a destination's timeout.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	go func() {
+		<-stop
+		cancel()
 	}()
 
 	for {
@@ -127,12 +153,12 @@ func (d *dest) run(stop <-chan struct{}) {
 		case msg = <-d.queue:
 		}
 
-		if d.network == "tcp" {
-			msg = append(msg, '\n')
-		}
-
 		for conn == nil {
-			c, err := net.DialTimeout(d.network, d.addr, 5*time.Second)
+			dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+			c, err := (&net.Dialer{}).DialContext(dctx, d.network, d.addr)
+
+			dcancel()
+
 			if err == nil {
 				conn = c
 
@@ -146,11 +172,34 @@ func (d *dest) run(stop <-chan struct{}) {
 			}
 		}
 
-		_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if n := d.dropped.Swap(0); n > 0 {
+			gap, err := d.message(fmt.Sprintf("%d log messages were dropped: the destination was away or slow", n), "machined", "warn",
+				time.Now().UTC().Format(time.RFC3339Nano))
+			if err == nil && !d.write(&conn, gap) {
+				d.dropped.Add(n) // told with the next one
 
-		if _, err := conn.Write(msg); err != nil {
-			conn.Close()
-			conn = nil
+				continue
+			}
 		}
+
+		d.write(&conn, msg)
 	}
+}
+
+// write sends one message on *conn, closing it on an error (the next message dials again).
+func (d *dest) write(conn *net.Conn, msg []byte) bool {
+	if d.network == "tcp" {
+		msg = append(msg, '\n')
+	}
+
+	_ = (*conn).SetWriteDeadline(time.Now().Add(5 * time.Second))
+
+	if _, err := (*conn).Write(msg); err != nil {
+		(*conn).Close()
+		*conn = nil
+
+		return false
+	}
+
+	return true
 }

@@ -3,6 +3,7 @@ package logsend
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -97,5 +98,84 @@ func TestSend(t *testing.T) {
 func TestRefusesOtherSchemes(t *testing.T) {
 	if _, err := New([]Destination{{Endpoint: &url.URL{Scheme: "http", Host: "10.5.0.1:80"}}}); err == nil || !strings.Contains(err.Error(), "tcp://host:port or udp://host:port") {
 		t.Fatalf("http endpoint: %v", err)
+	}
+}
+
+// Messages beyond the queue while the destination is away are dropped, and the destination is
+// told how many in a message of its own once it answers.
+func TestDroppedAreCounted(t *testing.T) {
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	addr := probe.Addr().String()
+	probe.Close()
+
+	s, err := New([]Destination{{Endpoint: &url.URL{Scheme: "tcp", Host: addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	// One message is taken by the sender to wait for the destination; the queue holds the next
+	// queueLength; the rest are dropped.
+	s.Send("apid", []byte("line 0"))
+
+	for deadline := time.Now().Add(10 * time.Second); len(s.dests[0].queue) > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sender did not take the first message")
+		}
+	}
+
+	const extra = 10
+	for i := range queueLength + extra {
+		s.Send("apid", []byte(fmt.Sprintf("line %d", i+1)))
+	}
+
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the TCP port was taken meanwhile: %v", err)
+	}
+	defer l.Close()
+
+	conn, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+
+	r := bufio.NewScanner(conn)
+	if !r.Scan() {
+		t.Fatalf("TCP: %v", r.Err())
+	}
+
+	var m map[string]string
+	if err = json.Unmarshal(r.Bytes(), &m); err != nil || m["msg"] != fmt.Sprintf("%d log messages were dropped: the destination was away or slow", extra) || m["talos-level"] != "warn" {
+		t.Errorf("the first message %s: %v, want the count of the %d dropped", r.Text(), err, extra)
+	}
+
+	if !r.Scan() || !strings.Contains(r.Text(), `"msg":"line 0"`) {
+		t.Errorf("the next message: %q, want the first line", r.Text())
+	}
+
+}
+
+func TestSends(t *testing.T) {
+	a := []Destination{{Endpoint: &url.URL{Scheme: "tcp", Host: "127.0.0.1:1"}, ExtraTags: map[string]string{"k": "v"}}}
+
+	s, err := New(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	b := []Destination{{Endpoint: &url.URL{Scheme: "tcp", Host: "127.0.0.1:1"}, ExtraTags: map[string]string{"k": "v"}}}
+	c := []Destination{{Endpoint: &url.URL{Scheme: "tcp", Host: "127.0.0.1:1"}, ExtraTags: map[string]string{"k": "w"}}}
+
+	if !s.Sends(b) || s.Sends(c) || s.Sends(nil) {
+		t.Errorf("Sends: same %v, other tags %v, none %v", s.Sends(b), s.Sends(c), s.Sends(nil))
 	}
 }
