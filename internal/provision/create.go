@@ -56,6 +56,9 @@ type Request struct {
 	// for the user to apply (upstream's --skip-injecting-config).
 	SkipInjectingConfig bool
 	ConfigsDir          string
+	// Firewall is --with-firewall: the nodes' ingress firewall's default action (accept or
+	// block) with the rules the cluster needs; "" for none.
+	Firewall string
 	// WithInitNode makes the first control plane an init node (machine.type init), which
 	// bootstraps etcd itself: create asks no bootstrap (upstream's legacy --with-init-node).
 	WithInitNode bool
@@ -123,6 +126,10 @@ func (r *Request) check() error {
 		return fmt.Errorf("--use-vip takes the network's 50th address for the VIP: --cidr %s is too small, give a /26 or larger", r.CIDR)
 	case r.Provisioner != ProvisionerContainer && r.Container.dockerFlagsUsed() != "":
 		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
+	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
+		return fmt.Errorf("--with-firewall %q: give %s or %s (the default action of the nodes' ingress firewall)", r.Firewall, FirewallAccept, FirewallBlock)
+	case r.Firewall != "" && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
+		return errors.New("--with-firewall: process nodes share this machine's network, which their firewall would filter: use --provisioner container or qemu")
 	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
 		return errors.New("--with-json-logs: the receiver is the qemu provisioner's network process: use --provisioner qemu, or send the logs to a receiver of yours with a machine.logging config patch")
 	}
@@ -294,6 +301,12 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		endpoint = vipAddress(req.CIDR)
 		req.CPPatches = append(slices.Clone(req.CPPatches), vipPatch(endpoint))
 		fmt.Fprintf(progress, "the Kubernetes endpoint is the control planes' VIP %s\n", endpoint)
+	}
+
+	if req.Firewall != "" {
+		cp, worker := firewallPatches(req.Firewall, req.CIDR, addrs[:req.ControlPlanes])
+		req.CPPatches = append(slices.Clone(req.CPPatches), cp)
+		req.WorkerPatches = append(slices.Clone(req.WorkerPatches), worker)
 	}
 
 	cfgs, err := GenerateConfigs(req.Name, endpoint, req.InputDir, req.Generate)

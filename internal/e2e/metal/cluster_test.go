@@ -446,13 +446,14 @@ func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, st
 // gives it), --with-tpm2 gives it a TPM 2.0 (swtpm, its state in the node's folder) and
 // --with-iommu an Intel IOMMU (the q35 machine); the node installs and boots its disk with them.
 // --use-vip makes the Kubernetes endpoint the network's 50th address, which the control plane
-// holds once etcd elects it.
+// holds once etcd elects it. --with-firewall block: apid answers from anywhere, trustd only to
+// the cluster network, not to its gateway (the host).
 func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-dev")
 
 	const cidr, gateway, node = "10.5.11.0/24", "10.5.11.1", "10.5.11.2"
 
-	cli.Must(t, oneNodeCluster("qemu-dev", cidr, gateway, "--with-uuid-hostnames", "--with-tpm2", "--with-iommu", "--use-vip", "--with-uefi=false", "--disk-preallocate=false")...)
+	cli.Must(t, oneNodeCluster("qemu-dev", cidr, gateway, "--with-uuid-hostnames", "--with-tpm2", "--with-iommu", "--use-vip", "--with-firewall", "block", "--with-uefi=false", "--disk-preallocate=false")...)
 
 	m := regexp.MustCompile(`(?m)^machine-([0-9a-f-]{36})\s+controlplane\s+10\.5\.11\.2\s`).FindStringSubmatch(cli.Must(t, "cluster", "show", "--name", "qemu-dev"))
 	if m == nil {
@@ -487,6 +488,18 @@ func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 
 	if out := cli.Must(t, "-n", node, "get", "machineconfig", "-o", "yaml"); !strings.Contains(out, "endpoint: https://10.5.11.50:6443") {
 		t.Errorf("the cluster endpoint is not the VIP:\n%s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "get", "nftableschains"); !regexp.MustCompile(`ingress\s+filter\s+input\s+filter\s+drop`).MatchString(out) {
+		t.Errorf("no ingress chain dropping by default:\n%s", out)
+	}
+
+	if conn, err := net.DialTimeout("tcp", node+":50001", 3*time.Second); err == nil || !strings.Contains(err.Error(), "timeout") {
+		t.Errorf("trustd from the host through the firewall: %v, want its packets dropped (a timeout)", err)
+
+		if conn != nil {
+			conn.Close()
+		}
 	}
 
 	// Once etcd runs (slow under TCG), the control plane is elected and holds the VIP: the

@@ -151,7 +151,9 @@ func List(opts Options) []controller.Controller {
 	// and host DNS; one that shares the host's reports the host's resolvers.
 	if container.InNode() || opts.OwnKernel {
 		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog},
-			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir})
+			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir},
+			// The ingress firewall: the node's own network namespace only, never the host's.
+			&networkctrl.NfTablesChainConfigController{}, &networkctrl.NfTablesChainController{LoadModule: opts.LoadModule})
 	} else {
 		list = append(list, &networkctrl.ResolverStatusController{})
 	}

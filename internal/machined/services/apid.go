@@ -24,10 +24,16 @@ import (
 // APID is the node's API gateway: its own process on the node address, port 50000, serving
 // mutual TLS with the certificates in its folder (written by the secrets controllers) and
 // reaching machined only through the socket. Rotated certificates are picked up by apid
-// itself, without a restart.
+// itself, without a restart. A node with its own network (container, metal) listens on every
+// address, as upstream's: a VIP it holds reaches it too; a process node, on its own address.
 func APID(r *runtime.Runtime) *system.Service {
 	dir := r.Paths.Secrets("apid")
-	listen := net.JoinHostPort(r.Address, strconv.Itoa(constants.ApidPort))
+	addr := net.JoinHostPort(r.Address, strconv.Itoa(constants.ApidPort))
+
+	listen := addr
+	if !r.SharesHost() {
+		listen = net.JoinHostPort("", strconv.Itoa(constants.ApidPort))
+	}
 
 	return &system.Service{
 		ID:                   "apid",
@@ -72,7 +78,7 @@ func APID(r *runtime.Runtime) *system.Service {
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error {
-			return apidHealth(ctx, dir, listen)
+			return apidHealth(ctx, dir, addr)
 		},
 		HealthSettings: system.HealthSettings{InitialDelay: 100 * time.Millisecond, Period: 5 * time.Second, Timeout: 2 * time.Second},
 		Restart:        system.RestartAlways,
