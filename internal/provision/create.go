@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +57,9 @@ type Request struct {
 	// for the user to apply (upstream's --skip-injecting-config).
 	SkipInjectingConfig bool
 	ConfigsDir          string
+	// CustomCNIURL is --custom-cni-url: the cluster's CNI is the manifest at that URL
+	// (cluster.network.cni custom), which the control planes fetch and apply.
+	CustomCNIURL string
 	// Firewall is --with-firewall: the nodes' ingress firewall's default action (accept or
 	// block) with the rules the cluster needs; "" for none.
 	Firewall string
@@ -126,6 +130,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("--use-vip takes the network's 50th address for the VIP: --cidr %s is too small, give a /26 or larger", r.CIDR)
 	case r.Provisioner != ProvisionerContainer && r.Container.dockerFlagsUsed() != "":
 		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
+	case r.CustomCNIURL != "" && !httpURL(r.CustomCNIURL):
+		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
 	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
 		return fmt.Errorf("--with-firewall %q: give %s or %s (the default action of the nodes' ingress firewall)", r.Firewall, FirewallAccept, FirewallBlock)
 	case r.Firewall != "" && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
@@ -148,6 +154,12 @@ func (r *Request) check() error {
 	}
 
 	return nil
+}
+
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // Configs are a cluster's machine configs and client config.
@@ -301,6 +313,11 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		endpoint = vipAddress(req.CIDR)
 		req.CPPatches = append(slices.Clone(req.CPPatches), vipPatch(endpoint))
 		fmt.Fprintf(progress, "the Kubernetes endpoint is the control planes' VIP %s\n", endpoint)
+	}
+
+	if req.CustomCNIURL != "" {
+		u, _ := json.Marshal(req.CustomCNIURL) // a string always encodes
+		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(`{"cluster": {"network": {"cni": {"name": "custom", "urls": [%s]}}}}`, u))
 	}
 
 	if req.Firewall != "" {

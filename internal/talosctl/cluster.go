@@ -270,6 +270,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
 	f.StringVar(&req.Endpoint, "endpoint", "", "use endpoint instead of provider defaults")
 	f.BoolVar(&req.InitNodeAsEndpoint, "init-node-as-endpoint", false, "use init node as endpoint instead of any load balancer endpoint")
+	f.StringVar(&req.CustomCNIURL, "custom-cni-url", "", "install custom CNI from the URL (the control planes fetch and apply its manifest; flannel is not deployed)")
 	f.StringVar(&req.Firewall, "with-firewall", "", "enable firewall with the specified default action (accept, block) and the rules the cluster needs (container, qemu)")
 	f.BoolVar(&req.SkipInjectingConfig, "skip-injecting-config", false, "skip injecting config from embedded metadata server, write config files only (the nodes boot in maintenance mode; the configs go to the current folder)")
 	f.BoolVar(&req.WithInitNode, "with-init-node", false, "create the cluster with an init node (machine.type init: it bootstraps etcd itself)")

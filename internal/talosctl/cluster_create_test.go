@@ -2,6 +2,8 @@ package talosctl
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,9 +22,17 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 		{[]string{"--control-plane-port", "70000"}, []string{"--control-plane-port 70000", "1-65535"}},
 		{[]string{"--registry-mirror", "docker.io"}, []string{`--registry-mirror "docker.io"`, "<registry host>=<mirror URL>"}},
 		{[]string{"--registry-mirror", "docker.io=10.5.0.1:5000"}, []string{"is not a URL"}},
+		{[]string{"--custom-cni-url", "cni.yaml"}, []string{`--custom-cni-url "cni.yaml"`, "http:// or https://"}},
+		{[]string{"--with-firewall", "deny"}, []string{`--with-firewall "deny"`, "accept or block"}},
+		{[]string{"--with-firewall", "block"}, []string{"--with-firewall", "--provisioner container or qemu"}},
+		{[]string{"--use-vip"}, []string{"--use-vip", "--provisioner qemu"}},
+		{[]string{"--with-tpm2", "--with-tpm1_2"}, []string{"--with-tpm2 and --with-tpm1_2", "choose one"}},
+		{[]string{"--with-uuid-hostnames"}, []string{"--with-uuid-hostnames", "--provisioner qemu"}},
+		{[]string{"-p", "8080:80"}, []string{"--exposed-ports", "--provisioner container"}},
+		{[]string{"--mount", "type=volume,target=/var/x"}, []string{"--mount", "use bind or tmpfs"}},
 	} {
 		home := t.TempDir()
-		args := append([]string{"--talosconfig", home + "/config", "cluster", "create", "--state", home, "--name", "refused"}, tc.args...)
+		args := append([]string{"--talosconfig", home + "/config", "cluster", "create", "--state", home, "--name", "refused", "--machined-path", "/bin/true"}, tc.args...)
 
 		code, out, errOut := run(t, args...)
 		if code == 0 {
@@ -33,6 +43,11 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 			if !strings.Contains(errOut, w) {
 				t.Errorf("%v: %q not in %q", tc.args, w, errOut)
 			}
+		}
+
+		// Refused before anything is made.
+		if _, err := os.Stat(filepath.Join(home, "refused")); !os.IsNotExist(err) {
+			t.Errorf("%v: the refused cluster's folder was made: %v", tc.args, err)
 		}
 	}
 }

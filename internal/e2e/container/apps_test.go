@@ -65,6 +65,25 @@ func kube(t *testing.T) (*kubernetes.Clientset, *rest.Config) {
 	return kubernetes.NewForConfigOrDie(cfg), cfg
 }
 
+// cluster.extraManifests: the control plane fetched the suite's manifest and applied it.
+func TestExtraManifestApplied(t *testing.T) {
+	cs, _ := kube(t)
+	ctx := testenv.Context(t, 3*time.Minute)
+
+	testenv.WaitFor(t, "the extra manifest's ConfigMap", 2*time.Minute, func() error {
+		cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "from-extra-manifest", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if cm.Data["served-by"] != "the e2e suite" {
+			return fmt.Errorf("data %v", cm.Data)
+		}
+
+		return nil
+	})
+}
+
 func TestKubernetesNodesReady(t *testing.T) {
 	cs, _ := kube(t)
 	ctx := testenv.Context(t, 5*time.Minute)

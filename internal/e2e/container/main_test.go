@@ -6,6 +6,8 @@ package container
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,6 +81,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 
+	// cluster.extraManifests: the control plane fetches a manifest from the suite, on the
+	// bridge's address (listening on every address: the bridge comes with the cluster).
+	manifests, err := serveExtraManifest()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+
+		return 1
+	}
+	defer manifests.Close()
+
 	start := time.Now()
 
 	// The host's launcher is machined (static, like the image's), with talosctl.
@@ -112,7 +124,8 @@ func run(m *testing.M) int {
 		"--controlplanes", "1", "--workers", "1", "--image", image, "--nameservers", "10.5.0.1",
 		"--memory", fmt.Sprint(memoryMB[0]), "--memory-workers", fmt.Sprint(memoryMB[1]), "--wait-timeout", "8m",
 		"--mount", "type=bind,source="+hostMount+",target=/var/mnt/host,readonly",
-		"-p", "15000:50000/tcp", "--docker-host-ip", "127.0.0.1")
+		"-p", "15000:50000/tcp", "--docker-host-ip", "127.0.0.1",
+		"--config-patch-control-plane", fmt.Sprintf(`{"cluster": {"extraManifests": ["http://10.5.0.1:%d/extra.yaml"]}}`, manifests.Addr().(*net.TCPAddr).Port))
 	fmt.Fprintf(os.Stderr, "cluster create: exit %d in %s\n%s%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
 
 	defer func() {
@@ -207,4 +220,33 @@ func cli() testenv.CLI {
 		Binary: filepath.Join(binDir, "talosctl"), Home: home, TalosConfig: talosconfig,
 		ClusterRoot: stateRoot, Timeout: 4 * time.Minute,
 	}
+}
+
+// extraManifest is the manifest the suite serves for cluster.extraManifests.
+const extraManifest = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: from-extra-manifest
+  namespace: default
+data:
+  served-by: the e2e suite
+`
+
+func serveExtraManifest() (net.Listener, error) {
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		return nil, err
+	}
+
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { //nolint:gosec // a test's server
+		if r.URL.Path != "/extra.yaml" {
+			http.NotFound(w, r)
+
+			return
+		}
+
+		w.Write([]byte(extraManifest))
+	}))
+
+	return l, nil
 }

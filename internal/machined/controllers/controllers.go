@@ -132,6 +132,7 @@ func List(opts Options) []controller.Controller {
 		controlplanectrl.NewAuthorizationConfigController(),
 		controlplanectrl.NewBootstrapManifestsConfigController(),
 		&controlplanectrl.ManifestController{},
+		&controlplanectrl.ExtraManifestController{},
 		&k8sctrl.StaticPodController{SecretsDir: opts.KubernetesSecretsDir, ConfigDir: opts.KubernetesConfigDir, AuditLogDir: opts.AuditLogDir,
 			AfterAPIReady: opts.RunsKubernetes},
 		k8sctrl.NewKubeletConfigController(),

@@ -57,6 +57,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.RouteSpec{},
 	&network.ResolverSpec{},
 	&network.OperatorSpec{},
+	&network.NfTablesChain{},
 	&network.HostDNSConfig{},
 	&network.DNSUpstream{},
 	&network.DNSResolveCache{},

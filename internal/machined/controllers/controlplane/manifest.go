@@ -43,7 +43,7 @@ func (ctrl *ManifestController) Inputs() []controller.Input {
 
 // Outputs implements controller.Controller.
 func (ctrl *ManifestController) Outputs() []controller.Output {
-	return []controller.Output{{Type: k8s.ManifestType, Kind: controller.OutputExclusive}}
+	return []controller.Output{{Type: k8s.ManifestType, Kind: controller.OutputShared}}
 }
 
 // Run implements controller.Controller.
