@@ -154,7 +154,19 @@ func (c *Cluster) createNetwork(req Request, progress io.Writer) error {
 
 	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gateway(req.CIDR))
 
-	return container.CreateBridge(c.Bridge, gateway(req.CIDR), c.MTU)
+	if err = container.CreateBridge(c.Bridge, gateway(req.CIDR), c.MTU); err != nil {
+		return err
+	}
+
+	return masquerade(c.Bridge, req, progress)
+}
+
+// masquerade lets the nodes reach beyond this machine with its address (and turns on its IPv4
+// forwarding), except towards --no-masquerade-cidrs.
+func masquerade(bridge string, req Request, progress io.Writer) error {
+	fmt.Fprintf(progress, "masquerading the cluster network %s behind this machine's addresses (IPv4 forwarding on)\n", req.CIDR.Masked())
+
+	return container.Masquerade(bridge, req.CIDR, req.NoMasqueradeCIDRs)
 }
 
 // spec is what the node's launcher gets.
@@ -237,7 +249,7 @@ func (c *Cluster) destroyNetwork(progress io.Writer) error {
 
 	if c.Bridge != "" {
 		fmt.Fprintf(progress, "removing bridge %s\n", c.Bridge)
-		errs = append(errs, container.DeleteLink(c.Bridge))
+		errs = append(errs, container.RemoveMasquerade(c.Bridge), container.DeleteLink(c.Bridge))
 	}
 
 	return errors.Join(errs...)

@@ -57,6 +57,9 @@ type Request struct {
 	// for the user to apply (upstream's --skip-injecting-config).
 	SkipInjectingConfig bool
 	ConfigsDir          string
+	// NoMasqueradeCIDRs are the networks the nodes reach with their own addresses (not the
+	// host's) from a container or qemu cluster's network (--no-masquerade-cidrs).
+	NoMasqueradeCIDRs []netip.Prefix
 	// CustomCNIURL is --custom-cni-url: the cluster's CNI is the manifest at that URL
 	// (cluster.network.cni custom), which the control planes fetch and apply.
 	CustomCNIURL string
@@ -134,6 +137,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
 	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
 		return fmt.Errorf("--with-firewall %q: give %s or %s (the default action of the nodes' ingress firewall)", r.Firewall, FirewallAccept, FirewallBlock)
+	case len(r.NoMasqueradeCIDRs) > 0 && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
+		return errors.New("--no-masquerade-cidrs: process nodes use this machine's addresses, there is no cluster network to masquerade: use --provisioner container or qemu")
 	case r.Firewall != "" && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
 		return errors.New("--with-firewall: process nodes share this machine's network, which their firewall would filter: use --provisioner container or qemu")
 	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:

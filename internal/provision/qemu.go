@@ -284,6 +284,10 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 		return err
 	}
 
+	if err := masquerade(c.Bridge, req, progress); err != nil {
+		return err
+	}
+
 	// The listener is made here so that its port is known for the nodes' kernel arguments.
 	l, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(gw.Addr(), 0)))
 	if err != nil {

@@ -98,6 +98,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		extraKernelArgs string
 		tpm2, tpm12     bool
 		mounts          []string
+		noMasquerade    []string
 	)
 
 	cmd := &cobra.Command{
@@ -143,6 +144,15 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 				}
 			}
 			req.QEMU.ExtraKernelArgs = strings.Fields(extraKernelArgs)
+
+			for _, c := range noMasquerade {
+				p, err := netip.ParsePrefix(c)
+				if err != nil {
+					return fmt.Errorf("--no-masquerade-cidrs %q: %w (give networks like 10.0.0.0/8)", c, err)
+				}
+
+				req.NoMasqueradeCIDRs = append(req.NoMasqueradeCIDRs, p)
+			}
 
 			for _, m := range mounts {
 				parsed, err := container.ParseMount(m)
@@ -270,6 +280,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
 	f.StringVar(&req.Endpoint, "endpoint", "", "use endpoint instead of provider defaults")
 	f.BoolVar(&req.InitNodeAsEndpoint, "init-node-as-endpoint", false, "use init node as endpoint instead of any load balancer endpoint")
+	f.StringSliceVar(&noMasquerade, "no-masquerade-cidrs", nil, "list of CIDRs to exclude from NAT (container, qemu: the nodes reach them with their own addresses)")
 	f.StringVar(&req.CustomCNIURL, "custom-cni-url", "", "install custom CNI from the URL (the control planes fetch and apply its manifest; flannel is not deployed)")
 	f.StringVar(&req.Firewall, "with-firewall", "", "enable firewall with the specified default action (accept, block) and the rules the cluster needs (container, qemu)")
 	f.BoolVar(&req.SkipInjectingConfig, "skip-injecting-config", false, "skip injecting config from embedded metadata server, write config files only (the nodes boot in maintenance mode; the configs go to the current folder)")

@@ -26,6 +26,8 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 		{[]string{"--with-firewall", "deny"}, []string{`--with-firewall "deny"`, "accept or block"}},
 		{[]string{"--with-firewall", "block"}, []string{"--with-firewall", "--provisioner container or qemu"}},
 		{[]string{"--use-vip"}, []string{"--use-vip", "--provisioner qemu"}},
+		{[]string{"--no-masquerade-cidrs", "10.0.0.0/8"}, []string{"--no-masquerade-cidrs", "--provisioner container or qemu"}},
+		{[]string{"--no-masquerade-cidrs", "10.0.0.0"}, []string{`--no-masquerade-cidrs "10.0.0.0"`, "10.0.0.0/8"}},
 		{[]string{"--with-tpm2", "--with-tpm1_2"}, []string{"--with-tpm2 and --with-tpm1_2", "choose one"}},
 		{[]string{"--with-uuid-hostnames"}, []string{"--with-uuid-hostnames", "--provisioner qemu"}},
 		{[]string{"-p", "8080:80"}, []string{"--exposed-ports", "--provisioner container"}},
