@@ -16,14 +16,14 @@ else
 fi
 
 # GRUB's BIOS and UEFI images and grub-mkimage, for the disk an installed node boots from;
-# xorriso and mtools for grub-mkrescue's ISO.
-if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools >/dev/null 2>&1; then
+# xorriso and mtools for grub-mkrescue's ISO; systemd's EFI stub and objcopy for the UKI.
+if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso or mtools is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools as root" >&2
+		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso, mtools, systemd-boot-efi or binutils is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils as root" >&2
 		exit 1
 	fi
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin grub-efi-amd64-bin xorriso mtools >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils >/dev/null
 fi
 
 # The meta package names the kernel's versioned package; both come from Debian's archive.

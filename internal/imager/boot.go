@@ -41,9 +41,10 @@ type BootAssets struct {
 	Release             string // the kernel's release, e.g. 6.1.0-56-cloud-amd64
 	Kernel, Initramfs   string
 	ISO                 string // the first boot's medium: GRUB booting the kernel and initramfs
+	UKI                 string // the same as a unified kernel image (UEFI)
 	Cmdline             string // the file of the default kernel arguments
 	KernelSize, InitrdN int64  // bytes
-	ISOSize             int64
+	ISOSize, UKISize    int64
 	Modules             []string
 }
 
@@ -206,7 +207,12 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 		return a, err
 	}
 
-	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize} {
+	a.UKI = filepath.Join(opts.Out, UKIName)
+	if err = buildUKI(a.Kernel, a.Initramfs, a.UKI); err != nil {
+		return a, err
+	}
+
+	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize, a.UKI: &a.UKISize} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return a, err
@@ -482,9 +488,9 @@ func bootMain(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS and UEFI boot)\nkernel arguments %s: %s\n",
+	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS and UEFI boot)\nUKI %s: %.1f MB (UEFI)\nkernel arguments %s: %s\n",
 		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "),
-		a.ISO, float64(a.ISOSize)/1e6, a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
+		a.ISO, float64(a.ISOSize)/1e6, a.UKI, float64(a.UKISize)/1e6, a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
 
 	return nil
 }

@@ -2,6 +2,7 @@ package imager
 
 import (
 	"bytes"
+	"debug/pe"
 	"io"
 	"os"
 	"os/exec"
@@ -136,6 +137,23 @@ func TestBuildBootReproducible(t *testing.T) {
 		if isos[i], err = os.ReadFile(a.ISO); err != nil {
 			t.Fatal(err)
 		}
+
+		// The unified kernel image carries the same kernel and initramfs.
+		uki, err := pe.Open(a.UKI)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		for _, s := range []struct{ name, file string }{{".linux", a.Kernel}, {".initrd", a.Initramfs}} {
+			want, _ := os.ReadFile(s.file)
+			if sec := uki.Section(s.name); sec == nil {
+				t.Errorf("the UKI has no %s", s.name)
+			} else if data, _ := sec.Data(); !bytes.HasPrefix(data, want) {
+				t.Errorf("the UKI's %s is not %s", s.name, s.file)
+			}
+		}
+
+		uki.Close()
 	}
 
 	if !bytes.Equal(images[0], images[1]) {

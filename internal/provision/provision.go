@@ -70,6 +70,7 @@ type Cluster struct {
 	Initrd       string `yaml:"initrd,omitempty"`
 	ISO          string `yaml:"iso,omitempty"`
 	USB          string `yaml:"usb,omitempty"`
+	UKI          string `yaml:"uki,omitempty"`
 	KVM          bool   `yaml:"kvm,omitempty"`
 	ConfigServer string `yaml:"configServer,omitempty"`
 	NetworkPID   int    `yaml:"networkPid,omitempty"`

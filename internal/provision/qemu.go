@@ -39,6 +39,7 @@ type QEMURequest struct {
 	Initrd string // its initramfs
 	ISO    string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
 	USB    string // or this USB stick's image (the hybrid ISO is one)
+	UKI    string // or this unified kernel image (make boot's metal-amd64-uki.efi), with UEFI
 	// NoBootloader boots the kernel and initramfs directly on every start, also once installed.
 	NoBootloader bool
 	// NoUEFI boots the nodes with the BIOS (SeaBIOS) instead of UEFI (OVMF).
@@ -161,8 +162,12 @@ func (r *Request) checkQEMU() error {
 
 	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
 	if flag, medium := q.bootMedium(); medium != "" {
-		if q.ISO != "" && q.USB != "" {
-			return errors.New("--iso-path and --usb-path both give the first boot's medium: give one")
+		if media := len(slices.DeleteFunc([]string{q.ISO, q.USB, q.UKI}, func(s string) bool { return s == "" })); media > 1 {
+			return errors.New("--iso-path, --usb-path and --uki-path each give the first boot's medium: give one")
+		}
+
+		if q.UKI != "" && q.NoUEFI {
+			return errors.New("--uki-path: a unified kernel image boots with UEFI: drop --with-uefi=false")
 		}
 
 		if q.NoBootloader {
@@ -171,7 +176,7 @@ func (r *Request) checkQEMU() error {
 
 		// The medium's menu has the kernel arguments: the configs go through the maintenance API.
 		if len(q.ExtraKernelArgs) > 0 {
-			return fmt.Errorf("--extra-boot-kernel-args are for a kernel booted directly: the %s's GRUB menu has its own; drop %s, or --extra-boot-kernel-args", flag, flag)
+			return fmt.Errorf("--extra-boot-kernel-args are for a kernel booted directly: the %s carries its own; drop %s, or --extra-boot-kernel-args", flag, flag)
 		}
 
 		paths = map[string]string{flag: medium}
@@ -216,6 +221,10 @@ func (q QEMURequest) bootMedium() (flag, path string) {
 		return "--usb-path", q.USB
 	}
 
+	if q.UKI != "" {
+		return "--uki-path", q.UKI
+	}
+
 	return "--iso-path", q.ISO
 }
 
@@ -238,7 +247,7 @@ func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
 		return err
 	}
 
-	for _, m := range []struct{ path, abs *string }{{&req.QEMU.ISO, &c.ISO}, {&req.QEMU.USB, &c.USB}} {
+	for _, m := range []struct{ path, abs *string }{{&req.QEMU.ISO, &c.ISO}, {&req.QEMU.USB, &c.USB}, {&req.QEMU.UKI, &c.UKI}} {
 		if *m.path != "" {
 			if *m.abs, err = filepath.Abs(*m.path); err != nil {
 				return err
@@ -331,7 +340,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	configISO := ""
 
 	switch {
-	case req.QEMU.ApplyConfig || c.ISO != "" || c.USB != "" || req.SkipInjectingConfig:
+	case req.QEMU.ApplyConfig || c.ISO != "" || c.USB != "" || c.UKI != "" || req.SkipInjectingConfig:
 	case req.QEMU.ConfigInjection == ConfigInjectionISO:
 		configISO = filepath.Join(n.State, "config.iso")
 		if err := makeConfigISO(n.Config, configISO); err != nil {
@@ -374,7 +383,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	spec := qemu.NodeSpec{
-		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, ConfigISO: configISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, UKI: c.UKI, ConfigISO: configISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,

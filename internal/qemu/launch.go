@@ -41,6 +41,9 @@ type NodeSpec struct {
 	ISO string `json:"iso,omitempty"`
 	// USB is a USB stick's image the node boots from in the same way (on an xHCI controller).
 	USB string `json:"usb,omitempty"`
+	// UKI is a unified kernel image the node boots (UEFI) while its disk is blank, instead of the
+	// kernel and initramfs.
+	UKI string `json:"uki,omitempty"`
 	// ConfigISO is a read-only disk holding the node's config (talos.config=metal-iso).
 	ConfigISO string `json:"configISO,omitempty"`
 	// DirectBoot boots the kernel and initramfs on every start, never the installed disk's GRUB.
@@ -173,6 +176,8 @@ func runQEMU(ctx context.Context, spec NodeSpec, tap *os.File) (bool, error) {
 		from = "the ISO " + spec.ISO
 	case spec.USB != "":
 		from = "the USB stick " + spec.USB
+	case spec.UKI != "":
+		from = "the unified kernel image " + spec.UKI
 	}
 
 	fmt.Fprintf(os.Stderr, "[launcher] starting QEMU for %s from %s (KVM: %v, tap %s on %s)\n", spec.Name, from, spec.KVM, spec.Tap, spec.Bridge)
@@ -292,6 +297,9 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 	case s.USB != "":
 		args = append(args, "-device", "qemu-xhci,id=xhci",
 			"-drive", "file="+s.USB+",format=raw,if=none,readonly=on,id=usb0", "-device", "usb-storage,bus=xhci.0,drive=usb0,bootindex=2")
+	case !fromDisk && s.UKI != "":
+		// OVMF starts the image as a UEFI program: its stub boots the kernel and initramfs in it.
+		args = append(args, "-kernel", s.UKI)
 	case !fromDisk:
 		args = append(args, "-kernel", s.Kernel, "-initrd", s.Initrd, "-append", strings.Join(s.Cmdline, " "))
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talos-go/talos/internal/container/netnstest"
+	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -241,6 +242,33 @@ func TestClusterCreateQEMUFromUSB(t *testing.T) {
 	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-usb-controlplane-1.log")); !strings.Contains(string(console), "from the USB stick "+iso) ||
 		!strings.Contains(string(console), "BOOT_IMAGE=/boot/vmlinuz") {
 		t.Errorf("the node did not boot the USB stick first")
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
+		t.Errorf("the node did not boot slot A from its disk after the install: /proc/cmdline %s", out)
+	}
+}
+
+// With --uki-path the node boots the unified kernel image with UEFI (OVMF starts its stub,
+// which boots the kernel and initramfs in it with the arguments in it), gets its config
+// through the maintenance API, installs itself and boots its disk with GRUB.
+func TestClusterCreateQEMUFromUKI(t *testing.T) {
+	_, cli, dir := qemuCluster(t, "qemu-uki")
+
+	const cidr, gateway, node = "10.5.12.0/24", "10.5.12.1", "10.5.12.2"
+
+	start := time.Now()
+	out := cli.Must(t, oneNodeCluster("qemu-uki", cidr, gateway, "--uki-path", uki, "--disk-preallocate=false")...)
+	t.Logf("created from the UKI, the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if !strings.Contains(out, "maintenance mode on qemu-uki-controlplane-1 to apply its config: OK") {
+		t.Errorf("create did not apply the node's config:\n%s", out)
+	}
+
+	console, _ := os.ReadFile(filepath.Join(dir, "qemu-uki-controlplane-1.log"))
+	if !strings.Contains(string(console), "from the unified kernel image "+uki) ||
+		!strings.Contains(string(console), "Kernel command line: "+strings.Join(metal.DefaultKernelArgs, " ")) {
+		t.Errorf("the node did not boot the UKI (its own kernel arguments) first")
 	}
 
 	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
@@ -490,7 +518,7 @@ func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 		t.Errorf("the cluster endpoint is not the VIP:\n%s", out)
 	}
 
-	if out := cli.Must(t, "-n", node, "get", "nftableschains"); !regexp.MustCompile(`ingress\s+filter\s+input\s+filter\s+drop`).MatchString(out) {
+	if out := cli.Must(t, "-n", node, "get", "nftableschains"); !regexp.MustCompile(`ingress\s+\d+\s+filter\s+input\s+filter\s+drop`).MatchString(out) {
 		t.Errorf("no ingress chain dropping by default:\n%s", out)
 	}
 

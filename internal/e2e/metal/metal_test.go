@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	binDir, kernel, initramfs, iso string
+	binDir, kernel, initramfs, iso, uki string
 	kvm                            bool // KVM works here: /dev/kvm is there and a guest runs on it
 )
 
@@ -80,7 +80,9 @@ func skipReason() string {
 	}
 
 	kernel, initramfs, iso = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.img"), filepath.Join(dir, "metal-amd64.iso")
-	for _, f := range []string{kernel, initramfs, iso} {
+	uki = filepath.Join(dir, "metal-amd64-uki.efi")
+
+	for _, f := range []string{kernel, initramfs, iso, uki} {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Sprintf("no %s: build the boot assets with `make boot`", f)
 		}
