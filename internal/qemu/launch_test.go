@@ -254,3 +254,17 @@ func TestArgsMachineDevices(t *testing.T) {
 		}
 	}
 }
+
+// A unified kernel image is QEMU's -kernel (OVMF starts it), with no initramfs or arguments of
+// QEMU's; once the node is on its disk, the disk boots.
+func TestArgsUKI(t *testing.T) {
+	s := NodeSpec{Name: "n", Disk: "/d/disk.raw", UKI: "/b/uki.efi", Kernel: "/b/vmlinuz", Initrd: "/b/initramfs.img"}
+
+	if args := strings.Join(s.Args(false), " "); !strings.Contains(args, "-kernel /b/uki.efi") || strings.Contains(args, "-initrd") || strings.Contains(args, "-append") {
+		t.Errorf("first boot: %s", args)
+	}
+
+	if args := strings.Join(s.Args(true), " "); strings.Contains(args, "-kernel") {
+		t.Errorf("from the disk: %s", args)
+	}
+}
