@@ -40,6 +40,9 @@ type QEMURequest struct {
 	ISO    string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
 	USB    string // or this USB stick's image (the hybrid ISO is one)
 	UKI    string // or this unified kernel image (make boot's metal-amd64-uki.efi), with UEFI
+	// IPXEBootScript, or this iPXE script's URL: the nodes boot from the network (their cards'
+	// iPXE), the cluster's DHCP giving them the URL.
+	IPXEBootScript string
 	// NoBootloader boots the kernel and initramfs directly on every start, also once installed.
 	NoBootloader bool
 	// NoUEFI boots the nodes with the BIOS (SeaBIOS) instead of UEFI (OVMF).
@@ -162,8 +165,12 @@ func (r *Request) checkQEMU() error {
 
 	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
 	if flag, medium := q.bootMedium(); medium != "" {
-		if media := len(slices.DeleteFunc([]string{q.ISO, q.USB, q.UKI}, func(s string) bool { return s == "" })); media > 1 {
-			return errors.New("--iso-path, --usb-path and --uki-path each give the first boot's medium: give one")
+		if media := len(slices.DeleteFunc([]string{q.ISO, q.USB, q.UKI, q.IPXEBootScript}, func(s string) bool { return s == "" })); media > 1 {
+			return errors.New("--iso-path, --usb-path, --uki-path and --ipxe-boot-script each give the first boot's medium: give one")
+		}
+
+		if q.IPXEBootScript != "" && !httpURL(q.IPXEBootScript) {
+			return fmt.Errorf("--ipxe-boot-script %q: give the script's http:// or https:// URL", q.IPXEBootScript)
 		}
 
 		if q.UKI != "" && q.NoUEFI {
@@ -180,6 +187,9 @@ func (r *Request) checkQEMU() error {
 		}
 
 		paths = map[string]string{flag: medium}
+		if q.IPXEBootScript != "" {
+			paths = nil // a URL, fetched by the nodes
+		}
 	}
 
 	for flag, path := range paths {
@@ -223,6 +233,10 @@ func (q QEMURequest) bootMedium() (flag, path string) {
 
 	if q.UKI != "" {
 		return "--uki-path", q.UKI
+	}
+
+	if q.IPXEBootScript != "" {
+		return "--ipxe-boot-script", q.IPXEBootScript
 	}
 
 	return "--iso-path", q.ISO
@@ -269,7 +283,7 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 
 	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
 
-	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname}
+	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname, IPXEBootScript: req.QEMU.IPXEBootScript}
 	if req.QEMU.JSONLogs {
 		spec.JSONLogs = filepath.Join(c.Dir, JSONLogsFile)
 	}
@@ -340,7 +354,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	configISO := ""
 
 	switch {
-	case req.QEMU.ApplyConfig || c.ISO != "" || c.USB != "" || c.UKI != "" || req.SkipInjectingConfig:
+	case req.QEMU.ApplyConfig || c.ISO != "" || c.USB != "" || c.UKI != "" || req.QEMU.IPXEBootScript != "" || req.SkipInjectingConfig:
 	case req.QEMU.ConfigInjection == ConfigInjectionISO:
 		configISO = filepath.Join(n.State, "config.iso")
 		if err := makeConfigISO(n.Config, configISO); err != nil {
@@ -383,7 +397,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	}
 
 	spec := qemu.NodeSpec{
-		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, UKI: c.UKI, ConfigISO: configISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
+		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, UKI: c.UKI, NetBoot: req.QEMU.IPXEBootScript != "", ConfigISO: configISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,

@@ -44,6 +44,9 @@ type NodeSpec struct {
 	// UKI is a unified kernel image the node boots (UEFI) while its disk is blank, instead of the
 	// kernel and initramfs.
 	UKI string `json:"uki,omitempty"`
+	// NetBoot boots the node from the network (the network card's iPXE) while its disk is
+	// blank, instead of the kernel and initramfs.
+	NetBoot bool `json:"netBoot,omitempty"`
 	// ConfigISO is a read-only disk holding the node's config (talos.config=metal-iso).
 	ConfigISO string `json:"configISO,omitempty"`
 	// DirectBoot boots the kernel and initramfs on every start, never the installed disk's GRUB.
@@ -178,6 +181,8 @@ func runQEMU(ctx context.Context, spec NodeSpec, tap *os.File) (bool, error) {
 		from = "the USB stick " + spec.USB
 	case spec.UKI != "":
 		from = "the unified kernel image " + spec.UKI
+	case spec.NetBoot:
+		from = "the network (iPXE)"
 	}
 
 	fmt.Fprintf(os.Stderr, "[launcher] starting QEMU for %s from %s (KVM: %v, tap %s on %s)\n", spec.Name, from, spec.KVM, spec.Tap, spec.Bridge)
@@ -285,7 +290,7 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 		"-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
 		// The node's disk boots first: the firmware must not try an extra disk before it.
 		"-drive", "file=" + s.Disk + ",format=raw,if=none,id=disk0", "-device", "virtio-blk-pci,drive=disk0,bootindex=1",
-		"-netdev", "tap,id=net0,fd=3", "-device", "virtio-net-pci,netdev=net0,mac=" + s.MAC,
+		"-netdev", "tap,id=net0,fd=3", "-device", "virtio-net-pci,netdev=net0,mac=" + s.MAC + netBootIndex(s.NetBoot),
 		// The host's entropy: without it a TCG kernel is slow to seed its random numbers,
 		// which DHCP's transaction IDs and TLS wait for.
 		"-device", "virtio-rng-pci",
@@ -297,6 +302,8 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 	case s.USB != "":
 		args = append(args, "-device", "qemu-xhci,id=xhci",
 			"-drive", "file="+s.USB+",format=raw,if=none,readonly=on,id=usb0", "-device", "usb-storage,bus=xhci.0,drive=usb0,bootindex=2")
+	case s.NetBoot:
+		// The firmware tries the blank disk, then the network card's iPXE.
 	case !fromDisk && s.UKI != "":
 		// OVMF starts the image as a UEFI program: its stub boots the kernel and initramfs in it.
 		args = append(args, "-kernel", s.UKI)
@@ -341,6 +348,15 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 	}
 
 	return args
+}
+
+// netBootIndex makes the network card the second boot device, after the disk.
+func netBootIndex(netBoot bool) string {
+	if netBoot {
+		return ",bootindex=2"
+	}
+
+	return ""
 }
 
 // diskArgs attach extra disk i on its driver's controller.

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +39,9 @@ type NetworkSpec struct {
 	// JSONLogs, when set, is the file the nodes' json_lines logs are appended to, received on
 	// the gateway's JSONLogsPort (TCP).
 	JSONLogs string `json:"jsonLogs,omitempty"`
+	// IPXEBootScript, when set, is the boot file (a URL) given to iPXE clients: a node booting
+	// from the network (its disk blank) runs that script.
+	IPXEBootScript string `json:"ipxeBootScript,omitempty"`
 }
 
 // JSONLogsPort is where the network process receives the nodes' logs (upstream's port).
@@ -226,6 +230,11 @@ func (s NetworkSpec) HandleDHCP(conn net.PacketConn, peer net.Addr, m *dhcpv4.DH
 
 		if len(dns) > 0 {
 			mods = append(mods, dhcpv4.WithDNS(dns...))
+		}
+
+		// iPXE says who it is in the user class; other PXE clients get no boot file.
+		if s.IPXEBootScript != "" && slices.Contains(m.UserClass(), "iPXE") {
+			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptBootFileName(s.IPXEBootScript)), func(d *dhcpv4.DHCPv4) { d.BootFileName = s.IPXEBootScript })
 		}
 	}
 

@@ -217,3 +217,19 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// With an iPXE boot script, iPXE (its user class) gets the script's URL as its boot file; a
+// client that is not iPXE gets none.
+func TestDHCPGivesIPXEItsScript(t *testing.T) {
+	s := testSpec(t)
+	s.IPXEBootScript = "http://10.5.0.1:8080/boot.ipxe"
+
+	ipxe := exchange(t, s, request(t, dhcpv4.MessageTypeDiscover, "52:54:00:05:00:03", dhcpv4.WithUserClass("iPXE", false)))
+	if ipxe == nil || ipxe.BootFileName != s.IPXEBootScript || ipxe.BootFileNameOption() != s.IPXEBootScript {
+		t.Fatalf("iPXE's offer: %v", ipxe)
+	}
+
+	if other := exchange(t, s, request(t, dhcpv4.MessageTypeDiscover, "52:54:00:05:00:03")); other == nil || other.BootFileName != "" || other.BootFileNameOption() != "" {
+		t.Fatalf("another client's offer names a boot file: %v", other)
+	}
+}

@@ -29,12 +29,15 @@ func TestKubernetesSupport(t *testing.T) {
 			c.ClusterConfig.ProxyConfig = &v1alpha1.ProxyConfig{Disabled: new(true)}
 			c.ClusterConfig.CoreDNSConfig = &v1alpha1.CoreDNS{CoreDNSDisabled: new(true)}
 		}},
-		{name: "custom cni by url", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+		{name: "custom cni by url (fetched)", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: "custom", CNIUrls: []string{"https://example.org/cilium.yaml"}}
-		}, want: []string{"cluster.network.cni.name", `"custom"`, "cluster.inlineManifests"}},
-		{name: "extra manifests", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+		}},
+		{name: "custom cni without urls", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: "custom"}
+		}, want: []string{"cluster.network.cni.urls", "give the URLs"}},
+		{name: "extra manifests (fetched)", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ExtraManifests = []string{"https://example.org/a.yaml", "https://example.org/b.yaml"}
-		}, want: []string{"cluster.extraManifests", "2 manifest URL(s)"}},
+		}},
 		{name: "external cloud provider", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}
 		}, want: []string{"cluster.externalCloudProvider.enabled", "set it to false"}},
@@ -67,9 +70,9 @@ func TestKubernetesSupport(t *testing.T) {
 			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryService.RegistryEndpoint = "https://discovery.example/"
 		}, want: []string{"cluster.discovery.registries.service.endpoint", "discovery.example"}},
 		{name: "two at once, both named", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
-			c.ClusterConfig.ExtraManifests = []string{"https://example.org/a.yaml"}
+			c.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: "custom"}
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}
-		}, want: []string{"cluster.extraManifests", "cluster.externalCloudProvider.enabled"}},
+		}, want: []string{"cluster.network.cni.urls", "cluster.externalCloudProvider.enabled"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var patches []func(*v1alpha1.Config)
