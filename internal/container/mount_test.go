@@ -110,7 +110,7 @@ func TestDisableIPv6(t *testing.T) {
 			b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + scope + "/disable_ipv6")
 
 			if err != nil || strings.TrimSpace(string(b)) != "1" {
-				errc <- fmt.Errorf("%s: disable_ipv6 %q, %v", scope, b, err)
+				errc <- fmt.Errorf("%s: disable_ipv6 %q, %w", scope, b, err)
 
 				return
 			}

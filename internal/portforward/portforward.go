@@ -149,7 +149,12 @@ func Main(args []string) error {
 		default:
 			var c net.PacketConn
 			if c, err = net.FilePacketConn(f); err == nil {
-				wg.Go(func() { serveUDP(ctx, c.(*net.UDPConn), r.To) })
+				udp, ok := c.(*net.UDPConn)
+				if !ok {
+					return fmt.Errorf("%s: the listener is not UDP", r)
+				}
+
+				wg.Go(func() { serveUDP(ctx, udp, r.To) })
 			}
 		}
 
@@ -206,7 +211,7 @@ func relayTCP(in net.Conn, to netip.AddrPort) {
 	copyHalf := func(dst, src net.Conn) {
 		io.Copy(dst, src) //nolint:errcheck // either side closing ends the relay
 		if c, ok := dst.(*net.TCPConn); ok {
-			c.CloseWrite()
+			_ = c.CloseWrite()
 		}
 
 		done <- struct{}{}
@@ -271,7 +276,7 @@ func serveUDP(ctx context.Context, l *net.UDPConn, to netip.AddrPort) {
 				reply := make([]byte, 64<<10)
 
 				for {
-					out.SetReadDeadline(time.Now().Add(udpIdle))
+					_ = out.SetReadDeadline(time.Now().Add(udpIdle))
 
 					n, err := out.Read(reply)
 					if err != nil {

@@ -57,10 +57,10 @@ func startTPM(ctx context.Context, s NodeSpec) (func(), error) {
 		cmd.Process.Signal(syscall.SIGTERM) // it may have ended with QEMU
 
 		select {
-		case <-done:
+		case _ = <-done: // asked to stop: its status is not news
 		case <-time.After(5 * time.Second):
 			cmd.Process.Kill()
-			<-done
+			_ = <-done
 		}
 
 		os.Remove(sock)

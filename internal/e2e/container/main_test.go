@@ -238,7 +238,7 @@ func serveExtraManifest() (net.Listener, error) {
 		return nil, err
 	}
 
-	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { //nolint:gosec // a test's server
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/extra.yaml" {
 			http.NotFound(w, r)
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -269,6 +270,70 @@ func TestClusterCreateQEMUFromUKI(t *testing.T) {
 	if !strings.Contains(string(console), "from the unified kernel image "+uki) ||
 		!strings.Contains(string(console), "Kernel command line: "+strings.Join(metal.DefaultKernelArgs, " ")) {
 		t.Errorf("the node did not boot the UKI (its own kernel arguments) first")
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
+		t.Errorf("the node did not boot slot A from its disk after the install: /proc/cmdline %s", out)
+	}
+}
+
+// With --ipxe-boot-script the node boots from its network card (iPXE, after its blank disk,
+// with the BIOS): the cluster's DHCP gives iPXE the script's URL, served by the test on the
+// bridge with the kernel and initramfs it boots; the config goes through the maintenance API,
+// the node installs itself and boots its disk.
+func TestClusterCreateQEMUFromIPXE(t *testing.T) {
+	_, cli, dir := qemuCluster(t, "qemu-pxe")
+
+	const cidr, gateway, node = "10.5.13.0/24", "10.5.13.1", "10.5.13.2"
+
+	// Listening on every address: the bridge's comes with the cluster.
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	base := fmt.Sprintf("http://%s:%d", gateway, l.Addr().(*net.TCPAddr).Port)
+	script := fmt.Sprintf("#!ipxe\nkernel %s/vmlinuz %s\ninitrd %s/initramfs.img\nboot\n", base, strings.Join(metal.DefaultKernelArgs, " "), base)
+
+	var mu sync.Mutex
+
+	asked := map[string]bool{}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked[r.URL.Path] = true
+		mu.Unlock()
+
+		switch r.URL.Path {
+		case "/boot.ipxe":
+			w.Write([]byte(script))
+		case "/vmlinuz":
+			http.ServeFile(w, r, kernel)
+		case "/initramfs.img":
+			http.ServeFile(w, r, initramfs)
+		default:
+			http.NotFound(w, r)
+		}
+	})}
+
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	start := time.Now()
+	out := cli.Must(t, oneNodeCluster("qemu-pxe", cidr, gateway, "--ipxe-boot-script", base+"/boot.ipxe", "--with-uefi=false", "--disk-preallocate=false")...)
+	t.Logf("created from the network (iPXE), the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if !strings.Contains(out, "maintenance mode on qemu-pxe-controlplane-1 to apply its config: OK") {
+		t.Errorf("create did not apply the node's config:\n%s", out)
+	}
+
+	mu.Lock()
+	if !asked["/boot.ipxe"] || !asked["/vmlinuz"] || !asked["/initramfs.img"] {
+		t.Errorf("iPXE did not fetch the script, the kernel and the initramfs: %v", asked)
+	}
+	mu.Unlock()
+
+	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-pxe-controlplane-1.log")); !strings.Contains(string(console), "from the network (iPXE)") {
+		t.Errorf("the launcher did not boot the node from the network")
 	}
 
 	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {

@@ -146,7 +146,7 @@ func TestIngressFirewall(t *testing.T) {
 
 	testenv.WaitFor(t, "the firewall dropping the port no rule allows", 10*time.Second, func() error {
 		if err := dialFrom(nsPath, "10.9.10.1:8081"); err == nil || !strings.Contains(err.Error(), "timeout") {
-			return fmt.Errorf("port 8081: %v, want a timeout", err)
+			return fmt.Errorf("port 8081: %w, want a timeout", err)
 		}
 
 		return nil

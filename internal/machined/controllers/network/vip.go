@@ -209,7 +209,8 @@ func (ctrl *VIPController) holdOnce(ctx context.Context, log *zap.Logger, spec n
 	if err != nil {
 		return fmt.Errorf("etcd session: %w", err)
 	}
-	defer session.Close() //nolint:errcheck // revokes the lease: the others campaign at once
+	// Closing revokes the lease: the others campaign at once.
+	defer session.Close()
 
 	election := concurrency.NewElection(session, "/talos/vip/"+spec.VIP.IP.String())
 
