@@ -62,12 +62,18 @@ func ToDisk(ctx context.Context, o Options) error {
 		return err
 	}
 
-	parts, err := partition.Plan(partition.Layout, size)
+	// The table is in the disk's logical sectors (512 bytes, or 4096 on a 4Kn disk).
+	ss, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET)
+	if err != nil {
+		return fmt.Errorf("machine.install.disk %s: its sector size: %w", o.Disk, err)
+	}
+
+	parts, err := partition.PlanSectors(partition.Layout, size, int64(ss))
 	if err != nil {
 		return fmt.Errorf("machine.install.disk %s: %w", o.Disk, err)
 	}
 
-	o.Log("installing to %s (%d MiB): partitions %s", o.Disk, size/partition.MiB, layoutText(parts))
+	o.Log("installing to %s (%d MiB, %d-byte sectors): partitions %s", o.Disk, size/partition.MiB, ss, layoutText(parts))
 
 	// Old filesystems' signatures go, so nothing mistakes a partition for what it was.
 	zeros := make([]byte, partition.MiB)
@@ -114,7 +120,14 @@ func ToDisk(ctx context.Context, o Options) error {
 	// The EFI partition holds GRUB for UEFI, which reads the same menu on BOOT as BIOS's.
 	o.Log("formatting %s (%s) as FAT32", partition.EFI, devs[partition.EFI].Path())
 
-	if out, err := exec.CommandContext(ctx, "mkfs.fat", "-F", "32", "-n", partition.EFI, devs[partition.EFI].Path()).CombinedOutput(); err != nil {
+	// FAT32 needs 65525 clusters: on 4096-byte sectors the 100 MiB partition has too few, and
+	// mkfs.fat picks FAT16 (which UEFI reads as well).
+	fat := []string{"-F", "32", "-n", partition.EFI, devs[partition.EFI].Path()}
+	if ss != partition.SectorSize {
+		fat = fat[2:]
+	}
+
+	if out, err := exec.CommandContext(ctx, "mkfs.fat", fat...).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.fat %s: %w: %s", devs[partition.EFI].Path(), err, out)
 	}
 
@@ -132,8 +145,13 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	bios := parts[slices.IndexFunc(parts, func(p partition.Placed) bool { return p.Name == partition.BIOS })]
 
-	if err = partition.InstallGRUB(f, bios, bootImg, coreImg); err != nil {
-		return err
+	// GRUB's BIOS boot sector is for 512-byte sectors (as BIOSes are): a 4Kn disk boots UEFI.
+	if ss == partition.SectorSize {
+		if err = partition.InstallGRUB(f, bios, bootImg, coreImg); err != nil {
+			return err
+		}
+	} else {
+		o.Log("no GRUB for BIOS on a disk of %d-byte sectors: it boots with UEFI", ss)
 	}
 
 	if err = f.Sync(); err != nil {

@@ -31,14 +31,20 @@ var (
 )
 
 const (
+	// SectorSize is a disk's usual logical sector: 512 bytes. Disks of 4096-byte sectors
+	// (4Kn) have their table in those sectors (PlanSectors; Read finds which).
 	SectorSize = 512
-	MiB        = 1 << 20
+	// SectorSize4K is the other logical sector size a disk may have.
+	SectorSize4K = 4096
+	MiB          = 1 << 20
 
-	entries      = 128
-	entrySize    = 128
-	entrySectors = entries * entrySize / SectorSize // 32
-	alignSectors = MiB / SectorSize                 // partitions start on MiB boundaries
+	entries   = 128
+	entrySize = 128
 )
+
+// entrySectors is the table's sectors (32 of 512 bytes); partitions start on MiB boundaries.
+func entrySectors(ss int64) int64 { return entries * entrySize / ss }
+func alignSectors(ss int64) int64 { return MiB / ss }
 
 // Partition is one entry of a layout; Size 0 takes the rest of the disk.
 type Partition struct {
@@ -77,31 +83,50 @@ type Placed struct {
 	Number      int
 	First, Last int64 // LBA, inclusive
 	GUID        uuid.UUID
+	// SectorSize is the disk's logical sector size (0: SectorSize).
+	SectorSize int64
+}
+
+func (p Placed) sector() int64 {
+	if p.SectorSize == 0 {
+		return SectorSize
+	}
+
+	return p.SectorSize
 }
 
 // Offset and Bytes locate the partition on the disk.
-func (p Placed) Offset() int64 { return p.First * SectorSize }
-func (p Placed) Bytes() int64  { return (p.Last - p.First + 1) * SectorSize }
+func (p Placed) Offset() int64 { return p.First * p.sector() }
+func (p Placed) Bytes() int64  { return (p.Last - p.First + 1) * p.sector() }
 
-// Plan places the layout on a disk of size bytes.
+// Plan places the layout on a disk of size bytes and 512-byte sectors.
 func Plan(layout []Partition, size int64) ([]Placed, error) {
-	sectors := size / SectorSize
-	lastUsable := sectors - 1 - 1 - entrySectors // backup header and entries at the end
+	return PlanSectors(layout, size, SectorSize)
+}
 
-	next := int64(alignSectors)
+// PlanSectors places the layout on a disk of size bytes and sectors of ss bytes (512 or 4096).
+func PlanSectors(layout []Partition, size, ss int64) ([]Placed, error) {
+	if ss != SectorSize && ss != SectorSize4K {
+		return nil, fmt.Errorf("a disk of %d-byte sectors: only 512 and 4096 are known", ss)
+	}
+
+	sectors := size / ss
+	lastUsable := sectors - 1 - 1 - entrySectors(ss) // backup header and entries at the end
+
+	next := alignSectors(ss)
 	placed := make([]Placed, 0, len(layout))
 
 	for i, p := range layout {
-		n := p.Size / SectorSize
+		n := p.Size / ss
 		if p.Size == 0 {
-			n = (lastUsable + 1 - next) / alignSectors * alignSectors
+			n = (lastUsable + 1 - next) / alignSectors(ss) * alignSectors(ss)
 		}
 
-		if n <= 0 || next+n-1 > lastUsable || (p.Size == 0 && n*SectorSize < MinEphemeral) {
+		if n <= 0 || next+n-1 > lastUsable || (p.Size == 0 && n*ss < MinEphemeral) {
 			return nil, fmt.Errorf("disk of %d MiB is too small for the partitions: give it at least %d MiB", size/MiB, MinSize(layout)/MiB)
 		}
 
-		placed = append(placed, Placed{Partition: p, Number: i + 1, First: next, Last: next + n - 1, GUID: uuid.New()})
+		placed = append(placed, Placed{Partition: p, Number: i + 1, First: next, Last: next + n - 1, GUID: uuid.New(), SectorSize: ss})
 		next += n
 	}
 
@@ -109,10 +134,17 @@ func Plan(layout []Partition, size int64) ([]Placed, error) {
 }
 
 // Write writes a protective MBR and the primary and backup GPT of the planned partitions to a
-// disk of size bytes. The sectors between are not touched.
+// disk of size bytes, in the sectors they were planned for. The sectors between are not touched.
 func Write(disk io.WriterAt, size int64, parts []Placed) error {
-	sectors := size / SectorSize
-	if sectors < 2*(2+entrySectors)+alignSectors {
+	ss := int64(SectorSize)
+	if len(parts) > 0 {
+		ss = parts[0].sector()
+	}
+
+	entrySectors := entrySectors(ss)
+
+	sectors := size / ss
+	if sectors < 2*(2+entrySectors)+alignSectors(ss) {
 		return errors.New("disk too small for a partition table")
 	}
 
@@ -139,7 +171,7 @@ func Write(disk io.WriterAt, size int64, parts []Placed) error {
 	diskGUID := uuid.New()
 
 	header := func(self, other, tableLBA int64) []byte {
-		h := make([]byte, SectorSize)
+		h := make([]byte, ss)
 		copy(h, "EFI PART")
 		binary.LittleEndian.PutUint32(h[8:], 0x00010000) // revision 1.0
 		binary.LittleEndian.PutUint32(h[12:], 92)        // header size
@@ -157,7 +189,7 @@ func Write(disk io.WriterAt, size int64, parts []Placed) error {
 		return h
 	}
 
-	mbr := make([]byte, SectorSize)
+	mbr := make([]byte, ss)
 	pe := mbr[446:]
 	copy(pe[1:4], []byte{0x00, 0x02, 0x00}) // CHS of LBA 1
 	pe[4] = 0xEE                            // GPT protective
@@ -178,7 +210,7 @@ func Write(disk io.WriterAt, size int64, parts []Placed) error {
 	}
 
 	for _, w := range writes {
-		if _, err := disk.WriteAt(w.data, w.lba*SectorSize); err != nil {
+		if _, err := disk.WriteAt(w.data, w.lba*ss); err != nil {
 			return fmt.Errorf("writing the partition table: %w", err)
 		}
 	}
@@ -206,14 +238,24 @@ func getGUID(b []byte) uuid.UUID {
 	return u
 }
 
-// Read reads the primary GPT of a disk: its partitions, in table order, checksums verified.
+// Read reads the primary GPT of a disk: its partitions, in table order, checksums verified. The
+// table is in the disk's logical sectors: its header is looked for at 512 bytes, then at 4096.
 func Read(disk io.ReaderAt) ([]Placed, error) {
-	h := make([]byte, SectorSize)
-	if _, err := disk.ReadAt(h, SectorSize); err != nil {
-		return nil, err
+	var (
+		h  []byte
+		ss int64
+	)
+
+	for _, size := range []int64{SectorSize, SectorSize4K} {
+		b := make([]byte, size)
+		if _, err := disk.ReadAt(b, size); err == nil && string(b[:8]) == "EFI PART" {
+			h, ss = b, size
+
+			break
+		}
 	}
 
-	if string(h[:8]) != "EFI PART" {
+	if h == nil {
 		return nil, errors.New("no GUID partition table")
 	}
 
@@ -231,7 +273,7 @@ func Read(disk io.ReaderAt) ([]Placed, error) {
 	}
 
 	table := make([]byte, int(n)*int(size))
-	if _, err := disk.ReadAt(table, int64(binary.LittleEndian.Uint64(h[72:]))*SectorSize); err != nil {
+	if _, err := disk.ReadAt(table, int64(binary.LittleEndian.Uint64(h[72:]))*ss); err != nil {
 		return nil, err
 	}
 
@@ -255,11 +297,12 @@ func Read(disk io.ReaderAt) ([]Placed, error) {
 		}
 
 		parts = append(parts, Placed{
-			Partition: Partition{Name: string(utf16.Decode(name)), Type: typ},
-			Number:    i + 1,
-			First:     int64(binary.LittleEndian.Uint64(e[32:])),
-			Last:      int64(binary.LittleEndian.Uint64(e[40:])),
-			GUID:      getGUID(e[16:]),
+			Partition:  Partition{Name: string(utf16.Decode(name)), Type: typ},
+			Number:     i + 1,
+			First:      int64(binary.LittleEndian.Uint64(e[32:])),
+			Last:       int64(binary.LittleEndian.Uint64(e[40:])),
+			GUID:       getGUID(e[16:]),
+			SectorSize: ss,
 		})
 		parts[len(parts)-1].Size = parts[len(parts)-1].Bytes()
 	}

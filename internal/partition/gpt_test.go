@@ -2,16 +2,19 @@ package partition
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 const testDisk = 3 << 30
 
-func writeDisk(t *testing.T) (string, []Placed) {
+func writeDisk(t *testing.T, ss int64) (string, []Placed) {
 	t.Helper()
 
 	path := filepath.Join(t.TempDir(), "disk.raw")
@@ -26,7 +29,7 @@ func writeDisk(t *testing.T) (string, []Placed) {
 		t.Fatal(err)
 	}
 
-	parts, err := Plan(Layout, testDisk)
+	parts, err := PlanSectors(Layout, testDisk, ss)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +72,13 @@ func TestPlanIsUpstreamLayout(t *testing.T) {
 }
 
 func TestWriteReadBack(t *testing.T) {
-	path, parts := writeDisk(t)
+	for _, ss := range []int64{SectorSize, SectorSize4K} {
+		t.Run(strconv.FormatInt(ss, 10), func(t *testing.T) { writeReadBack(t, ss) })
+	}
+}
+
+func writeReadBack(t *testing.T, ss int64) {
+	path, parts := writeDisk(t, ss)
 
 	f, err := os.Open(path)
 	if err != nil {
@@ -87,7 +96,8 @@ func TestWriteReadBack(t *testing.T) {
 	}
 
 	for i := range got {
-		if got[i].Name != parts[i].Name || got[i].Type != parts[i].Type || got[i].GUID != parts[i].GUID || got[i].First != parts[i].First || got[i].Last != parts[i].Last {
+		if got[i].Name != parts[i].Name || got[i].Type != parts[i].Type || got[i].GUID != parts[i].GUID || got[i].First != parts[i].First || got[i].Last != parts[i].Last ||
+			got[i].SectorSize != ss || got[i].Offset() != parts[i].Offset() || got[i].Offset()%MiB != 0 {
 			t.Errorf("partition %d: read %+v, wrote %+v", i+1, got[i], parts[i])
 		}
 	}
@@ -98,7 +108,7 @@ func TestWriteReadBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err = w.WriteAt([]byte{'X'}, 2*SectorSize+56); err != nil {
+	if _, err = w.WriteAt([]byte{'X'}, 2*ss+56); err != nil {
 		t.Fatal(err)
 	}
 
@@ -116,7 +126,7 @@ func TestSfdiskReadsTable(t *testing.T) {
 		t.Skip("no sfdisk (Debian's fdisk package)")
 	}
 
-	path, parts := writeDisk(t)
+	path, parts := writeDisk(t, SectorSize)
 
 	out, err := exec.Command("sfdisk", "--json", path).Output()
 	if err != nil {
@@ -152,5 +162,30 @@ func TestSfdiskReadsTable(t *testing.T) {
 
 	if out, err = exec.Command("sfdisk", "--verify", path).CombinedOutput(); err != nil {
 		t.Errorf("sfdisk --verify: %v: %s", err, out)
+	}
+}
+
+// util-linux's fdisk, told the disk has 4096-byte sectors, reads the table written for them:
+// each partition where it was placed, by name.
+func TestFdiskReads4KTable(t *testing.T) {
+	if _, err := exec.LookPath("fdisk"); err != nil {
+		t.Skip("no fdisk (Debian's fdisk package)")
+	}
+
+	path, parts := writeDisk(t, SectorSize4K)
+
+	out, err := exec.Command("fdisk", "-b", "4096", "-l", "-o", "Start,End,Name", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("fdisk: %v: %s", err, out)
+	}
+
+	for _, p := range parts {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+%d\s+%s\s*$`, p.First, p.Last, p.Name)).MatchString(string(out)) {
+			t.Errorf("fdisk does not read %s at %d-%d:\n%s", p.Name, p.First, p.Last, out)
+		}
+	}
+
+	if !strings.Contains(string(out), "Sector size (logical/physical): 4096 bytes") || strings.Contains(string(out), "corrupt") {
+		t.Errorf("fdisk:\n%s", out)
 	}
 }

@@ -50,6 +50,9 @@ type QEMURequest struct {
 	// UEFISearchPaths are searched for OVMF before the distributions' folders.
 	UEFISearchPaths []string
 	DiskMB          int64 // each node's disk, a file in its state folder
+	// DiskBlockSize is that disk's block size (--disk-block-size): 512, or 4096 (a 4Kn disk,
+	// which boots with UEFI only).
+	DiskBlockSize int
 	ExtraKernelArgs []string
 
 	Preallocate         bool     // allocate the disk files' blocks (else sparse)
@@ -125,6 +128,10 @@ func (r *Request) checkQEMU() error {
 		return errors.New("--cpus and --cpus-workers must be positive: they are the guests' CPUs")
 	case c.MTU < 576 || c.MTU > 65535:
 		return fmt.Errorf("--mtu %d is out of range: use 576 to 65535 (1500 is usual)", c.MTU)
+	case q.DiskBlockSize != 0 && q.DiskBlockSize != partition.SectorSize && q.DiskBlockSize != partition.SectorSize4K:
+		return fmt.Errorf("--disk-block-size %d: give 512 or 4096", q.DiskBlockSize)
+	case q.DiskBlockSize == partition.SectorSize4K && q.NoUEFI:
+		return errors.New("--disk-block-size 4096: GRUB boots a disk of 4096-byte sectors with UEFI only: drop --with-uefi=false")
 	case q.ExtraDisks < 0:
 		return fmt.Errorf("--extra-disks %d must not be negative", q.ExtraDisks)
 	case q.ExtraDisks > 0 && q.ExtraDisksSizeMB < 1:
@@ -398,7 +405,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 
 	spec := qemu.NodeSpec{
 		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, UKI: c.UKI, NetBoot: req.QEMU.IPXEBootScript != "", ConfigISO: configISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
-		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, ExtraDisks: extra,
+		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, DiskBlockSize: req.QEMU.DiskBlockSize, ExtraDisks: extra,
 		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,
 		MAC: n.MAC, Bridge: c.Bridge, Tap: n.Tap, MTU: c.MTU, UUID: n.UUID,

@@ -55,6 +55,8 @@ type NodeSpec struct {
 	UEFI   *UEFI  `json:"uefi,omitempty"`
 	Disk   string `json:"disk"` // a raw disk image, made when missing
 	DiskMB int64  `json:"diskMB"`
+	// DiskBlockSize is the disk's logical and physical block size (0: QEMU's 512).
+	DiskBlockSize int `json:"diskBlockSize,omitempty"`
 	// ExtraDisks are more disks after the first, on the drivers they name.
 	ExtraDisks  []Disk `json:"extraDisks,omitempty"`
 	Preallocate bool   `json:"preallocate,omitempty"` // allocate the disk files' blocks, not sparse
@@ -251,8 +253,9 @@ func (w *rebootWatcher) rebooted() bool {
 	return w.seen
 }
 
-// Bootable tells a disk image the node has installed itself on: a partition table with BOOT
-// and boot code in its first sector.
+// Bootable tells a disk image the node has installed itself on: a partition table with BOOT,
+// and a boot loader: GRUB's boot code in the first sector (BIOS), or the EFI partition's FAT
+// (UEFI; the only one on a disk of 4096-byte sectors).
 func Bootable(disk string) bool {
 	f, err := os.Open(disk)
 	if err != nil {
@@ -260,17 +263,28 @@ func Bootable(disk string) bool {
 	}
 	defer f.Close()
 
-	mbr := make([]byte, partition.SectorSize)
-	if _, err = f.ReadAt(mbr, 0); err != nil || bytes.Count(mbr[:0x1b8], []byte{0}) == 0x1b8 {
-		return false
-	}
-
 	parts, err := partition.Read(f)
-	if err != nil {
+	if err != nil || !slices.ContainsFunc(parts, func(p partition.Placed) bool { return p.Name == partition.Boot }) {
 		return false
 	}
 
-	return slices.ContainsFunc(parts, func(p partition.Placed) bool { return p.Name == partition.Boot })
+	mbr := make([]byte, partition.SectorSize)
+	if _, err = f.ReadAt(mbr, 0); err == nil && bytes.Count(mbr[:0x1b8], []byte{0}) != 0x1b8 {
+		return true
+	}
+
+	i := slices.IndexFunc(parts, func(p partition.Placed) bool { return p.Name == partition.EFI })
+	if i < 0 {
+		return false
+	}
+
+	boot := make([]byte, partition.SectorSize)
+	if _, err = f.ReadAt(boot, parts[i].Offset()); err != nil {
+		return false
+	}
+
+	// A FAT boot sector: its signature, and "FAT" in the FAT12/16 or FAT32 type field.
+	return boot[510] == 0x55 && boot[511] == 0xAA && (bytes.HasPrefix(boot[54:], []byte("FAT")) || bytes.HasPrefix(boot[82:], []byte("FAT")))
 }
 
 func exitText(err error) string {
@@ -289,7 +303,7 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 		"-name", s.Name, "-m", strconv.FormatInt(s.MemoryMB, 10), "-smp", strconv.Itoa(max(1, s.CPUs)),
 		"-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
 		// The node's disk boots first: the firmware must not try an extra disk before it.
-		"-drive", "file=" + s.Disk + ",format=raw,if=none,id=disk0", "-device", "virtio-blk-pci,drive=disk0,bootindex=1",
+		"-drive", "file=" + s.Disk + ",format=raw,if=none,id=disk0", "-device", "virtio-blk-pci,drive=disk0,bootindex=1" + blockSize(s.DiskBlockSize),
 		"-netdev", "tap,id=net0,fd=3", "-device", "virtio-net-pci,netdev=net0,mac=" + s.MAC + netBootIndex(s.NetBoot),
 		// The host's entropy: without it a TCG kernel is slow to seed its random numbers,
 		// which DHCP's transaction IDs and TLS wait for.
@@ -348,6 +362,15 @@ func (s NodeSpec) Args(fromDisk bool) []string {
 	}
 
 	return args
+}
+
+// blockSize sets a disk's logical and physical block size, when not QEMU's default.
+func blockSize(size int) string {
+	if size == 0 || size == partition.SectorSize {
+		return ""
+	}
+
+	return fmt.Sprintf(",logical_block_size=%d,physical_block_size=%d", size, size)
 }
 
 // netBootIndex makes the network card the second boot device, after the disk.

@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -266,5 +267,68 @@ func TestArgsUKI(t *testing.T) {
 
 	if args := strings.Join(s.Args(true), " "); strings.Contains(args, "-kernel") {
 		t.Errorf("from the disk: %s", args)
+	}
+}
+
+// A disk of 4096-byte sectors (no BIOS boot code) is bootable once its EFI partition holds a
+// FAT, as mkfs.fat writes it.
+func TestBootable4K(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.fat"); err != nil {
+		t.Skip("no mkfs.fat (Debian's dosfstools)")
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "disk.raw")
+
+	if err := makeDisk(path, 3072, false); err != nil {
+		t.Fatal(err)
+	}
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	parts, err := partition.PlanSectors(partition.Layout, 3072<<20, partition.SectorSize4K)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err = partition.Write(f, 3072<<20, parts); err != nil {
+		t.Fatal(err)
+	}
+
+	if Bootable(path) {
+		t.Fatal("a 4Kn disk with a blank EFI partition is bootable")
+	}
+
+	fat := filepath.Join(dir, "efi.img")
+	if out, err := exec.Command("mkfs.fat", "-S", "4096", "-n", "EFI", "-C", fat, "102400").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.fat: %v: %s", err, out)
+	}
+
+	sector, err := os.ReadFile(fat)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = f.WriteAt(sector[:partition.SectorSize4K], parts[0].Offset()); err != nil {
+		t.Fatal(err)
+	}
+
+	if !Bootable(path) {
+		t.Fatal("a 4Kn disk with its EFI partition's FAT is not bootable")
+	}
+}
+
+func TestArgsDiskBlockSize(t *testing.T) {
+	s := NodeSpec{Name: "n", Disk: "/d/disk.raw", DiskBlockSize: 4096}
+	if args := strings.Join(s.Args(true), " "); !strings.Contains(args, "bootindex=1,logical_block_size=4096,physical_block_size=4096") {
+		t.Errorf("args: %s", args)
+	}
+
+	if args := strings.Join(NodeSpec{Name: "n", Disk: "/d/disk.raw", DiskBlockSize: 512}.Args(true), " "); strings.Contains(args, "block_size") {
+		t.Errorf("512: %s", args)
 	}
 }

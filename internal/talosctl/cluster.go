@@ -294,6 +294,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.QEMU.UKI, "uki-path", "", "the UKI image path to use for the initial boot (`make boot`'s _out/boot/metal-amd64-uki.efi, UEFI; the configs are applied in maintenance mode) (qemu)")
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")
 	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
+	f.IntVar(&req.QEMU.DiskBlockSize, "disk-block-size", 512, "disk block size (qemu: 512, or 4096 with UEFI)")
 	f.StringVar(&extraKernelArgs, "extra-boot-kernel-args", "", "add extra kernel args to the initial boot from vmlinuz and initramfs (qemu)")
 	f.BoolVar(&req.QEMU.Preallocate, "disk-preallocate", true, "whether disk space should be preallocated (qemu)")
 	f.IntVar(&req.QEMU.ExtraDisks, "extra-disks", 0, "number of extra disks to create for each worker VM (qemu)")

@@ -252,14 +252,15 @@ func TestClusterCreateQEMUFromUSB(t *testing.T) {
 
 // With --uki-path the node boots the unified kernel image with UEFI (OVMF starts its stub,
 // which boots the kernel and initramfs in it with the arguments in it), gets its config
-// through the maintenance API, installs itself and boots its disk with GRUB.
+// through the maintenance API, installs itself and boots its disk with GRUB. The disk has
+// 4096-byte sectors (--disk-block-size): its partition table is in them.
 func TestClusterCreateQEMUFromUKI(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-uki")
 
 	const cidr, gateway, node = "10.5.12.0/24", "10.5.12.1", "10.5.12.2"
 
 	start := time.Now()
-	out := cli.Must(t, oneNodeCluster("qemu-uki", cidr, gateway, "--uki-path", uki, "--disk-preallocate=false")...)
+	out := cli.Must(t, oneNodeCluster("qemu-uki", cidr, gateway, "--uki-path", uki, "--disk-block-size", "4096", "--disk-preallocate=false")...)
 	t.Logf("created from the UKI, the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
 	if !strings.Contains(out, "maintenance mode on qemu-uki-controlplane-1 to apply its config: OK") {
@@ -274,6 +275,14 @@ func TestClusterCreateQEMUFromUKI(t *testing.T) {
 
 	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
 		t.Errorf("the node did not boot slot A from its disk after the install: /proc/cmdline %s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/sys/block/vda/queue/logical_block_size"); strings.TrimSpace(out) != "4096" {
+		t.Errorf("the disk's sectors: %q, want 4096", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "mounts"); !regexp.MustCompile(`(?m)/dev/vda5\s.*\s/system/state\s*$`).MatchString(out) {
+		t.Errorf("mounts: STATE is not the 4Kn disk's:\n%s", out)
 	}
 }
 
