@@ -60,6 +60,9 @@ type Request struct {
 	// NoMasqueradeCIDRs are the networks the nodes reach with their own addresses (not the
 	// host's) from a container or qemu cluster's network (--no-masquerade-cidrs).
 	NoMasqueradeCIDRs []netip.Prefix
+	// WireguardCIDR, when valid, links the nodes with WireGuard (--wireguard-cidr): each gets a
+	// link wg0 with an address in it, the others as peers.
+	WireguardCIDR netip.Prefix
 	// CustomCNIURL is --custom-cni-url: the cluster's CNI is the manifest at that URL
 	// (cluster.network.cni custom), which the control planes fetch and apply.
 	CustomCNIURL string
@@ -133,6 +136,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("--use-vip takes the network's 50th address for the VIP: --cidr %s is too small, give a /26 or larger", r.CIDR)
 	case r.Provisioner != ProvisionerContainer && r.Container.dockerFlagsUsed() != "":
 		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
+	case r.WireguardCIDR.IsValid() && r.Provisioner != ProvisionerQEMU:
+		return errors.New("--wireguard-cidr: the WireGuard links are made by nodes on their own kernel: use --provisioner qemu")
 	case r.CustomCNIURL != "" && !httpURL(r.CustomCNIURL):
 		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
 	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
@@ -351,6 +356,13 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 
 	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.CIDR.String(), Binary: req.Binary, Provisioner: req.Provisioner}
 
+	var wireguard []string
+	if req.WireguardCIDR.IsValid() {
+		if wireguard, err = wireguardPatches(req.WireguardCIDR, addrs, req.ControlPlanes); err != nil {
+			return nil, nil, err
+		}
+	}
+
 	for i, addr := range addrs {
 		typ, index, base, extra := TypeControlPlane, i+1, cfgs.ControlPlane, req.CPPatches
 		if i >= req.ControlPlanes {
@@ -372,6 +384,9 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		if req.WithInitNode && i == 0 {
 			typ = TypeInit
 			own = append(own, `{"machine": {"type": "init"}}`)
+		}
+		if wireguard != nil {
+			own = append(own, wireguard[i])
 		}
 		if req.Workers == 0 {
 			// No workers: pods go on the control planes, which are otherwise tainted NoSchedule.

@@ -99,6 +99,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		tpm2, tpm12     bool
 		mounts          []string
 		noMasquerade    []string
+		wireguardCIDR   string
 	)
 
 	cmd := &cobra.Command{
@@ -144,6 +145,12 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 				}
 			}
 			req.QEMU.ExtraKernelArgs = strings.Fields(extraKernelArgs)
+
+			if wireguardCIDR != "" {
+				if req.WireguardCIDR, err = netip.ParsePrefix(wireguardCIDR); err != nil || !req.WireguardCIDR.Addr().Is4() {
+					return fmt.Errorf("--wireguard-cidr %q: give an IPv4 network like 172.20.1.0/24", wireguardCIDR)
+				}
+			}
 
 			for _, c := range noMasquerade {
 				p, err := netip.ParsePrefix(c)
@@ -280,6 +287,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
 	f.StringVar(&req.Endpoint, "endpoint", "", "use endpoint instead of provider defaults")
 	f.BoolVar(&req.InitNodeAsEndpoint, "init-node-as-endpoint", false, "use init node as endpoint instead of any load balancer endpoint")
+	f.StringVar(&wireguardCIDR, "wireguard-cidr", "", "CIDR of the wireguard network (qemu: each node gets wg0 with an address in it, the other nodes as peers)")
 	f.StringSliceVar(&noMasquerade, "no-masquerade-cidrs", nil, "list of CIDRs to exclude from NAT (container, qemu: the nodes reach them with their own addresses)")
 	f.StringVar(&req.CustomCNIURL, "custom-cni-url", "", "install custom CNI from the URL (the control planes fetch and apply its manifest; flannel is not deployed)")
 	f.StringVar(&req.Firewall, "with-firewall", "", "enable firewall with the specified default action (accept, block) and the rules the cluster needs (container, qemu)")

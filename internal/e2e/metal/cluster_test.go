@@ -286,6 +286,43 @@ func TestClusterCreateQEMUFromUKI(t *testing.T) {
 	}
 }
 
+// --wireguard-cidr links the nodes with WireGuard: each has wg0 with its address in the network
+// and the other as a peer (the control plane listening); the worker's keepalives reach the
+// control plane through the tunnel, and the answers come back.
+func TestClusterCreateQEMUWireguard(t *testing.T) {
+	_, cli, _ := qemuCluster(t, "qemu-wg")
+
+	const cidr, gateway, cp, worker = "10.5.14.0/24", "10.5.14.1", "10.5.14.2", "10.5.14.3"
+
+	cli.Must(t, oneNodeCluster("qemu-wg", cidr, gateway, "--workers", "1", "--wireguard-cidr", "172.20.1.0/24", "--with-uefi=false", "--with-bootloader=false", "--disk-preallocate=false")...)
+
+	for node, addr := range map[string]string{cp: "wg0/172.20.1.2/24", worker: "wg0/172.20.1.3/24"} {
+		testenv.WaitFor(t, node+"'s WireGuard link", 3*time.Minute, func() error {
+			out, errOut, code := cli.Run(t, "-n", node, "get", "addresses")
+			if code != 0 || !strings.Contains(out, addr) {
+				return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+			}
+
+			return nil
+		})
+
+		// Packets received on wg0: the other node's, decrypted (keepalives every 5 s).
+		testenv.WaitFor(t, node+" receiving through the tunnel", time.Minute, func() error {
+			out, errOut, code := cli.Run(t, "-n", node, "read", "/proc/net/dev")
+			if code != 0 {
+				return fmt.Errorf("exit %d: %s", code, errOut)
+			}
+
+			m := regexp.MustCompile(`(?m)^\s*wg0:\s*(\d+)\s+(\d+)`).FindStringSubmatch(out)
+			if m == nil || m[2] == "0" {
+				return fmt.Errorf("wg0 has received nothing:\n%s", out)
+			}
+
+			return nil
+		})
+	}
+}
+
 // With --ipxe-boot-script the node boots from its network card (iPXE, after its blank disk,
 // with the BIOS): the cluster's DHCP gives iPXE the script's URL, served by the test on the
 // bridge with the kernel and initramfs it boots; the config goes through the maintenance API,

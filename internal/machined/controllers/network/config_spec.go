@@ -179,6 +179,15 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 		}
 	}
 
+	if wg := dev.WireguardConfig(); wg != nil {
+		spec, err := wireguardSpec(name, wg)
+		if err != nil {
+			return err
+		}
+
+		link.Logical, link.Kind, link.Type, link.Wireguard = true, "wireguard", nethelpers.LinkNone, spec
+	}
+
 	if err := writeLinkSpec(ctx, r, link); err != nil {
 		return err
 	}
@@ -265,6 +274,28 @@ func writeDHCP4(ctx context.Context, r controller.Runtime, link string, opts tal
 	}
 
 	return nil
+}
+
+// wireguardSpec is a WireGuard link's machine.network.interfaces[].wireguard.
+func wireguardSpec(name string, wg talosconfig.WireguardConfig) (network.WireguardSpec, error) {
+	spec := network.WireguardSpec{PrivateKey: wg.PrivateKey(), ListenPort: wg.ListenPort(), FirewallMark: wg.FirewallMark()}
+
+	for _, p := range wg.Peers() {
+		peer := network.WireguardPeer{PublicKey: p.PublicKey(), Endpoint: p.Endpoint(), PersistentKeepaliveInterval: p.PersistentKeepaliveInterval()}
+
+		for _, a := range p.AllowedIPs() {
+			prefix, err := netip.ParsePrefix(a)
+			if err != nil {
+				return spec, fmt.Errorf("machine.network.interfaces[%s].wireguard.peers: allowedIPs %q: %w (give networks like 10.1.0.0/24)", name, a, err)
+			}
+
+			peer.AllowedIPs = append(peer.AllowedIPs, prefix)
+		}
+
+		spec.Peers = append(spec.Peers, peer)
+	}
+
+	return spec, nil
 }
 
 // writeVIP asks VIPController to hold the link's shared address when this node is elected.

@@ -21,7 +21,7 @@ const (
 )
 
 // linkModules are the kernel modules of the logical links' kinds.
-var linkModules = map[string]string{"bond": "bonding", "vlan": "8021q", "bridge": "bridge"}
+var linkModules = map[string]string{"bond": "bonding", "vlan": "8021q", "bridge": "bridge", "wireguard": "wireguard"}
 
 // vlanData is a VLAN link's IFLA_INFO_DATA (the rtnetlink module has no VLAN driver).
 type vlanData struct {
@@ -111,6 +111,8 @@ func createLogical(conn *rtnetlink.Conn, s network.LinkSpecSpec, index map[strin
 		attrs.Info = &rtnetlink.LinkInfo{Kind: "bond", Data: bond}
 	case "bridge":
 		attrs.Info = &rtnetlink.LinkInfo{Kind: "bridge", Data: &bridgeData{stp: s.BridgeMaster.STP.Enabled, vlanFiltering: s.BridgeMaster.VLAN.FilteringEnabled}}
+	case "wireguard":
+		attrs.Info = &rtnetlink.LinkInfo{Kind: "wireguard"} // configured after, through its own netlink family
 	default:
 		return fmt.Errorf("link %s: kind %q is not supported yet", s.Name, s.Kind)
 	}

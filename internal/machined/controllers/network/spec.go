@@ -24,8 +24,9 @@ import (
 type SpecController struct {
 	addresses map[string]network.AddressSpecSpec // added, by ID
 	routes    map[string]network.RouteSpecSpec
-	logical   map[string]bool   // links created (bonds, bridges, VLANs), by name
-	members   map[string]string // links joined to a bond or a bridge: the master's name
+	logical   map[string]bool                  // links created (bonds, bridges, VLANs), by name
+	members   map[string]string                // links joined to a bond or a bridge: the master's name
+	wireguard map[string]network.WireguardSpec // WireGuard links configured, as they were
 
 	// LoadModule loads a kernel module a logical link needs (bonding, 8021q, bridge); nil: none
 	// is loaded (built in, or there already).
@@ -51,6 +52,7 @@ func (ctrl *SpecController) Outputs() []controller.Output { return nil }
 func (ctrl *SpecController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
 	ctrl.addresses, ctrl.routes = map[string]network.AddressSpecSpec{}, map[string]network.RouteSpecSpec{}
 	ctrl.logical, ctrl.members = map[string]bool{}, map[string]string{}
+	ctrl.wireguard = map[string]network.WireguardSpec{}
 
 	// Links come and go (a NIC's driver loads late): a change of links sets the specs again.
 	return watchNetlink(ctx, r, unix.RTMGRP_LINK, func(conn *rtnetlink.Conn) error {
@@ -120,6 +122,32 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 	if changed {
 		if index, masters, err = listLinks(conn); err != nil {
 			return err
+		}
+	}
+
+	// WireGuard links get their keys and peers once made, and again when the spec changes.
+	for spec := range linkSpecs.All() {
+		s := spec.TypedSpec()
+		if s.Kind != "wireguard" || index[s.Name] == 0 {
+			continue
+		}
+
+		if done, ok := ctrl.wireguard[s.Name]; ok && sameWireguard(done, s.Wireguard) {
+			continue
+		}
+
+		if err = configureWireguard(s.Name, s.Wireguard); err != nil {
+			log.Warn("configuring WireGuard", zap.String("link", s.Name), zap.Error(err))
+
+			continue
+		}
+
+		ctrl.wireguard[s.Name] = s.Wireguard
+	}
+
+	for name := range ctrl.wireguard {
+		if !wantLogical[name] {
+			delete(ctrl.wireguard, name)
 		}
 	}
 
