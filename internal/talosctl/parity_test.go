@@ -38,6 +38,7 @@ var flagExceptions = map[string]string{
 	"cluster create --with-network-packet-reorder": netem,
 	"cluster create --with-network-packet-corrupt": netem,
 	"cluster create --with-network-bandwidth":      netem,
+	"cluster create --with-siderolink":             "SideroLink joins the nodes to Omni (its API and a WireGuard tunnel to it): there is no Omni to join, as for --siderov1-keys-dir",
 }
 
 const (
