@@ -52,7 +52,7 @@ type QEMURequest struct {
 	DiskMB          int64 // each node's disk, a file in its state folder
 	// DiskBlockSize is that disk's block size (--disk-block-size): 512, or 4096 (a 4Kn disk,
 	// which boots with UEFI only).
-	DiskBlockSize int
+	DiskBlockSize   int
 	ExtraKernelArgs []string
 
 	Preallocate         bool     // allocate the disk files' blocks (else sparse)
