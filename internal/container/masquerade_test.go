@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,36 +12,9 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/container/netnstest"
 )
-
-// inNetns runs fn on a thread in the network namespace of process pid (the thread is never
-// given back: it ends with fn's goroutine).
-func inNetns(pid int, fn func() error) error {
-	errc := make(chan error, 1)
-
-	go func() {
-		runtime.LockOSThread()
-
-		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
-		if err != nil {
-			errc <- err
-
-			return
-		}
-		defer ns.Close()
-
-		if err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-
-			return
-		}
-
-		errc <- fn()
-	}()
-
-	return <-errc
-}
 
 // netnsProcess is a process in a network namespace of its own, killed with the test.
 func netnsProcess(t *testing.T) int {
@@ -109,7 +80,7 @@ func TestMasquerade(t *testing.T) {
 
 	peers := make(chan string, 4)
 
-	if err := inNetns(outside, func() error {
+	if err := netnstest.In(fmt.Sprintf("/proc/%d/ns/net", outside), func() error {
 		l, err := net.Listen("tcp", "10.79.0.2:7000")
 		if err != nil {
 			return err
@@ -137,7 +108,7 @@ func TestMasquerade(t *testing.T) {
 	source := func() string {
 		t.Helper()
 
-		if err := inNetns(node, func() error {
+		if err := netnstest.In(fmt.Sprintf("/proc/%d/ns/net", node), func() error {
 			c, err := net.DialTimeout("tcp", "10.79.0.2:7000", 5*time.Second)
 			if err != nil {
 				return err

@@ -8,7 +8,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 const envIsolated = "TALOS_TEST_NETNS"
@@ -62,4 +65,33 @@ func Isolate() (int, bool) {
 	}
 
 	return 0, true
+}
+
+// In runs fn on a thread in the network namespace at nsPath (/proc/PID/ns/net, /run/netns/NAME):
+// the sockets fn makes are that namespace's. The thread is not given back to the runtime: it
+// ends with fn's goroutine.
+func In(nsPath string, fn func() error) error {
+	errc := make(chan error, 1)
+
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread is in the other namespace
+
+		ns, err := os.Open(nsPath)
+		if err != nil {
+			errc <- err
+
+			return
+		}
+		defer ns.Close()
+
+		if err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("entering %s: %w", nsPath, err)
+
+			return
+		}
+
+		errc <- fn()
+	}()
+
+	return <-errc
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +14,8 @@ import (
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
-	"golang.org/x/sys/unix"
 
+	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	"github.com/talos-go/talos/internal/testenv"
@@ -50,37 +49,22 @@ ingress:
   - subnet: fd00:10::/64
 `
 
-// dialFrom connects to addr from the network namespace at nsPath (on a thread of its own that
-// is never given back), within a second.
-func dialFrom(nsPath, addr string) error {
-	errc := make(chan error, 1)
-
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread ends in the other namespace
-
-		ns, err := os.Open(nsPath)
-		if err != nil {
-			errc <- err
-
-			return
-		}
-		defer ns.Close()
-
-		if err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-
-			return
+// dialFrom connects to addr from the network namespace at nsPath, from the source address
+// (if any), within a second.
+func dialFrom(nsPath, addr string, source ...string) error {
+	return netnstest.In(nsPath, func() error {
+		d := net.Dialer{Timeout: time.Second}
+		if len(source) > 0 {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(source[0])}
 		}
 
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := d.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
 		}
 
-		errc <- err
-	}()
-
-	return <-errc
+		return err
+	})
 }
 
 // The ingress firewall from the config, in the kernel: with block, a peer reaches the port a
@@ -157,31 +141,7 @@ func TestIngressFirewall(t *testing.T) {
 	}
 
 	// From the excepted address (the peer's second one, bound as the source).
-	errc := make(chan error, 1)
-
-	go func() {
-		runtime.LockOSThread()
-
-		ns, _ := os.Open(nsPath)
-		defer ns.Close()
-
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-
-			return
-		}
-
-		d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("10.9.10.3")}}
-
-		c, err := d.Dial("tcp", "10.9.10.1:8080")
-		if err == nil {
-			c.Close()
-		}
-
-		errc <- err
-	}()
-
-	if err := <-errc; err == nil || !strings.Contains(err.Error(), "timeout") {
+	if err := dialFrom(nsPath, "10.9.10.1:8080", "10.9.10.3"); err == nil || !strings.Contains(err.Error(), "timeout") {
 		t.Errorf("the allowed port from the excepted address: %v, want a timeout", err)
 	}
 
