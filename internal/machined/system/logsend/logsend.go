@@ -71,8 +71,16 @@ func New(dests []Destination) (*Sender, error) {
 // Sends reports whether the sender sends to exactly these destinations.
 func (s *Sender) Sends(dests []Destination) bool {
 	return slices.EqualFunc(s.config, dests, func(a, b Destination) bool {
-		return a.Endpoint.String() == b.Endpoint.String() && maps.Equal(a.ExtraTags, b.ExtraTags)
+		return endpoint(a) == endpoint(b) && maps.Equal(a.ExtraTags, b.ExtraTags)
 	})
+}
+
+func endpoint(d Destination) string {
+	if d.Endpoint == nil {
+		return ""
+	}
+
+	return d.Endpoint.String()
 }
 
 // Send queues one line of a service's log (machined's own included) for every destination.

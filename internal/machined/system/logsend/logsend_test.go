@@ -175,7 +175,7 @@ func TestSends(t *testing.T) {
 	b := []Destination{{Endpoint: &url.URL{Scheme: "tcp", Host: "127.0.0.1:1"}, ExtraTags: map[string]string{"k": "v"}}}
 	c := []Destination{{Endpoint: &url.URL{Scheme: "tcp", Host: "127.0.0.1:1"}, ExtraTags: map[string]string{"k": "w"}}}
 
-	if !s.Sends(b) || s.Sends(c) || s.Sends(nil) {
+	if !s.Sends(b) || s.Sends(c) || s.Sends(nil) || s.Sends([]Destination{{}}) {
 		t.Errorf("Sends: same %v, other tags %v, none %v", s.Sends(b), s.Sends(c), s.Sends(nil))
 	}
 }
