@@ -138,6 +138,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
 	case r.WireguardCIDR.IsValid() && r.Provisioner != ProvisionerQEMU:
 		return errors.New("--wireguard-cidr: the WireGuard links are made by nodes on their own kernel: use --provisioner qemu")
+	case r.WireguardCIDR.IsValid() && r.WireguardCIDR.Bits() > 32-bitsFor(r.ControlPlanes+r.Workers+2):
+		return fmt.Errorf("--wireguard-cidr %s has too few addresses for %d nodes: give a larger network", r.WireguardCIDR, r.ControlPlanes+r.Workers)
 	case r.CustomCNIURL != "" && !httpURL(r.CustomCNIURL):
 		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
 	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
@@ -164,6 +166,16 @@ func (r *Request) check() error {
 	}
 
 	return nil
+}
+
+// bitsFor is the host bits n addresses need.
+func bitsFor(n int) int {
+	bits := 0
+	for 1<<bits < n {
+		bits++
+	}
+
+	return bits
 }
 
 func httpURL(s string) bool {

@@ -26,6 +26,7 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 		{[]string{"--with-firewall", "deny"}, []string{`--with-firewall "deny"`, "accept or block"}},
 		{[]string{"--with-firewall", "block"}, []string{"--with-firewall", "--provisioner container or qemu"}},
 		{[]string{"--use-vip"}, []string{"--use-vip", "--provisioner qemu"}},
+		{[]string{"--provisioner", "qemu", "--wireguard-cidr", "172.20.1.0/31"}, []string{"--wireguard-cidr 172.20.1.0/31", "too few addresses"}},
 		{[]string{"--no-masquerade-cidrs", "10.0.0.0/8"}, []string{"--no-masquerade-cidrs", "--provisioner container or qemu"}},
 		{[]string{"--no-masquerade-cidrs", "10.0.0.0"}, []string{`--no-masquerade-cidrs "10.0.0.0"`, "10.0.0.0/8"}},
 		{[]string{"--with-tpm2", "--with-tpm1_2"}, []string{"--with-tpm2 and --with-tpm1_2", "choose one"}},
