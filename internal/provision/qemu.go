@@ -180,6 +180,12 @@ func (r *Request) checkQEMU() error {
 			return fmt.Errorf("--ipxe-boot-script %q: give the script's http:// or https:// URL", q.IPXEBootScript)
 		}
 
+		// OVMF boots the network with its own PXE client, not the card's iPXE, and the
+		// cluster's DHCP serves iPXE only (no TFTP, no UEFI HTTP boot).
+		if q.IPXEBootScript != "" && !q.NoUEFI {
+			return errors.New("--ipxe-boot-script: the nodes' UEFI firmware boots the network with its own PXE client, which the cluster's DHCP does not serve (it answers iPXE): add --with-uefi=false")
+		}
+
 		if q.UKI != "" && q.NoUEFI {
 			return errors.New("--uki-path: a unified kernel image boots with UEFI: drop --with-uefi=false")
 		}

@@ -62,6 +62,7 @@ func TestQEMURequestRefused(t *testing.T) {
 		{"USB stick with kernel arguments", 0, func(r *Request) { r.QEMU.USB, r.QEMU.ExtraKernelArgs = kernel, []string{"a=b"} }, []string{"--extra-boot-kernel-args", "drop --usb-path"}},
 		{"ISO and USB stick", 0, func(r *Request) { r.QEMU.ISO, r.QEMU.USB = kernel, kernel }, []string{"--iso-path, --usb-path, --uki-path and --ipxe-boot-script each give", "give one"}},
 		{"iPXE script not a URL", 0, func(r *Request) { r.QEMU.IPXEBootScript = "boot.ipxe" }, []string{`--ipxe-boot-script "boot.ipxe"`, "http://"}},
+		{"iPXE with UEFI", 0, func(r *Request) { r.QEMU.IPXEBootScript = "http://10.5.0.1/boot.ipxe" }, []string{"--ipxe-boot-script", "add --with-uefi=false"}},
 		{"odd block size", 0, func(r *Request) { r.QEMU.DiskBlockSize = 1024 }, []string{"--disk-block-size 1024", "512 or 4096"}},
 		{"4Kn with the BIOS", 0, func(r *Request) { r.QEMU.DiskBlockSize, r.QEMU.NoUEFI = 4096, true }, []string{"--disk-block-size 4096", "UEFI only"}},
 		{"UKI with the BIOS", 0, func(r *Request) { r.QEMU.UKI, r.QEMU.NoUEFI = kernel, true }, []string{"--uki-path", "drop --with-uefi=false"}},

@@ -298,7 +298,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
 	f.StringVar(&req.QEMU.ConfigInjection, "config-injection-method", "", "a method to inject machine config: default is HTTP server, 'metal-iso' to mount an ISO (QEMU only)")
 	f.StringVar(&req.QEMU.USB, "usb-path", "", "the USB stick image path to use for the initial boot (`make boot`'s hybrid ISO is one; the configs are applied in maintenance mode) (qemu)")
-	f.StringVar(&req.QEMU.IPXEBootScript, "ipxe-boot-script", "", "iPXE boot script (URL) to use: the nodes boot from the network first, the cluster's DHCP giving iPXE the URL; the configs are applied in maintenance mode (qemu)")
+	f.StringVar(&req.QEMU.IPXEBootScript, "ipxe-boot-script", "", "iPXE boot script (URL) to use: the nodes boot from the network first, the cluster's DHCP giving iPXE the URL; the configs are applied in maintenance mode (qemu, with --with-uefi=false)")
 	f.StringVar(&req.QEMU.UKI, "uki-path", "", "the UKI image path to use for the initial boot (`make boot`'s _out/boot/metal-amd64-uki.efi, UEFI; the configs are applied in maintenance mode) (qemu)")
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")
 	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
