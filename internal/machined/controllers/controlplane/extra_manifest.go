@@ -103,22 +103,7 @@ func (ctrl *ExtraManifestController) Run(ctx context.Context, r controller.Runti
 				continue
 			}
 
-			items := make([]k8s.SingleManifest, 0, len(objects))
-
-			for _, o := range objects {
-				u, err := unstructured(o)
-				if err != nil {
-					return fmt.Errorf("manifest %s: %w", m.url, err)
-				}
-
-				items = append(items, k8s.SingleManifest{Object: u})
-			}
-
-			if err = safe.WriterModify(ctx, r, k8s.NewManifest(k8s.ControlPlaneNamespaceName, m.id), func(res *k8s.Manifest) error {
-				res.TypedSpec().Items = items
-
-				return nil
-			}); err != nil {
+			if err = writeManifest(ctx, r, m.id, objects); err != nil {
 				return err
 			}
 		}

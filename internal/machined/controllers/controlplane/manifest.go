@@ -70,27 +70,36 @@ func (ctrl *ManifestController) reconcile(ctx context.Context, r controller.Runt
 	}
 
 	for _, m := range manifests {
-		items := make([]k8s.SingleManifest, 0, len(m.objects))
-
-		for _, o := range m.objects {
-			u, err := unstructured(o)
-			if err != nil {
-				return fmt.Errorf("manifest %s: %w", m.id, err)
-			}
-
-			items = append(items, k8s.SingleManifest{Object: u})
-		}
-
-		if err = safe.WriterModify(ctx, r, k8s.NewManifest(k8s.ControlPlaneNamespaceName, m.id), func(res *k8s.Manifest) error {
-			res.TypedSpec().Items = items
-
-			return nil
-		}); err != nil {
-			return fmt.Errorf("writing manifest %s: %w", m.id, err)
+		if err = writeManifest(ctx, r, m.id, m.objects); err != nil {
+			return err
 		}
 	}
 
 	return safe.CleanupOutputs[*k8s.Manifest](ctx, r)
+}
+
+// writeManifest writes the objects as the manifest id, each as plain JSON values.
+func writeManifest(ctx context.Context, r controller.Runtime, id string, objects []obj) error {
+	items := make([]k8s.SingleManifest, 0, len(objects))
+
+	for _, o := range objects {
+		u, err := unstructured(o)
+		if err != nil {
+			return fmt.Errorf("manifest %s: %w", id, err)
+		}
+
+		items = append(items, k8s.SingleManifest{Object: u})
+	}
+
+	if err := safe.WriterModify(ctx, r, k8s.NewManifest(k8s.ControlPlaneNamespaceName, id), func(res *k8s.Manifest) error {
+		res.TypedSpec().Items = items
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("writing manifest %s: %w", id, err)
+	}
+
+	return nil
 }
 
 type manifest struct {
