@@ -116,9 +116,10 @@ func TestIngressFirewall(t *testing.T) {
 
 	nsPath := "/run/netns/" + peer
 
-	if err := dialFrom(nsPath, "10.9.10.1:8081"); err != nil {
-		t.Fatalf("before the firewall: %v", err)
-	}
+	// The veth just came up: on a busy machine the first packets may take a while.
+	testenv.WaitFor(t, "the peer reaching port 8081 before the firewall", 10*time.Second, func() error {
+		return dialFrom(nsPath, "10.9.10.1:8081")
+	})
 
 	env := ctest.Start(t, &networkctrl.NfTablesChainConfigController{}, &networkctrl.NfTablesChainController{})
 	env.Put(firewallConfig(t, blockWithRules))
