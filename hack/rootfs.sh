@@ -19,9 +19,9 @@ PKG=github.com/talos-go/talos
 
 # Debian packages the build uses: mksquashfs, the staged userland and its files, and a static
 # libseccomp for runc; mount and coreutils give the Kubernetes images mount(8) and cp; xfsprogs
-# and dosfstools give metal nodes mkfs.xfs and mkfs.fat.
+# and dosfstools give metal nodes mkfs.xfs and mkfs.fat, cryptsetup-bin their LUKS2 volumes.
 need=""
-for pkg in squashfs-tools iptables nftables ca-certificates netbase libseccomp-dev gcc libc6-dev mount coreutils xfsprogs dosfstools; do
+for pkg in squashfs-tools iptables nftables ca-certificates netbase libseccomp-dev gcc libc6-dev mount coreutils xfsprogs dosfstools cryptsetup-bin; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then

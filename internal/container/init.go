@@ -92,7 +92,7 @@ func buildRoot(spec Spec) error {
 
 	root := spec.rootDir()
 
-	if err := mountImage(spec.Image, root); err != nil {
+	if err := MountImage(spec.Image, root); err != nil {
 		return err
 	}
 
@@ -256,9 +256,9 @@ func mountCgroups(target string) error {
 	return nil
 }
 
-// mountImage mounts the node image read-only at root. A shared loop device can be released
+// MountImage mounts the node image read-only at root. A shared loop device can be released
 // between finding and mounting it (its last node stopped): then the mount is tried once more.
-func mountImage(image, root string) error {
+func MountImage(image, root string) error {
 	var err error
 
 	for range 2 {
@@ -427,7 +427,7 @@ func BuildMetalRoot(spec Spec) error {
 		return err
 	}
 
-	if err := mountImage(spec.Image, root); err != nil {
+	if err := MountImage(spec.Image, root); err != nil {
 		return err
 	}
 

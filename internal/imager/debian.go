@@ -25,6 +25,9 @@ type Userland struct {
 	// Programs, when set, are the only programs taken from the packages (merged-/usr paths,
 	// e.g. /usr/bin/cp), with their libraries.
 	Programs []string
+	// Dlopened are libraries (sonames) the programs load at run time, which their ELF headers
+	// do not name: glibc loads libgcc_s.so.1 when a thread exits, say.
+	Dlopened []string
 }
 
 // DebianUserland is what the node image carries: iptables (nft and legacy backends, the
@@ -111,9 +114,23 @@ func (u Userland) Stage(ctx context.Context, t *Tree) (programs []string, err er
 		}
 	}
 
+	for _, name := range u.Dlopened {
+		lib, err := findLibrary(name)
+		if err != nil {
+			return nil, fmt.Errorf("userland library loaded at run time: %w", err)
+		}
+
+		elfs = append(elfs, lib)
+	}
+
 	libs, err := sharedLibraries(elfs)
 	if err != nil {
 		return nil, err
+	}
+
+	for _, lib := range u.Dlopened {
+		found, _ := findLibrary(lib) // found above
+		libs = append(libs, found)
 	}
 
 	for _, lib := range libs {
@@ -132,8 +149,13 @@ func (u Userland) Stage(ctx context.Context, t *Tree) (programs []string, err er
 }
 
 // DiskUserland is what a metal node formats its partitions with when it installs: mkfs.xfs,
-// and mkfs.fat for the EFI partition.
-var DiskUserland = Userland{Packages: []string{"xfsprogs", "dosfstools"}, Programs: []string{"/usr/sbin/mkfs.xfs", "/usr/sbin/mkfs.fat"}}
+// mkfs.fat for the EFI partition and cryptsetup for encrypted volumes (which the boot stage
+// runs from the node image too).
+var DiskUserland = Userland{
+	Packages: []string{"xfsprogs", "dosfstools", "cryptsetup-bin"},
+	Programs: []string{"/usr/sbin/mkfs.xfs", "/usr/sbin/mkfs.fat", "/usr/sbin/cryptsetup"},
+	Dlopened: []string{"libgcc_s.so.1"}, // cryptsetup's argon2 threads
+}
 
 // stagedFromPackage tells which of a package's files the image takes.
 func stagedFromPackage(p string) bool {

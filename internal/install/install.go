@@ -4,6 +4,7 @@ package install
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
 )
@@ -28,7 +31,10 @@ type Options struct {
 	Initramfs string   // the running initramfs's files (container.InitramfsDir)
 	State     string   // the node's STATE so far (its config), copied to the disk's STATE
 	Cmdline   []string // the installed system's kernel arguments
-	Log       func(format string, args ...any)
+	// Encryption is the LUKS2 encryption of STATE and EPHEMERAL (by label) the config asks for.
+	Encryption map[string]*encryption.Spec
+	NodeUUID   string // the machine's SMBIOS UUID, for nodeID and KMS keys
+	Log        func(format string, args ...any)
 }
 
 // UEFIBootPath is GRUB's UEFI program on the EFI partition: the removable-media path, which
@@ -104,16 +110,30 @@ func ToDisk(ctx context.Context, o Options) error {
 		return err
 	}
 
-	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
-		o.Log("formatting %s (%s) as XFS", name, devs[name].Path())
+	// What the filesystems are made on: the partitions, or the LUKS2 volumes on them.
+	targets := map[string]string{}
 
-		cmd := exec.CommandContext(ctx, "mkfs.xfs", "-f", "-q", "-L", name, devs[name].Path())
+	salt, err := o.encrypt(ctx, devs, targets)
+	if err != nil {
+		return err
+	}
+
+	defer func() {
+		for name := range o.Encryption {
+			encryption.Cryptsetup{}.Close(context.Background(), name) //nolint:errcheck // the node reboots next
+		}
+	}()
+
+	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
+		o.Log("formatting %s (%s) as XFS", name, targets[name])
+
+		cmd := exec.CommandContext(ctx, "mkfs.xfs", "-f", "-q", "-L", name, targets[name])
 		// xfsprogs since 5.19 refuses filesystems under 300 MB outside its own test suite, whose
 		// variables lift that: STATE is upstream's 100 MiB.
 		cmd.Env = append(os.Environ(), "TEST_DIR=1", "TEST_DEV=1", "QA_CHECK_FS=1")
 
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("mkfs.xfs %s: %w: %s", devs[name].Path(), err, out)
+			return fmt.Errorf("mkfs.xfs %s: %w: %s", targets[name], err, out)
 		}
 	}
 
@@ -171,7 +191,7 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	o.Log("writing GRUB for UEFI to %s: %s", partition.EFI, UEFIBootPath)
 
-	err = onPartition(devs[partition.EFI], "vfat", func(dir string) error {
+	err = onPartition(partition.EFI, devs[partition.EFI].Path(), "vfat", func(dir string) error {
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(UEFIBootPath)), 0o755); err != nil {
 			return err
 		}
@@ -184,7 +204,7 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	o.Log("writing slot A to BOOT: kernel, initramfs, GRUB's menu")
 
-	err = onPartition(devs[partition.Boot], "xfs", func(dir string) error {
+	err = onPartition(partition.Boot, targets[partition.Boot], "xfs", func(dir string) error {
 		return writeSlot(dir, "A", o)
 	})
 	if err != nil {
@@ -193,9 +213,74 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	o.Log("copying STATE (the machine config) to the disk")
 
-	return onPartition(devs[partition.State], "xfs", func(dir string) error {
+	return onPartition(partition.State, targets[partition.State], "xfs", func(dir string) error {
+		if salt != nil {
+			if err := os.WriteFile(filepath.Join(dir, encryption.SaltFile), salt, 0o600); err != nil {
+				return err
+			}
+		}
+
 		return copyTree(o.State, dir)
 	})
+}
+
+// encrypt formats the partitions the config encrypts as LUKS2 volumes and opens them (their
+// filesystems go on the opened volumes), records STATE's encryption in META for the boot stage,
+// and returns STATE's new salt for keys locked to it (nil without encryption). targets gets the
+// device each filesystem is made on.
+func (o Options) encrypt(ctx context.Context, devs map[string]partition.Device, targets map[string]string) ([]byte, error) {
+	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
+		targets[name] = devs[name].Path()
+	}
+
+	if len(o.Encryption) == 0 {
+		return nil, nil
+	}
+
+	salt := make([]byte, 32)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, err
+	}
+
+	for _, m := range metal.EncryptionModules {
+		if err := metal.LoadModule(m); err != nil {
+			return nil, err
+		}
+	}
+
+	for _, name := range []string{partition.State, partition.Ephemeral} {
+		spec := o.Encryption[name]
+		if spec == nil {
+			continue
+		}
+
+		kinds := make([]string, 0, len(spec.Keys))
+		for _, k := range spec.Keys {
+			kinds = append(kinds, fmt.Sprintf("slot %d: %s", k.Slot, k.Kind()))
+		}
+
+		o.Log("encrypting %s (%s) with LUKS2, keys %s", name, devs[name].Path(), strings.Join(kinds, ", "))
+
+		env := encryption.Env{Label: name, NodeUUID: o.NodeUUID, Salt: salt}
+		if err := (encryption.Cryptsetup{}).Format(ctx, devs[name].Path(), spec, env); err != nil {
+			return nil, fmt.Errorf("encrypting %s: %w", name, err)
+		}
+
+		targets[name] = "/dev/mapper/" + encryption.MappedName(name)
+	}
+
+	if spec := o.Encryption[partition.State]; spec != nil {
+		v, err := spec.Marshal()
+		if err != nil {
+			return nil, err
+		}
+
+		if err = meta.OpenPartition(devs[partition.Meta].Path()).Set(meta.StateEncryption, v); err != nil {
+			return nil, fmt.Errorf("recording STATE's encryption in META: %w", err)
+		}
+	}
+
+	return salt, nil
 }
 
 // writeSlot writes a slot's kernel and initramfs and GRUB's menu on BOOT.
@@ -238,24 +323,24 @@ func writeSlot(boot, slot string, o Options) error {
 	return os.WriteFile(filepath.Join(boot, "grub", "grub.cfg"), []byte(cfg), 0o600)
 }
 
-// onPartition mounts a partition (filesystem fstype) in a temporary folder for fn, syncs and
-// unmounts it.
-func onPartition(dev partition.Device, fstype string, fn func(dir string) error) error {
-	dir, err := os.MkdirTemp("", "install-"+strings.ToLower(dev.PartName))
+// onPartition mounts a partition's device (filesystem fstype) in a temporary folder for fn,
+// syncs and unmounts it.
+func onPartition(name, dev, fstype string, fn func(dir string) error) error {
+	dir, err := os.MkdirTemp("", "install-"+strings.ToLower(name))
 	if err != nil {
 		return err
 	}
 	defer os.Remove(dir)
 
-	if err = unix.Mount(dev.Path(), dir, fstype, unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("mounting %s: %w", dev.Path(), err)
+	if err = unix.Mount(dev, dir, fstype, unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mounting %s: %w", dev, err)
 	}
 
 	err = fn(dir)
 	unix.Sync()
 
 	if uerr := unix.Unmount(dir, 0); uerr != nil && err == nil {
-		err = fmt.Errorf("unmounting %s: %w", dev.Path(), uerr)
+		err = fmt.Errorf("unmounting %s: %w", dev, uerr)
 	}
 
 	return err

@@ -10,9 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/install"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/partition"
 )
 
 // needsInstall tells a metal node that runs from memory (its STATE is not a disk's XFS) and has
@@ -52,12 +54,26 @@ func (n *node) InstallToDisk(ctx context.Context) error {
 
 	log := n.r.Log.Named("install")
 
+	enc := map[string]*encryption.Spec{}
+
+	for _, label := range []string{partition.State, partition.Ephemeral} {
+		if enc[label], err = encryption.FromConfig(cfg, label); err != nil {
+			return err
+		}
+
+		if enc[label] == nil {
+			delete(enc, label)
+		}
+	}
+
 	err = install.ToDisk(ctx, install.Options{
-		Disk:      cfg.Machine().Install().Disk(),
-		Initramfs: container.InitramfsDir,
-		State:     n.r.Paths.State(),
-		Cmdline:   install.Cmdline(string(cmdline), cfg.Machine().Install().ExtraKernelArgs()),
-		Log:       func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
+		Disk:       cfg.Machine().Install().Disk(),
+		Initramfs:  container.InitramfsDir,
+		State:      n.r.Paths.State(),
+		Cmdline:    install.Cmdline(string(cmdline), cfg.Machine().Install().ExtraKernelArgs()),
+		Encryption: enc,
+		NodeUUID:   metal.SystemUUID(),
+		Log:        func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
 	})
 	if err != nil {
 		return err

@@ -47,6 +47,9 @@ const (
 	// UpgradeFrom and UpgradeTo are the versions of the upgrade in progress or last done.
 	UpgradeFrom = "upgrade.from"
 	UpgradeTo   = "upgrade.to"
+	// StateEncryption is STATE's encryption (internal/encryption's Spec as JSON): the boot stage
+	// opens STATE with it before the config on STATE can be read.
+	StateEncryption = "state.encryption"
 )
 
 const fileName = "meta"

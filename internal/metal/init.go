@@ -324,8 +324,15 @@ func mountDisk(mods *Modules) (bool, error) {
 			return false, err
 		}
 
-		if err = unix.Mount(parts[name].Path(), dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return false, fmt.Errorf("mounting %s (%s): %w", name, parts[name].Path(), err)
+		dev := parts[name].Path()
+		if name != partition.Boot {
+			if dev, err = openEncrypted(mods, name, dev, parts[partition.Meta].Path()); err != nil {
+				return false, fmt.Errorf("opening %s: %w", name, err)
+			}
+		}
+
+		if err = unix.Mount(dev, dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return false, fmt.Errorf("mounting %s (%s): %w", name, dev, err)
 		}
 	}
 

@@ -66,6 +66,9 @@ type Request struct {
 	// CustomCNIURL is --custom-cni-url: the cluster's CNI is the manifest at that URL
 	// (cluster.network.cni custom), which the control planes fetch and apply.
 	CustomCNIURL string
+	// Encryption is --encrypt-state, --encrypt-ephemeral and --disk-encryption-key-types
+	// (qemu): LUKS2 on the installed disk's partitions.
+	Encryption EncryptionRequest
 	// Firewall is --with-firewall: the nodes' ingress firewall's default action (accept or
 	// block) with the rules the cluster needs; "" for none.
 	Firewall string
@@ -148,6 +151,8 @@ func (r *Request) check() error {
 		return errors.New("--no-masquerade-cidrs: process nodes use this machine's addresses, there is no cluster network to masquerade: use --provisioner container or qemu")
 	case r.Firewall != "" && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
 		return errors.New("--with-firewall: process nodes share this machine's network, which their firewall would filter: use --provisioner container or qemu")
+	case r.Encryption.check(r.Provisioner) != nil:
+		return r.Encryption.check(r.Provisioner)
 	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
 		return errors.New("--with-json-logs: the receiver is the qemu provisioner's network process: use --provisioner qemu, or send the logs to a receiver of yours with a machine.logging config patch")
 	}
@@ -346,6 +351,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		cp, worker := firewallPatches(req.Firewall, req.CIDR, addrs[:req.ControlPlanes])
 		req.CPPatches = append(slices.Clone(req.CPPatches), cp)
 		req.WorkerPatches = append(slices.Clone(req.WorkerPatches), worker)
+	}
+
+	if req.Encryption.enabled() {
+		req.Patches = append(slices.Clone(req.Patches), req.Encryption.patch(req.CIDR))
 	}
 
 	cfgs, err := GenerateConfigs(req.Name, endpoint, req.InputDir, req.Generate)

@@ -88,6 +88,10 @@ const (
 	TPM12 = qemu.TPM12
 )
 
+// KMSKeyFile is the cluster's KMS sealing key, in its folder: without it the nodes' KMS-sealed
+// volumes do not open.
+const KMSKeyFile = "kms.key"
+
 // vipAddress is --use-vip's shared address: the cluster network's 50th, as upstream's.
 func vipAddress(cidr netip.Prefix) netip.Addr {
 	a := cidr.Masked().Addr()
@@ -299,6 +303,10 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname, IPXEBootScript: req.QEMU.IPXEBootScript}
 	if req.QEMU.JSONLogs {
 		spec.JSONLogs = filepath.Join(c.Dir, JSONLogsFile)
+	}
+
+	if req.Encryption.usesKMS() {
+		spec.KMSKey = filepath.Join(c.Dir, KMSKeyFile)
 	}
 
 	for _, ns := range req.Nameservers {

@@ -21,6 +21,10 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	kmsapi "github.com/siderolabs/kms-client/api/kms"
+	"google.golang.org/grpc"
+
+	"github.com/talos-go/talos/internal/kms"
 )
 
 // LeaseTime is how long the nodes' DHCP leases last (unless NetworkSpec.LeaseTime says).
@@ -42,7 +46,13 @@ type NetworkSpec struct {
 	// IPXEBootScript, when set, is the boot file (a URL) given to iPXE clients: a node booting
 	// from the network (its disk blank) runs that script.
 	IPXEBootScript string `json:"ipxeBootScript,omitempty"`
+	// KMSKey, when set, is the file of the key the KMS on the gateway's KMSPort seals the nodes'
+	// disk encryption keys with (made when missing).
+	KMSKey string `json:"kmsKey,omitempty"`
 }
+
+// KMSPort is where the network process serves the KMS API (upstream's port).
+const KMSPort = 4050
 
 // JSONLogsPort is where the network process receives the nodes' logs (upstream's port).
 const JSONLogsPort = 4003
@@ -112,6 +122,14 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 		fmt.Fprintf(os.Stderr, "[network] nodes' JSON logs received at %s, written to %s\n", logs.Addr(), spec.JSONLogs)
 	}
 
+	if spec.KMSKey != "" {
+		stop, err := serveKMS(spec.KMSKey, netip.AddrPortFrom(spec.Gateway.Addr(), KMSPort))
+		if err != nil {
+			return fmt.Errorf("the KMS: %w", err)
+		}
+		defer stop()
+	}
+
 	errs := make(chan error, 2)
 
 	go func() { errs <- dhcp.Serve() }()
@@ -132,6 +150,34 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 	}
 
 	return err
+}
+
+// serveKMS serves the KMS API on addr (plain gRPC: the nodes' config names grpc://, as
+// upstream's cluster create does).
+func serveKMS(keyFile string, addr netip.AddrPort) (func(), error) {
+	key, err := kms.LoadOrCreateKey(keyFile)
+	if err != nil {
+		return nil, err
+	}
+
+	srv, err := kms.NewServer(key)
+	if err != nil {
+		return nil, err
+	}
+
+	l, err := net.Listen("tcp", addr.String())
+	if err != nil {
+		return nil, err
+	}
+
+	g := grpc.NewServer()
+	kmsapi.RegisterKMSServiceServer(g, srv)
+
+	go g.Serve(l) //nolint:errcheck // ends with Stop
+
+	fmt.Fprintf(os.Stderr, "[network] KMS at grpc://%s\n", addr)
+
+	return g.Stop, nil
 }
 
 // receiveLogs appends every line the nodes send on l to f, until l is closed. An accept that

@@ -30,7 +30,7 @@ type Volume struct {
 	PartitionUUID  string
 	PartitionType  string
 
-	Filesystem          string // xfs, vfat, ext4, squashfs, iso9660, gpt; empty when unknown
+	Filesystem          string // xfs, vfat, ext4, luks, squashfs, iso9660, gpt; empty when unknown
 	Label, UUID         string
 	FilesystemBlockSize uint32
 	ProbedSize          uint64
@@ -108,7 +108,8 @@ func readTable(path string) []partition.Placed {
 	return parts
 }
 
-// probe reads what the device's first blocks hold: a GPT, or XFS, ext4, FAT, squashfs or ISO 9660.
+// probe reads what the device's first blocks hold: a GPT, or XFS, ext4, FAT, LUKS, squashfs or
+// ISO 9660.
 func probe(r io.ReaderAt, v *Volume) {
 	b := make([]byte, 4096)
 	if n, _ := r.ReadAt(b, 0); n < len(b) {
@@ -140,6 +141,11 @@ func probe(r io.ReaderAt, v *Volume) {
 		v.Filesystem = "vfat"
 		v.UUID = fatSerial(b[0x27:])
 		v.Label = strings.TrimSpace(cString(b[0x2b:0x36]))
+	case string(b[0:6]) == "LUKS\xba\xbe":
+		// A LUKS header (an encrypted volume): its label and UUID are text in it.
+		v.Filesystem = "luks"
+		v.Label = cString(b[24:72])
+		v.UUID = cString(b[168:208])
 	case string(b[0:4]) == "hsqs":
 		v.Filesystem = "squashfs"
 		v.FilesystemBlockSize = binary.LittleEndian.Uint32(b[12:])

@@ -58,6 +58,9 @@ func TestProbeMatchesBlkid(t *testing.T) {
 		{"xfs", "STATE", func(p string) *exec.Cmd { return exec.Command("mkfs.xfs", "-q", "-f", "-L", "STATE", p) }},
 		{"ext4", "data", func(p string) *exec.Cmd { return exec.Command("mkfs.ext4", "-q", "-F", "-L", "data", p) }},
 		{"vfat", "EFI", func(p string) *exec.Cmd { return exec.Command("mkfs.vfat", "-n", "EFI", p) }},
+		{"luks", "EPHEMERAL", func(p string) *exec.Cmd {
+			return exec.Command("sh", "-c", `echo -n pw | cryptsetup luksFormat --batch-mode --type luks2 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --label EPHEMERAL --key-file - "$1"`, "sh", p)
+		}},
 		{"iso9660", "metal-iso", func(p string) *exec.Cmd {
 			return exec.Command("sh", "-c", `rm "$1" && xorriso -as mkisofs -quiet -V metal-iso -o "$1" /etc/hostname`, "sh", p)
 		}},
@@ -93,11 +96,15 @@ func TestProbeMatchesBlkid(t *testing.T) {
 			probe(f, &v)
 
 			want := blkid(t, path)
+			if blkidType := map[string]string{"luks": "crypto_LUKS"}[v.Filesystem]; blkidType != "" {
+				v.Filesystem = blkidType
+			}
+
 			if v.Filesystem != want["TYPE"] || v.Label != want["LABEL"] || !strings.EqualFold(v.UUID, want["UUID"]) || v.Label != c.label {
 				t.Errorf("probed %s %q %s, blkid reads %v", v.Filesystem, v.Label, v.UUID, want)
 			}
 
-			if c.fs != "vfat" && (v.FilesystemBlockSize == 0 || v.ProbedSize == 0 || v.ProbedSize > 400<<20) {
+			if c.fs != "vfat" && c.fs != "luks" && (v.FilesystemBlockSize == 0 || v.ProbedSize == 0 || v.ProbedSize > 400<<20) {
 				t.Errorf("block size %d, probed size %d", v.FilesystemBlockSize, v.ProbedSize)
 			}
 		})

@@ -1,6 +1,7 @@
 package metal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -16,7 +17,10 @@ import (
 	"time"
 
 	"github.com/talos-go/talos/internal/container/netnstest"
+	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/provision"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -655,4 +659,80 @@ func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 
 		return conn.Close()
 	})
+}
+
+// --encrypt-state and --encrypt-ephemeral with --disk-encryption-key-types kms,uuid: the node
+// installs STATE and EPHEMERAL as LUKS2 volumes (on the disk the header is there, no XFS),
+// each with a KMS-sealed key (the network process's KMS on the gateway) in slot 0 and a key of
+// its UUID in slot 1; the boot stage opens them with the KMS key, and again after a reboot,
+// with the config still on the encrypted STATE.
+func TestClusterCreateQEMUEncrypted(t *testing.T) {
+	_, cli, dir := qemuCluster(t, "qemu-enc")
+
+	const cidr, gateway, node = "10.5.15.0/24", "10.5.15.1", "10.5.15.2"
+
+	start := time.Now()
+	cli.Must(t, oneNodeCluster("qemu-enc", cidr, gateway, "--encrypt-state", "--encrypt-ephemeral", "--disk-encryption-key-types", "kms,uuid",
+		"--with-uefi=false", "--disk-preallocate=false")...)
+	t.Logf("created with encrypted STATE and EPHEMERAL, installed, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
+		t.Fatalf("the node did not install and boot its disk: /proc/cmdline %s", out)
+	}
+
+	mounts := cli.Must(t, "-n", node, "mounts")
+	for _, want := range []string{`/dev/mapper/luks2-STATE\s.*\s/system/state\s*$`, `/dev/mapper/luks2-EPHEMERAL\s.*\s/var\s*$`} {
+		if !regexp.MustCompile(`(?m)` + want).MatchString(mounts) {
+			t.Errorf("mounts: no %s:\n%s", want, mounts)
+		}
+	}
+
+	f, err := os.Open(filepath.Join(dir, "qemu-enc-controlplane-1", "disk.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	parts, err := partition.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range parts {
+		head := make([]byte, 6)
+		if _, err = f.ReadAt(head, p.Offset()); err != nil {
+			t.Fatal(err)
+		}
+
+		if luks := bytes.Equal(head, encryption.Magic); luks != (p.Name == partition.State || p.Name == partition.Ephemeral) {
+			t.Errorf("partition %s on the disk: LUKS header %v", p.Name, luks)
+		}
+	}
+
+	if _, err = os.Stat(filepath.Join(dir, provision.KMSKeyFile)); err != nil {
+		t.Errorf("the cluster's KMS key: %v", err)
+	}
+
+	bootID := cli.Must(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id")
+	cli.Must(t, "-n", node, "reboot", "--wait=false")
+
+	testenv.WaitFor(t, "the node back from its encrypted disk", 5*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", node, "get", "machinetype")
+		if code != 0 || !strings.Contains(out, "controlplane") {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		if id, _, _ := cli.Run(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id"); id == bootID {
+			return errors.New("not rebooted yet")
+		}
+
+		return nil
+	})
+
+	console, _ := os.ReadFile(filepath.Join(dir, "qemu-enc-controlplane-1.log"))
+	for _, label := range []string{"STATE", "EPHEMERAL"} {
+		if n := strings.Count(string(console), label+": LUKS2 volume opened with key slot 0 (kms)"); n != 2 {
+			t.Errorf("%s opened with the KMS key on %d boots from the disk, want 2", label, n)
+		}
+	}
 }

@@ -1,0 +1,157 @@
+package encryption
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Env is what this machine derives its keys from.
+type Env struct {
+	Label    string // the volume's label: STATE, EPHEMERAL
+	NodeUUID string // the machine's SMBIOS UUID (/sys/class/dmi/id/product_uuid)
+	Salt     []byte // STATE's salt (SaltFile), for keys locked to STATE
+	// KMS reaches a key's KMS endpoint; nil: DialKMS.
+	KMS func(ctx context.Context, endpoint string) (Sealer, error)
+}
+
+// Sealer is a KMS: it seals and unseals data for a node.
+type Sealer interface {
+	Seal(ctx context.Context, nodeUUID string, data []byte) ([]byte, error)
+	Unseal(ctx context.Context, nodeUUID string, data []byte) ([]byte, error)
+	Close() error
+}
+
+// SaltFile is STATE's random salt, on STATE: keys locked to STATE mix it in.
+const SaltFile = "volume-salt"
+
+// TokenType marks the LUKS2 header tokens holding a KMS-sealed key.
+const TokenType = "talos-kms"
+
+// Token is what a KMS key keeps in the volume's LUKS2 header (token id = its slot): the random
+// passphrase as the KMS sealed it.
+type Token struct {
+	Type      string   `json:"type"`
+	Keyslots  []string `json:"keyslots"`
+	Endpoint  string   `json:"endpoint"`
+	SealedKey []byte   `json:"sealedKey"`
+}
+
+// newPassphrase makes a key slot's passphrase when the volume is formatted, with the token to
+// keep in the header when the passphrase is a sealed random one.
+func (e Env) newPassphrase(ctx context.Context, k Key) ([]byte, *Token, error) {
+	if err := e.checkSalt(k); err != nil {
+		return nil, nil, err
+	}
+
+	if k.KMS == "" {
+		p, err := e.passphrase(ctx, k, nil)
+
+		return p, nil, err
+	}
+
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, nil, err
+	}
+
+	kms, err := e.dial(ctx, k.KMS)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer kms.Close()
+
+	sealed, err := kms.Seal(ctx, e.NodeUUID, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s key slot %d: sealing the key with the KMS at %s: %w", e.Label, k.Slot, k.KMS, err)
+	}
+
+	tok := &Token{Type: TokenType, Keyslots: []string{strconv.Itoa(k.Slot)}, Endpoint: k.KMS, SealedKey: sealed}
+
+	return e.locked(k, key), tok, nil
+}
+
+// passphrase is a key slot's passphrase; a KMS key's is unsealed from its token.
+func (e Env) passphrase(ctx context.Context, k Key, tok *Token) ([]byte, error) {
+	if err := e.checkSalt(k); err != nil {
+		return nil, err
+	}
+
+	switch {
+	case k.Static != nil:
+		return e.locked(k, k.Static), nil
+	case k.NodeID:
+		if err := checkUUID(e.NodeUUID); err != nil {
+			return nil, fmt.Errorf("%s key slot %d (nodeID): %w", e.Label, k.Slot, err)
+		}
+
+		return e.locked(k, []byte(e.NodeUUID+e.Label)), nil
+	case k.KMS != "":
+		if tok == nil {
+			return nil, fmt.Errorf("%s key slot %d (kms): the volume's header holds no sealed key for it", e.Label, k.Slot)
+		}
+
+		kms, err := e.dial(ctx, k.KMS)
+		if err != nil {
+			return nil, err
+		}
+		defer kms.Close()
+
+		key, err := kms.Unseal(ctx, e.NodeUUID, tok.SealedKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s key slot %d: unsealing the key with the KMS at %s: %w", e.Label, k.Slot, k.KMS, err)
+		}
+
+		return e.locked(k, key), nil
+	case k.TPM:
+		return nil, fmt.Errorf("%s key slot %d: TPM-sealed keys are not supported by this node yet: use nodeID, static or kms keys", e.Label, k.Slot)
+	}
+
+	return nil, fmt.Errorf("%s key slot %d names no key", e.Label, k.Slot)
+}
+
+func (e Env) checkSalt(k Key) error {
+	if k.LockToState && len(e.Salt) == 0 {
+		return fmt.Errorf("%s key slot %d is locked to STATE, and STATE holds no %s", e.Label, k.Slot, SaltFile)
+	}
+
+	return nil
+}
+
+// locked mixes STATE's salt into a key locked to STATE.
+func (e Env) locked(k Key, p []byte) []byte {
+	if !k.LockToState {
+		return p
+	}
+
+	return append(append([]byte{}, p...), e.Salt...)
+}
+
+func (e Env) dial(ctx context.Context, endpoint string) (Sealer, error) {
+	if e.KMS != nil {
+		return e.KMS(ctx, endpoint)
+	}
+
+	return DialKMS(endpoint)
+}
+
+// checkUUID refuses a UUID too poor to derive a key from: missing, or made of few distinct
+// digits (firmware fills the field with zeros or a pattern when it has no UUID).
+func checkUUID(id string) error {
+	digits := map[rune]bool{}
+
+	for _, r := range strings.ToLower(id) {
+		if r != '-' {
+			digits[r] = true
+		}
+	}
+
+	if len(id) < 32 || len(digits) < 8 {
+		return errors.New("the machine's SMBIOS UUID " + strconv.Quote(id) + " has too little entropy to derive a key from: give the machine a UUID, or use a static or kms key")
+	}
+
+	return nil
+}

@@ -1,0 +1,85 @@
+package provision
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+
+	"github.com/talos-go/talos/internal/encryption"
+)
+
+// The encryption flags' patch merges into a generated config, and the node reads from it what
+// upstream's cluster create asks: STATE and EPHEMERAL in LUKS2, a slot per key type, KMS keys
+// sealed at the gateway, EPHEMERAL's keys locked to STATE.
+func TestEncryptionPatch(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.5.0.0/24")
+
+	gen, err := GenerateConfigs("enc", netip.MustParseAddr("10.5.0.2"), "", GenerateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e := EncryptionRequest{State: true, Ephemeral: true, KeyTypes: []string{KeyTypeUUID, KeyTypeKMS}}
+
+	raw, err := patch(gen.Worker, []string{e.patch(cidr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := configloader.NewFromBytes(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, label := range []string{"STATE", "EPHEMERAL"} {
+		s, err := encryption.FromConfig(cfg, label)
+		if err != nil || s == nil || len(s.Keys) != 2 {
+			t.Fatalf("%s: %+v %v\n%s", label, s, err, raw)
+		}
+
+		if !s.Keys[0].NodeID || s.Keys[0].Slot != 0 || s.Keys[1].KMS != "grpc://10.5.0.1:4050" || s.Keys[1].Slot != 1 {
+			t.Errorf("%s keys: %+v", label, s.Keys)
+		}
+
+		if locked := s.Keys[0].LockToState && s.Keys[1].LockToState; locked != (label == "EPHEMERAL") {
+			t.Errorf("%s: keys locked to STATE: %v", label, locked)
+		}
+	}
+
+	// Only STATE: EPHEMERAL stays plain.
+	raw, err = patch(gen.Worker, []string{EncryptionRequest{State: true, KeyTypes: []string{KeyTypeUUID}}.patch(cidr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if cfg, err = configloader.NewFromBytes(raw); err != nil {
+		t.Fatal(err)
+	}
+
+	if s, err := encryption.FromConfig(cfg, "EPHEMERAL"); s != nil || err != nil {
+		t.Errorf("EPHEMERAL encrypted with only --encrypt-state: %+v %v", s, err)
+	}
+}
+
+func TestEncryptionFlagsChecked(t *testing.T) {
+	for _, c := range []struct {
+		e           EncryptionRequest
+		provisioner string
+		want        string
+	}{
+		{EncryptionRequest{State: true, KeyTypes: []string{"uuid"}}, ProvisionerContainer, "use --provisioner qemu"},
+		{EncryptionRequest{Ephemeral: true}, ProvisionerQEMU, "at least one"},
+		{EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}, ProvisionerQEMU, "use uuid or kms"},
+		{EncryptionRequest{State: true, KeyTypes: []string{"uuid", "magic"}}, ProvisionerQEMU, `"magic"`},
+	} {
+		if err := c.e.check(c.provisioner); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v on %s: %v, want %q", c.e, c.provisioner, err, c.want)
+		}
+	}
+
+	if err := (EncryptionRequest{KeyTypes: []string{"magic"}}).check(ProvisionerProcess); err != nil {
+		t.Errorf("key types without encryption: %v", err)
+	}
+}
