@@ -78,7 +78,13 @@ func FromConfig(cfg config.Config, label string) (*Spec, error) {
 		}
 	}
 
-	if enc == nil {
+	return FromEncryption(field, enc)
+}
+
+// FromEncryption is a config document's encryption (field names it in errors); nil when the
+// document encrypts nothing.
+func FromEncryption(field string, enc config.EncryptionConfig) (*Spec, error) {
+	if enc == nil || (enc.Provider() == block.EncryptionProviderNone && len(enc.Keys()) == 0) {
 		return nil, nil
 	}
 

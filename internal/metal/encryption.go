@@ -19,9 +19,10 @@ import (
 )
 
 // EncryptionModules are what dm-crypt and cryptsetup use on the nodes' kernel: the target, the
-// XTS mode of its default cipher and the kernel crypto API's socket cryptsetup encrypts its
-// key slots with. The kernel cannot load them itself (there is no modprobe for it to call).
-var EncryptionModules = []string{"dm_crypt", "xts", "algif_skcipher"}
+// XTS mode of its default cipher (aes-xts-plain64, which instantiates xts(ecb(aes))) and the
+// kernel crypto API's socket cryptsetup encrypts its key slots with. The kernel cannot load
+// them itself (there is no modprobe for it to call).
+var EncryptionModules = []string{"dm_crypt", "xts", "ecb", "algif_skcipher"}
 
 // openTimeout bounds opening a volume: a KMS key may wait for the KMS.
 const openTimeout = 3 * time.Minute

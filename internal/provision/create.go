@@ -151,6 +151,10 @@ func (r *Request) check() error {
 		return errors.New("--no-masquerade-cidrs: process nodes use this machine's addresses, there is no cluster network to masquerade: use --provisioner container or qemu")
 	case r.Firewall != "" && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
 		return errors.New("--with-firewall: process nodes share this machine's network, which their firewall would filter: use --provisioner container or qemu")
+	case len(r.QEMU.UserVolumes) > 0 && r.Provisioner != ProvisionerQEMU:
+		return errors.New("--user-volumes: the volumes are partitions of the nodes' own disks: use --provisioner qemu")
+	case r.Encryption.UserVolumes && len(r.QEMU.UserVolumes) == 0:
+		return errors.New("--encrypt-user-volumes encrypts the volumes of --user-volumes, and none is given")
 	case r.Encryption.check(r.Provisioner) != nil:
 		return r.Encryption.check(r.Provisioner)
 	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
@@ -353,8 +357,12 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		req.WorkerPatches = append(slices.Clone(req.WorkerPatches), worker)
 	}
 
-	if req.Encryption.enabled() {
+	if req.Encryption.State || req.Encryption.Ephemeral {
 		req.Patches = append(slices.Clone(req.Patches), req.Encryption.patch(req.CIDR))
+	}
+
+	if len(req.QEMU.UserVolumes) > 0 {
+		req.Patches = append(slices.Clone(req.Patches), userVolumesPatch(req.QEMU.UserVolumes, req.Encryption.UserVolumes, req.Encryption, kmsEndpoint(req.CIDR)))
 	}
 
 	cfgs, err := GenerateConfigs(req.Name, endpoint, req.InputDir, req.Generate)

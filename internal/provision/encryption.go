@@ -17,13 +17,14 @@ const (
 	KeyTypeTPM  = "tpm"
 )
 
-// EncryptionRequest is --encrypt-state, --encrypt-ephemeral and --disk-encryption-key-types.
+// EncryptionRequest is --encrypt-state, --encrypt-ephemeral, --encrypt-user-volumes and
+// --disk-encryption-key-types.
 type EncryptionRequest struct {
-	State, Ephemeral bool
-	KeyTypes         []string // one key slot each, in order
+	State, Ephemeral, UserVolumes bool
+	KeyTypes                      []string // one key slot each, in order
 }
 
-func (e EncryptionRequest) enabled() bool { return e.State || e.Ephemeral }
+func (e EncryptionRequest) enabled() bool { return e.State || e.Ephemeral || e.UserVolumes }
 
 func (e EncryptionRequest) usesKMS() bool { return e.enabled() && slices.Contains(e.KeyTypes, KeyTypeKMS) }
 
@@ -33,7 +34,7 @@ func (e EncryptionRequest) check(provisioner string) error {
 	}
 
 	if provisioner != ProvisionerQEMU {
-		return errors.New("--encrypt-state and --encrypt-ephemeral encrypt an installed disk's partitions, which only qemu nodes have: use --provisioner qemu")
+		return errors.New("--encrypt-state, --encrypt-ephemeral and --encrypt-user-volumes encrypt an installed disk's partitions, which only qemu nodes have: use --provisioner qemu")
 	}
 
 	if len(e.KeyTypes) == 0 {
@@ -53,9 +54,14 @@ func (e EncryptionRequest) check(provisioner string) error {
 	return nil
 }
 
-// patch is the encryption as upstream's cluster create writes it: a VolumeConfig document per
-// encrypted volume, LUKS2, one key slot per key type; EPHEMERAL's keys locked to STATE. KMS keys
-// are sealed by the network process's KMS on the gateway.
+// kmsEndpoint is where the network process's KMS listens: the gateway, upstream's port.
+func kmsEndpoint(cidr netip.Prefix) string {
+	return "grpc://" + netip.AddrPortFrom(gateway(cidr).Addr(), qemu.KMSPort).String()
+}
+
+// patch is the system volumes' encryption as upstream's cluster create writes it: a
+// VolumeConfig document per encrypted volume, LUKS2, one key slot per key type; EPHEMERAL's keys
+// locked to STATE.
 func (e EncryptionRequest) patch(cidr netip.Prefix) string {
 	var docs []string
 
@@ -63,29 +69,33 @@ func (e EncryptionRequest) patch(cidr netip.Prefix) string {
 		label string
 		on    bool
 	}{{"STATE", e.State}, {"EPHEMERAL", e.Ephemeral}} {
-		if !v.on {
-			continue
+		if v.on {
+			docs = append(docs, fmt.Sprintf("apiVersion: v1alpha1\nkind: VolumeConfig\nname: %s\nencryption:\n  provider: luks2\n  keys:\n%s",
+				v.label, e.keysYAML(kmsEndpoint(cidr), v.label != "STATE")))
 		}
-
-		var keys strings.Builder
-
-		for slot, t := range e.KeyTypes {
-			fmt.Fprintf(&keys, "    - slot: %d\n", slot)
-
-			switch t {
-			case KeyTypeUUID:
-				keys.WriteString("      nodeID: {}\n")
-			case KeyTypeKMS:
-				fmt.Fprintf(&keys, "      kms:\n        endpoint: grpc://%s\n", netip.AddrPortFrom(gateway(cidr).Addr(), qemu.KMSPort))
-			}
-
-			if v.label != "STATE" {
-				keys.WriteString("      lockToState: true\n")
-			}
-		}
-
-		docs = append(docs, fmt.Sprintf("apiVersion: v1alpha1\nkind: VolumeConfig\nname: %s\nencryption:\n  provider: luks2\n  keys:\n%s", v.label, keys.String()))
 	}
 
 	return strings.Join(docs, "---\n")
+}
+
+// keysYAML is the encryption's keys list: a slot per key type, KMS keys sealed at kms.
+func (e EncryptionRequest) keysYAML(kms string, lockToState bool) string {
+	var keys strings.Builder
+
+	for slot, t := range e.KeyTypes {
+		fmt.Fprintf(&keys, "    - slot: %d\n", slot)
+
+		switch t {
+		case KeyTypeUUID:
+			keys.WriteString("      nodeID: {}\n")
+		case KeyTypeKMS:
+			fmt.Fprintf(&keys, "      kms:\n        endpoint: %s\n", kms)
+		}
+
+		if lockToState {
+			keys.WriteString("      lockToState: true\n")
+		}
+	}
+
+	return keys.String()
 }

@@ -59,6 +59,9 @@ type QEMURequest struct {
 	ExtraDisks          int      // more disks of each worker
 	ExtraDisksSizeMB    int64    // their size
 	ExtraDisksDrivers   []string // their drivers, one per disk (virtio when not given)
+	// UserVolumes are --user-volumes: a disk of every node per entry, with a UserVolumeConfig
+	// for each of its volumes.
+	UserVolumes [][]UserVolume
 	BadRTC              bool     // the guests' clocks start two years behind
 	DisableDHCPHostname bool     // the leases name no hostname
 	// ApplyConfig boots the nodes without a config (maintenance mode) and applies each one's
@@ -403,6 +406,10 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 		}
 
 		extra = append(extra, qemu.Disk{Path: filepath.Join(n.State, fmt.Sprintf("disk-%d.raw", i+1)), SizeMB: req.QEMU.ExtraDisksSizeMB, Driver: driver})
+	}
+
+	for i, disk := range req.QEMU.UserVolumes {
+		extra = append(extra, qemu.Disk{Path: filepath.Join(n.State, fmt.Sprintf("user-volumes-%d.raw", i+1)), SizeMB: userVolumeDiskMiB(disk), Driver: "virtio", Serial: userVolumeSerial(i)})
 	}
 
 	var uefi *qemu.UEFI

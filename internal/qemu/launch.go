@@ -82,6 +82,8 @@ type Disk struct {
 	Path   string `json:"path"`
 	SizeMB int64  `json:"sizeMB"`
 	Driver string `json:"driver"` // one of DiskDrivers
+	// Serial is the disk's serial number (virtio), which names its /dev/disk/by-id link.
+	Serial string `json:"serial,omitempty"`
 }
 
 // DiskDrivers are the disk controllers a node can have extra disks on: those Debian's cloud
@@ -393,7 +395,12 @@ func diskArgs(i int, d Disk) []string {
 	case "nvme":
 		return append(drive, "-device", "nvme,drive="+id+",serial="+id)
 	default:
-		return append(drive, "-device", "virtio-blk-pci,drive="+id)
+		dev := "virtio-blk-pci,drive=" + id
+		if d.Serial != "" {
+			dev += ",serial=" + d.Serial
+		}
+
+		return append(drive, "-device", dev)
 	}
 }
 

@@ -100,6 +100,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		mounts          []string
 		noMasquerade    []string
 		wireguardCIDR   string
+		userVolumes     []string
 	)
 
 	cmd := &cobra.Command{
@@ -150,6 +151,10 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 				if req.WireguardCIDR, err = netip.ParsePrefix(wireguardCIDR); err != nil || !req.WireguardCIDR.Addr().Is4() {
 					return fmt.Errorf("--wireguard-cidr %q: give an IPv4 network like 172.20.1.0/24", wireguardCIDR)
 				}
+			}
+
+			if req.QEMU.UserVolumes, err = provision.ParseUserVolumes(userVolumes); err != nil {
+				return err
 			}
 
 			for _, c := range noMasquerade {
@@ -316,6 +321,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&req.QEMU.UseVIP, "use-vip", false, "use a virtual IP for the controlplane endpoint instead of the loadbalancer endpoint (qemu: the network's 50th address, held by the control plane etcd elects)")
 	f.BoolVar(&req.Encryption.State, "encrypt-state", false, "enable state partition encryption (qemu: LUKS2, a VolumeConfig per volume)")
 	f.BoolVar(&req.Encryption.Ephemeral, "encrypt-ephemeral", false, "enable ephemeral partition encryption (qemu: LUKS2, its keys locked to STATE)")
+	f.BoolVar(&req.Encryption.UserVolumes, "encrypt-user-volumes", false, "enable user volumes encryption (qemu: LUKS2, the --disk-encryption-key-types keys)")
+	f.StringSliceVar(&userVolumes, "user-volumes", nil, "list of user volumes to create for each VM in format: <name1>:<size1>:<name2>:<size2> (qemu: each value is one more disk of every node, the volumes partitions of it mounted at /var/mnt/<name>)")
 	f.StringSliceVar(&req.Encryption.KeyTypes, "disk-encryption-key-types", []string{provision.KeyTypeUUID}, "encryption key types to use for disk encryption (uuid, kms) (qemu: kms keys are sealed by a KMS on the cluster network's gateway, port 4050)")
 	f.BoolVar(&req.QEMU.IOMMU, "with-iommu", false, "enable IOMMU support: an Intel IOMMU on the q35 machine (qemu)")
 	f.BoolVar(&req.QEMU.ApplyConfig, "with-apply-config", false, "enable apply config when the VM is starting in maintenance mode (qemu)")

@@ -576,6 +576,16 @@ func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, st
 			for _, log := range logs {
 				b, _ := os.ReadFile(log)
 				t.Logf("%s:\n%s", filepath.Base(log), b[max(0, len(b)-6000):])
+
+				// The errors of the whole log: the tail may be long past them.
+				var errs []string
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, "ERROR") {
+						errs = append(errs, line)
+					}
+				}
+
+				t.Logf("%s, its errors:\n%s", filepath.Base(log), strings.Join(errs[max(0, len(errs)-20):], "\n"))
 			}
 		}
 
@@ -665,7 +675,9 @@ func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 // installs STATE and EPHEMERAL as LUKS2 volumes (on the disk the header is there, no XFS),
 // each with a KMS-sealed key (the network process's KMS on the gateway) in slot 0 and a key of
 // its UUID in slot 1; the boot stage opens them with the KMS key, and again after a reboot,
-// with the config still on the encrypted STATE.
+// with the config still on the encrypted STATE. --user-volumes gives the node a disk with two
+// volumes (UserVolumeConfig), --encrypt-user-volumes encrypts them: each is a partition u-<name>
+// of its size, opened and mounted at /var/mnt/<name>, formatted once only.
 func TestClusterCreateQEMUEncrypted(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-enc")
 
@@ -673,19 +685,37 @@ func TestClusterCreateQEMUEncrypted(t *testing.T) {
 
 	start := time.Now()
 	cli.Must(t, oneNodeCluster("qemu-enc", cidr, gateway, "--encrypt-state", "--encrypt-ephemeral", "--disk-encryption-key-types", "kms,uuid",
-		"--with-uefi=false", "--disk-preallocate=false")...)
-	t.Logf("created with encrypted STATE and EPHEMERAL, installed, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+		"--user-volumes", "data:200MiB:logs:100MiB", "--encrypt-user-volumes", "--with-uefi=false", "--disk-preallocate=false")...)
+	t.Logf("created with encrypted STATE, EPHEMERAL and user volumes, installed, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
 	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
 		t.Fatalf("the node did not install and boot its disk: /proc/cmdline %s", out)
 	}
 
-	mounts := cli.Must(t, "-n", node, "mounts")
-	for _, want := range []string{`/dev/mapper/luks2-STATE\s.*\s/system/state\s*$`, `/dev/mapper/luks2-EPHEMERAL\s.*\s/var\s*$`} {
-		if !regexp.MustCompile(`(?m)` + want).MatchString(mounts) {
-			t.Errorf("mounts: no %s:\n%s", want, mounts)
+	checkMounts := func(when string) {
+		for _, want := range []string{`/dev/mapper/luks2-STATE\s.*\s/system/state`, `/dev/mapper/luks2-EPHEMERAL\s.*\s/var/lib/containerd`,
+			`/dev/mapper/luks2-u-data\s.*\s/var/mnt/data`, `/dev/mapper/luks2-u-logs\s.*\s/var/mnt/logs`} {
+			testenv.WaitFor(t, want+" "+when, 2*time.Minute, func() error {
+				out, errOut, code := cli.Run(t, "-n", node, "mounts")
+				if code != 0 || !regexp.MustCompile(`(?m)`+want+`\s*$`).MatchString(out) {
+					return fmt.Errorf("exit %d: no %s in\n%s%s", code, want, out, errOut)
+				}
+
+				return nil
+			})
+		}
+
+		for v, size := range map[string]string{"data": "209715200", "logs": "104857600"} {
+			out := cli.Must(t, "-n", node, "get", "volumestatus", "u-"+v, "-o", "yaml")
+			for _, want := range []string{"phase: ready", "location: /dev/vdb", "size: " + size, "targetPath: /var/mnt/" + v, "encryptionProvider: luks2"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("volumestatus u-%s %s: no %q in\n%s", v, when, want, out)
+				}
+			}
 		}
 	}
+
+	checkMounts("after the install")
 
 	f, err := os.Open(filepath.Join(dir, "qemu-enc-controlplane-1", "disk.raw"))
 	if err != nil {
@@ -729,10 +759,16 @@ func TestClusterCreateQEMUEncrypted(t *testing.T) {
 		return nil
 	})
 
+	checkMounts("after a reboot")
+
 	console, _ := os.ReadFile(filepath.Join(dir, "qemu-enc-controlplane-1.log"))
 	for _, label := range []string{"STATE", "EPHEMERAL"} {
 		if n := strings.Count(string(console), label+": LUKS2 volume opened with key slot 0 (kms)"); n != 2 {
 			t.Errorf("%s opened with the KMS key on %d boots from the disk, want 2", label, n)
 		}
+	}
+
+	if n := strings.Count(string(console), "formatting u-data"); n != 1 {
+		t.Errorf("u-data formatted %d times, want once", n)
 	}
 }

@@ -145,7 +145,7 @@ func List(opts Options) []controller.Controller {
 	// A node on its own kernel runs udevd: its block devices, their probes and links.
 	if opts.Udev {
 		list = append(list, &blockctrl.UdevController{Sysfs: "/sys", LoadModalias: opts.LoadModalias},
-			&blockctrl.DiscoveredVolumesController{Sysfs: "/sys", Dev: "/dev"})
+			&blockctrl.DiscoveredVolumesController{Sysfs: "/sys", Dev: "/dev"}, &blockctrl.UserVolumesController{StateDir: opts.StateDir})
 	}
 
 	// A node in its own network namespace (a container node, a metal one) runs its resolvers

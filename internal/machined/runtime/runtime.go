@@ -116,7 +116,7 @@ func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
 		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Platform, err)
 	}
 
-	if err = errors.Join(KubernetesSupport(cfg), EncryptionSupport(cfg)); err != nil {
+	if err = errors.Join(KubernetesSupport(cfg), VolumeSupport(cfg)); err != nil {
 		return warnings, fmt.Errorf("config asks for what this node cannot do yet: %w", err)
 	}
 

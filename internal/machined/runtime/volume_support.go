@@ -7,11 +7,13 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 
 	"github.com/talos-go/talos/internal/encryption"
+	"github.com/talos-go/talos/internal/uservolume"
 )
 
-// EncryptionSupport refuses the volume encryption this node cannot do: a provider other than
-// luks2, unknown options, and TPM-sealed keys (not implemented yet), each naming its field.
-func EncryptionSupport(cfg config.Config) error {
+// VolumeSupport refuses the volume settings this node cannot do, each naming its field:
+// encryption with a provider other than luks2, unknown options or TPM-sealed keys (not
+// implemented yet), and user volumes it cannot provision (uservolume.Check).
+func VolumeSupport(cfg config.Config) error {
 	var errs []error
 
 	for _, label := range []string{"STATE", "EPHEMERAL"} {
@@ -25,6 +27,10 @@ func EncryptionSupport(cfg config.Config) error {
 		for _, k := range spec.KeysOf("tpm") {
 			errs = append(errs, fmt.Errorf("%s encryption key slot %d: TPM-sealed keys are not supported yet; use nodeID, static or kms keys", label, k.Slot))
 		}
+	}
+
+	for _, v := range cfg.UserVolumeConfigs() {
+		errs = append(errs, uservolume.Check(v))
 	}
 
 	return errors.Join(errs...)

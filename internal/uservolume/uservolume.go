@@ -1,0 +1,338 @@
+// Package uservolume provisions upstream's user volumes (UserVolumeConfig) on a metal node: a
+// GPT partition named u-<name> on the first disk the volume's disk selector (CEL) matches, XFS
+// on it (in a LUKS2 volume when the document encrypts it), mounted at /var/mnt/<name>. A volume
+// found on a disk is used as it is: its data is never formatted again.
+package uservolume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/siderolabs/protoenc"
+	blockpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/block"
+	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
+	"github.com/siderolabs/talos/pkg/machinery/config/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/talos-go/talos/internal/encryption"
+	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/udev"
+)
+
+// MountRoot is where user volumes are mounted, each in the folder of its name.
+const MountRoot = "/var/mnt"
+
+// PartitionName is a user volume's GPT partition name.
+func PartitionName(volume string) string { return "u-" + volume }
+
+// Disk is a disk the selector is evaluated on.
+type Disk struct {
+	Name   string // vdb
+	Spec   block.DiskSpec
+	System bool // it holds the node's STATE
+}
+
+// Env is the machine's side of provisioning.
+type Env struct {
+	Sysfs, Dev string // "/sys", "/dev"
+	MountRoot  string // MountRoot, or a test's folder
+	Encryption encryption.Env
+	Log        func(format string, args ...any)
+}
+
+// Result is a provisioned volume.
+type Result struct {
+	Partition  string // the partition's device: /dev/vdb1
+	Device     string // what is mounted: the partition, or its opened LUKS2 volume
+	Disk       string
+	Index      int
+	Size       uint64
+	MountPoint string
+	Encrypted  bool
+}
+
+// Check refuses what this node cannot provision, naming the field: a filesystem other than
+// XFS, a volume without a disk selector, encryption it cannot do.
+func Check(v config.UserVolumeConfig) error {
+	field := "UserVolumeConfig " + v.Name()
+
+	if _, ok := v.Provisioning().DiskSelector().Get(); !ok {
+		return fmt.Errorf("%s: provisioning.diskSelector.match is required: name the disk, e.g. disk.transport == \"virtio\" && !system_disk", field)
+	}
+
+	if t := v.Filesystem().Type(); t != block.FilesystemTypeXFS && t != block.FilesystemTypeNone {
+		return fmt.Errorf("%s: filesystem.type %s: only xfs is supported", field, t)
+	}
+
+	spec, err := encryption.FromEncryption(field+": encryption", v.Encryption())
+	if err != nil {
+		return err
+	}
+
+	if tpm := spec.KeysOf("tpm"); len(tpm) > 0 {
+		return fmt.Errorf("%s: encryption key slot %d: TPM-sealed keys are not supported yet; use nodeID, static or kms keys", field, tpm[0].Slot)
+	}
+
+	return nil
+}
+
+// Matches tells whether the volume's selector picks the disk.
+func Matches(v config.UserVolumeConfig, d Disk) (bool, error) {
+	expr, ok := v.Provisioning().DiskSelector().Get()
+	if !ok {
+		return false, nil
+	}
+
+	// The selector is over the disk resource's protobuf form, as upstream's.
+	raw, err := protoenc.Marshal(&d.Spec)
+	if err != nil {
+		return false, err
+	}
+
+	var pb blockpb.DiskSpec
+	if err = proto.Unmarshal(raw, &pb); err != nil {
+		return false, err
+	}
+
+	return expr.EvalBool(celenv.DiskLocator(), map[string]any{"disk": &pb, "system_disk": d.System})
+}
+
+// Provision makes the volume ready: its partition found on a matching disk or made in the first
+// one's free space, formatted when new, opened when encrypted, and mounted.
+func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env Env) (Result, error) {
+	name := PartitionName(v.Name())
+
+	var candidates []Disk
+
+	for _, d := range disks {
+		ok, err := Matches(v, d)
+		if err != nil {
+			return Result{}, fmt.Errorf("UserVolumeConfig %s: provisioning.diskSelector.match: %w", v.Name(), err)
+		}
+
+		if ok && !d.Spec.Readonly && !d.Spec.CDROM {
+			candidates = append(candidates, d)
+		}
+	}
+
+	if len(candidates) == 0 {
+		return Result{}, fmt.Errorf("UserVolumeConfig %s: no disk matches provisioning.diskSelector.match (%d disks seen)", v.Name(), len(disks))
+	}
+
+	spec, err := encryption.FromEncryption("UserVolumeConfig "+v.Name()+": encryption", v.Encryption())
+	if err != nil {
+		return Result{}, err
+	}
+
+	var (
+		res     Result
+		created bool
+		errs    []error
+	)
+
+	for _, d := range candidates {
+		res, created, err = ensurePartition(d, name, v.Provisioning(), env)
+		if err == nil {
+			break
+		}
+
+		errs = append(errs, fmt.Errorf("%s: %w", d.Name, err))
+	}
+
+	if res.Partition == "" {
+		return Result{}, fmt.Errorf("UserVolumeConfig %s: %w", v.Name(), errors.Join(errs...))
+	}
+
+	res.Device = res.Partition
+	enc := env.Encryption
+	enc.Label = name
+
+	if spec != nil {
+		res.Encrypted = true
+
+		if created {
+			env.Log("encrypting %s (%s) with LUKS2", name, res.Partition)
+			err = encryption.Cryptsetup{}.Format(ctx, res.Partition, spec, enc)
+		} else {
+			_, err = encryption.Cryptsetup{}.Open(ctx, res.Partition, spec, enc)
+		}
+
+		if err != nil {
+			return Result{}, fmt.Errorf("UserVolumeConfig %s: %w", v.Name(), err)
+		}
+
+		res.Device = "/dev/mapper/" + encryption.MappedName(name)
+	}
+
+	probed, err := udev.Probe(res.Device)
+	if err != nil {
+		return Result{}, err
+	}
+
+	switch {
+	case probed.Filesystem == "" && (created || spec != nil):
+		env.Log("formatting %s (%s) as XFS", name, res.Device)
+
+		if out, err := exec.CommandContext(ctx, "mkfs.xfs", "-f", "-q", "-L", name, res.Device).CombinedOutput(); err != nil {
+			return Result{}, fmt.Errorf("mkfs.xfs %s: %w: %s", res.Device, err, out)
+		}
+	case probed.Filesystem != "xfs":
+		return Result{}, fmt.Errorf("UserVolumeConfig %s: partition %s holds %q, not XFS: it is left alone (wipe it to have it formatted)", v.Name(), res.Partition, probed.Filesystem)
+	}
+
+	res.MountPoint = filepath.Join(env.MountRoot, v.Name())
+	if err = os.MkdirAll(res.MountPoint, 0o755); err != nil {
+		return Result{}, err
+	}
+
+	if err = unix.Mount(res.Device, res.MountPoint, "xfs", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return Result{}, fmt.Errorf("mounting %s at %s: %w", res.Device, res.MountPoint, err)
+	}
+
+	return res, nil
+}
+
+// ensurePartition finds the volume's partition on the disk, or adds it in the disk's free
+// space (a new GPT on a blank disk); created says it is new.
+func ensurePartition(d Disk, name string, p config.VolumeProvisioningConfig, env Env) (Result, bool, error) {
+	path := filepath.Join(env.Dev, d.Name)
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return Result{}, false, err
+	}
+	defer f.Close()
+
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return Result{}, false, err
+	}
+
+	ss, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET)
+	if err != nil {
+		return Result{}, false, err
+	}
+
+	parts, err := partition.Read(f)
+	if err != nil {
+		if !blank(f) {
+			return Result{}, false, fmt.Errorf("%w, and the disk is not blank: it is left alone", err)
+		}
+
+		parts = nil
+	}
+
+	if i := slices.IndexFunc(parts, func(q partition.Placed) bool { return q.Name == name }); i >= 0 {
+		dev, err := waitPartition(env, d.Name, parts[i].Number)
+
+		return Result{Partition: dev, Disk: path, Index: parts[i].Number, Size: uint64(parts[i].Bytes())}, false, err
+	}
+
+	placed, err := place(parts, name, p, size, int64(ss))
+	if err != nil {
+		return Result{}, false, err
+	}
+
+	env.Log("adding partition %s to %s: %d MiB", name, path, placed.Bytes()/partition.MiB)
+
+	zeros := make([]byte, partition.MiB)
+	if _, err = f.WriteAt(zeros[:min(int64(len(zeros)), placed.Bytes())], placed.Offset()); err != nil {
+		return Result{}, false, err
+	}
+
+	if err = partition.Write(f, size, append(parts, placed)); err != nil {
+		return Result{}, false, err
+	}
+
+	if err = f.Sync(); err != nil {
+		return Result{}, false, err
+	}
+
+	// The kernel learns of the one new partition: the disk's others may be in use.
+	if err = addPartition(f, placed); err != nil {
+		return Result{}, false, err
+	}
+
+	dev, err := waitPartition(env, d.Name, placed.Number)
+
+	return Result{Partition: dev, Disk: path, Index: placed.Number, Size: uint64(placed.Bytes())}, true, err
+}
+
+// place puts the partition after the disk's last one: minSize at least, maxSize at most (the
+// rest of the disk when it has none, or when grow is set).
+func place(parts []partition.Placed, name string, p config.VolumeProvisioningConfig, size, ss int64) (partition.Placed, error) {
+	align := int64(partition.MiB) / ss
+	first := align
+
+	for _, q := range parts {
+		first = max(first, (q.Last+1+align-1)/align*align)
+	}
+
+	lastUsable := size/ss - 1 - 1 - 128*128/ss
+	free := (lastUsable + 1 - first) / align * align * ss
+
+	minSize, maxSize := int64(p.MinSize().ValueOrZero()), int64(p.MaxSize().ValueOrZero())
+
+	want := free
+	if maxSize > 0 && !p.Grow().ValueOrZero() {
+		want = min(free, maxSize/ss/align*align*ss)
+	}
+
+	if want <= 0 || want < minSize {
+		return partition.Placed{}, fmt.Errorf("%d MiB free, provisioning.minSize asks %d MiB", max(free, 0)/partition.MiB, minSize/partition.MiB)
+	}
+
+	number := 1
+	for _, q := range parts {
+		number = max(number, q.Number+1)
+	}
+
+	placed := partition.Placed{Partition: partition.Partition{Name: name, Type: partition.TypeLinux, Size: want}, Number: number,
+		First: first, Last: first + want/ss - 1, GUID: uuid.New(), SectorSize: ss}
+
+	return placed, nil
+}
+
+// blank tells whether the disk's first MiB is zeros.
+func blank(f *os.File) bool {
+	b := make([]byte, partition.MiB)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return false
+	}
+
+	return !slices.ContainsFunc(b, func(c byte) bool { return c != 0 })
+}
+
+// waitPartition waits for partition n of the disk to have its device node.
+func waitPartition(env Env, disk string, n int) (string, error) {
+	name := disk
+	if strings.IndexAny(disk[len(disk)-1:], "0123456789") == 0 {
+		name += "p" // nvme0n1p1
+	}
+
+	name += fmt.Sprint(n)
+	path := filepath.Join(env.Dev, name)
+
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(env.Sysfs, "class", "block", name)); err == nil {
+			if _, err = os.Stat(path); err == nil {
+				return path, nil
+			}
+		}
+
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("partition %s did not appear", path)
+		}
+	}
+}
