@@ -42,9 +42,11 @@ type BootAssets struct {
 	Kernel, Initramfs   string
 	ISO                 string // the first boot's medium: GRUB booting the kernel and initramfs
 	UKI                 string // the same as a unified kernel image (UEFI)
+	DiskImage           string // a disk as a node installs it, without a config (DiskImageName)
 	Cmdline             string // the file of the default kernel arguments
 	KernelSize, InitrdN int64  // bytes
 	ISOSize, UKISize    int64
+	DiskImageSize       int64 // its size (a sparse file: most of it takes no space)
 	Modules             []string
 }
 
@@ -213,7 +215,13 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 		return a, err
 	}
 
-	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize, a.UKI: &a.UKISize} {
+	a.DiskImage = filepath.Join(opts.Out, DiskImageName)
+	err = buildDiskImage(diskImageInputs{kernel: a.Kernel, initramfs: a.Initramfs, bootImg: filepath.Join(grubDir, "boot.img"), coreImg: core, efi: efi, keys: opts.Keys}, a.DiskImage)
+	if err != nil {
+		return a, fmt.Errorf("the disk image: %w", err)
+	}
+
+	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize, a.UKI: &a.UKISize, a.DiskImage: &a.DiskImageSize} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return a, err
@@ -489,9 +497,9 @@ func bootMain(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS and UEFI boot)\nUKI %s: %.1f MB (UEFI)\nkernel arguments %s: %s\n",
+	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS and UEFI boot)\nUKI %s: %.1f MB (UEFI)\ndisk image %s: %.1f MB, sparse (boots into maintenance mode)\nkernel arguments %s: %s\n",
 		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "),
-		a.ISO, float64(a.ISOSize)/1e6, a.UKI, float64(a.UKISize)/1e6, a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
+		a.ISO, float64(a.ISOSize)/1e6, a.UKI, float64(a.UKISize)/1e6, a.DiskImage, float64(a.DiskImageSize)/1e6, a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
 
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/udev"
 )
 
 // fakeKernel lays out an extracted linux-image package: a kernel and three modules, of which
@@ -136,6 +138,10 @@ func TestBuildBootReproducible(t *testing.T) {
 
 		if isos[i], err = os.ReadFile(a.ISO); err != nil {
 			t.Fatal(err)
+		}
+
+		if i == 0 {
+			checkDiskImage(t, a)
 		}
 
 		// The unified kernel image carries the same kernel and initramfs.
@@ -288,5 +294,82 @@ func TestWriteInitramfsFromUnpackedFiles(t *testing.T) {
 
 	if err := WriteInitramfs(io.Discard, root); err == nil || !strings.Contains(err.Error(), "link") {
 		t.Errorf("a symlink: %v, want a refusal naming it", err)
+	}
+}
+
+// checkDiskImage reads the disk image back: upstream's partitions, GRUB's boot sector, XFS on
+// BOOT (slot A's kernel and initramfs, GRUB's menu), STATE (empty: no config) and EPHEMERAL,
+// FAT with GRUB for UEFI on EFI.
+func checkDiskImage(t *testing.T, a BootAssets) {
+	t.Helper()
+
+	f, err := os.Open(a.DiskImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	parts, err := partition.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var names []string
+	for _, p := range parts {
+		names = append(names, p.Name)
+	}
+
+	if !slices.Equal(names, []string{"EFI", "BIOS", "BOOT", "META", "STATE", "EPHEMERAL"}) || a.DiskImageSize != partition.MinSize(partition.Layout) {
+		t.Fatalf("disk image: partitions %v, %d bytes", names, a.DiskImageSize)
+	}
+
+	mbr := make([]byte, 512)
+	if _, err = f.ReadAt(mbr, 0); err != nil || mbr[510] != 0x55 || mbr[511] != 0xaa || bytes.Count(mbr[:0x1b8], []byte{0}) == 0x1b8 {
+		t.Error("disk image: no GRUB boot sector")
+	}
+
+	dir := t.TempDir()
+
+	for _, p := range parts {
+		want := map[string]string{"EFI": "vfat", "BOOT": "xfs", "STATE": "xfs", "EPHEMERAL": "xfs"}[p.Name]
+		if want == "" {
+			continue
+		}
+
+		// Each filesystem, cut out of the image, as a tool reads it.
+		part := filepath.Join(dir, p.Name)
+
+		out, err := os.Create(part)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err = io.Copy(out, io.NewSectionReader(f, p.Offset(), p.Bytes())); err != nil {
+			t.Fatal(err)
+		}
+
+		out.Close()
+
+		v, err := udev.Probe(part)
+		if err != nil || v.Filesystem != want || v.Label != p.Name {
+			t.Errorf("disk image partition %s: %s %q, want %s labelled so (%v)", p.Name, v.Filesystem, v.Label, want, err)
+		}
+
+		var listing []byte
+
+		switch p.Name {
+		case "BOOT":
+			listing, _ = exec.Command("xfs_db", "-r", "-c", "ls /A", "-c", "ls /grub", part).CombinedOutput()
+			for _, w := range []string{"vmlinuz", "initramfs.img", "grub.cfg"} {
+				if !bytes.Contains(listing, []byte(w)) {
+					t.Errorf("BOOT has no %s:\n%s", w, listing)
+				}
+			}
+		case "EFI":
+			listing, _ = exec.Command("mdir", "-i", part, "::/EFI/BOOT").CombinedOutput()
+			if !bytes.Contains(listing, []byte("BOOTX64")) {
+				t.Errorf("EFI has no GRUB for UEFI:\n%s", listing)
+			}
+		}
 	}
 }

@@ -127,13 +127,8 @@ func ToDisk(ctx context.Context, o Options) error {
 	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
 		o.Log("formatting %s (%s) as XFS", name, targets[name])
 
-		cmd := exec.CommandContext(ctx, "mkfs.xfs", "-f", "-q", "-L", name, targets[name])
-		// xfsprogs since 5.19 refuses filesystems under 300 MB outside its own test suite, whose
-		// variables lift that: STATE is upstream's 100 MiB.
-		cmd.Env = append(os.Environ(), "TEST_DIR=1", "TEST_DEV=1", "QA_CHECK_FS=1")
-
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("mkfs.xfs %s: %w: %s", targets[name], err, out)
+		if err := partition.FormatXFS(ctx, targets[name], name); err != nil {
+			return err
 		}
 	}
 

@@ -334,6 +334,14 @@ func mountDisk(mods *Modules) (bool, error) {
 		if err = unix.Mount(dev, dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return false, fmt.Errorf("mounting %s (%s): %w", name, dev, err)
 		}
+
+		if name == partition.Ephemeral {
+			if grown, err := growXFS(dir, dev); err != nil {
+				log("EPHEMERAL keeps its size: %v", err)
+			} else if grown {
+				log("EPHEMERAL grown to its whole partition")
+			}
+		}
 	}
 
 	// META is its raw partition: the device node stands where the other partitions' folders

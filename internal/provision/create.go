@@ -483,7 +483,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
-	if req.Provisioner == ProvisionerQEMU && !req.SkipInjectingConfig && (req.QEMU.ApplyConfig || req.QEMU.ISO != "" || req.QEMU.USB != "" || req.QEMU.UKI != "" || req.QEMU.IPXEBootScript != "") {
+	if req.Provisioner == ProvisionerQEMU && !req.SkipInjectingConfig && (req.QEMU.ApplyConfig || req.QEMU.ISO != "" || req.QEMU.USB != "" || req.QEMU.UKI != "" || req.QEMU.IPXEBootScript != "" || req.QEMU.DiskImage != "") {
 		return c, cfgs, c.applyConfigs(ctx, progress)
 	}
 

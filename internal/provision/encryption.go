@@ -26,7 +26,9 @@ type EncryptionRequest struct {
 
 func (e EncryptionRequest) enabled() bool { return e.State || e.Ephemeral || e.UserVolumes }
 
-func (e EncryptionRequest) usesKMS() bool { return e.enabled() && slices.Contains(e.KeyTypes, KeyTypeKMS) }
+func (e EncryptionRequest) usesKMS() bool {
+	return e.enabled() && slices.Contains(e.KeyTypes, KeyTypeKMS)
+}
 
 func (e EncryptionRequest) check(provisioner string) error {
 	if !e.enabled() {

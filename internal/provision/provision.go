@@ -71,6 +71,7 @@ type Cluster struct {
 	ISO          string `yaml:"iso,omitempty"`
 	USB          string `yaml:"usb,omitempty"`
 	UKI          string `yaml:"uki,omitempty"`
+	DiskImage    string `yaml:"diskImage,omitempty"`
 	KVM          bool   `yaml:"kvm,omitempty"`
 	ConfigServer string `yaml:"configServer,omitempty"`
 	NetworkPID   int    `yaml:"networkPid,omitempty"`

@@ -40,6 +40,9 @@ type QEMURequest struct {
 	ISO    string // boot this ISO (make boot's metal-amd64.iso) instead, until installed
 	USB    string // or this USB stick's image (the hybrid ISO is one)
 	UKI    string // or this unified kernel image (make boot's metal-amd64-uki.efi), with UEFI
+	// DiskImage, or this disk image (make boot's metal-amd64.raw) as each node's disk: the node
+	// boots it into maintenance mode, installed already.
+	DiskImage string
 	// IPXEBootScript, or this iPXE script's URL: the nodes boot from the network (their cards'
 	// iPXE), the cluster's DHCP giving them the URL.
 	IPXEBootScript string
@@ -55,15 +58,15 @@ type QEMURequest struct {
 	DiskBlockSize   int
 	ExtraKernelArgs []string
 
-	Preallocate         bool     // allocate the disk files' blocks (else sparse)
-	ExtraDisks          int      // more disks of each worker
-	ExtraDisksSizeMB    int64    // their size
-	ExtraDisksDrivers   []string // their drivers, one per disk (virtio when not given)
+	Preallocate       bool     // allocate the disk files' blocks (else sparse)
+	ExtraDisks        int      // more disks of each worker
+	ExtraDisksSizeMB  int64    // their size
+	ExtraDisksDrivers []string // their drivers, one per disk (virtio when not given)
 	// UserVolumes are --user-volumes: a disk of every node per entry, with a UserVolumeConfig
 	// for each of its volumes.
-	UserVolumes [][]UserVolume
-	BadRTC              bool     // the guests' clocks start two years behind
-	DisableDHCPHostname bool     // the leases name no hostname
+	UserVolumes         [][]UserVolume
+	BadRTC              bool // the guests' clocks start two years behind
+	DisableDHCPHostname bool // the leases name no hostname
 	// ApplyConfig boots the nodes without a config (maintenance mode) and applies each one's
 	// through the maintenance API, instead of talos.config=.
 	ApplyConfig bool
@@ -179,8 +182,12 @@ func (r *Request) checkQEMU() error {
 
 	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
 	if flag, medium := q.bootMedium(); medium != "" {
-		if media := len(slices.DeleteFunc([]string{q.ISO, q.USB, q.UKI, q.IPXEBootScript}, func(s string) bool { return s == "" })); media > 1 {
-			return errors.New("--iso-path, --usb-path, --uki-path and --ipxe-boot-script each give the first boot's medium: give one")
+		if media := len(slices.DeleteFunc([]string{q.ISO, q.USB, q.UKI, q.IPXEBootScript, q.DiskImage}, func(s string) bool { return s == "" })); media > 1 {
+			return errors.New("--iso-path, --usb-path, --uki-path, --ipxe-boot-script and --disk-image-path each give the first boot's medium: give one")
+		}
+
+		if q.DiskImage != "" && q.DiskBlockSize != partition.SectorSize {
+			return fmt.Errorf("--disk-image-path: the image's partition table is in 512-byte sectors: drop --disk-block-size %d", q.DiskBlockSize)
 		}
 
 		if q.IPXEBootScript != "" && !httpURL(q.IPXEBootScript) {
@@ -259,6 +266,10 @@ func (q QEMURequest) bootMedium() (flag, path string) {
 		return "--ipxe-boot-script", q.IPXEBootScript
 	}
 
+	if q.DiskImage != "" {
+		return "--disk-image-path", q.DiskImage
+	}
+
 	return "--iso-path", q.ISO
 }
 
@@ -281,7 +292,7 @@ func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
 		return err
 	}
 
-	for _, m := range []struct{ path, abs *string }{{&req.QEMU.ISO, &c.ISO}, {&req.QEMU.USB, &c.USB}, {&req.QEMU.UKI, &c.UKI}} {
+	for _, m := range []struct{ path, abs *string }{{&req.QEMU.ISO, &c.ISO}, {&req.QEMU.USB, &c.USB}, {&req.QEMU.UKI, &c.UKI}, {&req.QEMU.DiskImage, &c.DiskImage}} {
 		if *m.path != "" {
 			if *m.abs, err = filepath.Abs(*m.path); err != nil {
 				return err
@@ -427,7 +438,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 	spec := qemu.NodeSpec{
 		Name: n.Name, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: cmdline, ISO: c.ISO, USB: c.USB, UKI: c.UKI, NetBoot: req.QEMU.IPXEBootScript != "", ConfigISO: configISO, DirectBoot: req.QEMU.NoBootloader, UEFI: uefi,
 		Disk: filepath.Join(n.State, "disk.raw"), DiskMB: req.QEMU.DiskMB, DiskBlockSize: req.QEMU.DiskBlockSize, ExtraDisks: extra,
-		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC,
+		Preallocate: req.QEMU.Preallocate, BadRTC: req.QEMU.BadRTC, DiskImage: c.DiskImage,
 		MemoryMB: mem, CPUs: int(math.Ceil(cpus)), KVM: c.KVM,
 		MAC: n.MAC, Bridge: c.Bridge, Tap: n.Tap, MTU: c.MTU, UUID: n.UUID,
 		IOMMU: req.QEMU.IOMMU,

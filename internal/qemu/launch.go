@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/partition"
 )
 
@@ -60,11 +61,14 @@ type NodeSpec struct {
 	// ExtraDisks are more disks after the first, on the drivers they name.
 	ExtraDisks  []Disk `json:"extraDisks,omitempty"`
 	Preallocate bool   `json:"preallocate,omitempty"` // allocate the disk files' blocks, not sparse
-	BadRTC      bool   `json:"badRTC,omitempty"`      // the guest's clock starts two years behind
-	MemoryMB    int64  `json:"memoryMB"`
-	CPUs        int    `json:"cpus"`
-	KVM         bool   `json:"kvm"`
-	MAC         string `json:"mac"`
+	// DiskImage, when set, is the disk's first content (a disk image, e.g. make boot's
+	// metal-amd64.raw): copied when the disk is made, the disk DiskMB or the image's size.
+	DiskImage string `json:"diskImage,omitempty"`
+	BadRTC    bool   `json:"badRTC,omitempty"` // the guest's clock starts two years behind
+	MemoryMB  int64  `json:"memoryMB"`
+	CPUs      int    `json:"cpus"`
+	KVM       bool   `json:"kvm"`
+	MAC       string `json:"mac"`
 	// UUID is the machine's SMBIOS system UUID (QEMU makes one up when empty).
 	UUID string `json:"uuid,omitempty"`
 	// TPM gives the node a TPM ("2.0" or "1.2"), emulated by swtpm with its state in TPMState.
@@ -114,6 +118,12 @@ func Main(args []string) error {
 
 // Launch makes the node's disk and tap and runs QEMU until it ends or ctx does.
 func Launch(ctx context.Context, spec NodeSpec) error {
+	if spec.DiskImage != "" {
+		if err := diskFromImage(spec.Disk, spec.DiskImage, spec.DiskMB); err != nil {
+			return err
+		}
+	}
+
 	if err := makeDisk(spec.Disk, spec.DiskMB, spec.Preallocate); err != nil {
 		return err
 	}
@@ -457,6 +467,73 @@ func (u UEFI) makeVars() error {
 
 // makeDisk creates a disk file of sizeMB (its blocks allocated with preallocate, else sparse),
 // keeping one that is there.
+// diskFromImage makes the disk a copy of the image (its holes kept), DiskMB when that is
+// larger, with the partition table's backup moved to its end. A disk already made is kept.
+func diskFromImage(path, image string, sizeMB int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+
+	if err != nil {
+		return fmt.Errorf("creating the disk: %w", err)
+	}
+	defer f.Close()
+
+	fi, err := os.Stat(image)
+	if err != nil {
+		os.Remove(path)
+
+		return fmt.Errorf("the disk image: %w", err)
+	}
+
+	size := max(fi.Size(), sizeMB<<20)
+
+	err = f.Truncate(size)
+	if err == nil {
+		err = imager.CopySparse(f, 0, image)
+	}
+
+	if err == nil {
+		var parts []partition.Placed
+		if parts, err = partition.Read(f); err == nil {
+			growLast(parts, size)
+			err = partition.Write(f, size, parts)
+		}
+	}
+
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+
+		return fmt.Errorf("the disk from the image %s: %w", image, err)
+	}
+
+	return f.Close()
+}
+
+// growLast extends a last partition EPHEMERAL to the end of a disk of size bytes (MiB-aligned,
+// before the backup table), as upstream's disk images grow: the node grows its XFS when it mounts it.
+func growLast(parts []partition.Placed, size int64) {
+	if len(parts) == 0 {
+		return
+	}
+
+	last := &parts[len(parts)-1]
+	if last.Name != partition.Ephemeral {
+		return
+	}
+
+	ss := last.SectorSize
+	align := int64(partition.MiB) / ss
+	end := (size/ss-1-1-128*128/ss+1)/align*align - 1
+
+	if end > last.Last {
+		last.Last = end
+		last.Size = last.Bytes()
+	}
+}
+
 func makeDisk(path string, sizeMB int64, preallocate bool) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if errors.Is(err, os.ErrExist) {

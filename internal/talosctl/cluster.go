@@ -305,6 +305,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.QEMU.USB, "usb-path", "", "the USB stick image path to use for the initial boot (`make boot`'s hybrid ISO is one; the configs are applied in maintenance mode) (qemu)")
 	f.StringVar(&req.QEMU.IPXEBootScript, "ipxe-boot-script", "", "iPXE boot script (URL) to use: the nodes boot from the network first, the cluster's DHCP giving iPXE the URL; the configs are applied in maintenance mode (qemu, with --with-uefi=false)")
 	f.StringVar(&req.QEMU.UKI, "uki-path", "", "the UKI image path to use for the initial boot (`make boot`'s _out/boot/metal-amd64-uki.efi, UEFI; the configs are applied in maintenance mode) (qemu)")
+	f.StringVar(&req.QEMU.DiskImage, "disk-image-path", "", "disk image to use (`make boot`'s _out/boot/metal-amd64.raw: each node's disk starts as a copy of it, grown to --disk, and boots into maintenance mode, where the configs are applied) (qemu)")
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")
 	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
 	f.IntVar(&req.QEMU.DiskBlockSize, "disk-block-size", 512, "disk block size (qemu: 512, or 4096 with UEFI)")

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,13 +135,12 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 	}
 
 	var (
-		res     Result
-		created bool
-		errs    []error
+		res  Result
+		errs []error
 	)
 
 	for _, d := range candidates {
-		res, created, err = ensurePartition(d, name, v.Provisioning(), env)
+		res, err = ensurePartition(d, name, v.Provisioning(), env)
 		if err == nil {
 			break
 		}
@@ -161,18 +159,25 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 	if spec != nil {
 		res.Encrypted = true
 
-		if created {
+		res.Device = "/dev/mapper/" + encryption.MappedName(name)
+
+		luks, err := encryption.IsLUKS(res.Partition)
+		if err != nil {
+			return Result{}, err
+		}
+
+		switch {
+		case exists(res.Device): // opened by an earlier try
+		case !luks && isBlank(res.Partition):
 			env.Log("encrypting %s (%s) with LUKS2", name, res.Partition)
 			err = encryption.Cryptsetup{}.Format(ctx, res.Partition, spec, enc)
-		} else {
+		default:
 			_, err = encryption.Cryptsetup{}.Open(ctx, res.Partition, spec, enc)
 		}
 
 		if err != nil {
 			return Result{}, fmt.Errorf("UserVolumeConfig %s: %w", v.Name(), err)
 		}
-
-		res.Device = "/dev/mapper/" + encryption.MappedName(name)
 	}
 
 	probed, err := udev.Probe(res.Device)
@@ -180,12 +185,14 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 		return Result{}, err
 	}
 
+	// A partition is formatted only when nothing is on it: made here (its first MiB zeroed), or
+	// a LUKS2 volume just made.
 	switch {
-	case probed.Filesystem == "" && (created || spec != nil):
+	case probed.Filesystem == "" && isBlank(res.Device):
 		env.Log("formatting %s (%s) as XFS", name, res.Device)
 
-		if out, err := exec.CommandContext(ctx, "mkfs.xfs", "-f", "-q", "-L", name, res.Device).CombinedOutput(); err != nil {
-			return Result{}, fmt.Errorf("mkfs.xfs %s: %w: %s", res.Device, err, out)
+		if err = partition.FormatXFS(ctx, res.Device, name); err != nil {
+			return Result{}, err
 		}
 	case probed.Filesystem != "xfs":
 		return Result{}, fmt.Errorf("UserVolumeConfig %s: partition %s holds %q, not XFS: it is left alone (wipe it to have it formatted)", v.Name(), res.Partition, probed.Filesystem)
@@ -204,30 +211,30 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 }
 
 // ensurePartition finds the volume's partition on the disk, or adds it in the disk's free
-// space (a new GPT on a blank disk); created says it is new.
-func ensurePartition(d Disk, name string, p config.VolumeProvisioningConfig, env Env) (Result, bool, error) {
+// space (a new GPT on a blank disk), its first MiB zeroed.
+func ensurePartition(d Disk, name string, p config.VolumeProvisioningConfig, env Env) (Result, error) {
 	path := filepath.Join(env.Dev, d.Name)
 
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 	defer f.Close()
 
 	size, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 
 	ss, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 
 	parts, err := partition.Read(f)
 	if err != nil {
 		if !blank(f) {
-			return Result{}, false, fmt.Errorf("%w, and the disk is not blank: it is left alone", err)
+			return Result{}, fmt.Errorf("%w, and the disk is not blank: it is left alone", err)
 		}
 
 		parts = nil
@@ -236,37 +243,37 @@ func ensurePartition(d Disk, name string, p config.VolumeProvisioningConfig, env
 	if i := slices.IndexFunc(parts, func(q partition.Placed) bool { return q.Name == name }); i >= 0 {
 		dev, err := waitPartition(env, d.Name, parts[i].Number)
 
-		return Result{Partition: dev, Disk: path, Index: parts[i].Number, Size: uint64(parts[i].Bytes())}, false, err
+		return Result{Partition: dev, Disk: path, Index: parts[i].Number, Size: uint64(parts[i].Bytes())}, err
 	}
 
 	placed, err := place(parts, name, p, size, int64(ss))
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 
 	env.Log("adding partition %s to %s: %d MiB", name, path, placed.Bytes()/partition.MiB)
 
 	zeros := make([]byte, partition.MiB)
 	if _, err = f.WriteAt(zeros[:min(int64(len(zeros)), placed.Bytes())], placed.Offset()); err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 
 	if err = partition.Write(f, size, append(parts, placed)); err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 
 	if err = f.Sync(); err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 
 	// The kernel learns of the one new partition: the disk's others may be in use.
 	if err = addPartition(f, placed); err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 
 	dev, err := waitPartition(env, d.Name, placed.Number)
 
-	return Result{Partition: dev, Disk: path, Index: placed.Number, Size: uint64(placed.Bytes())}, true, err
+	return Result{Partition: dev, Disk: path, Index: placed.Number, Size: uint64(placed.Bytes())}, err
 }
 
 // place puts the partition after the disk's last one: minSize at least, maxSize at most (the
@@ -302,6 +309,23 @@ func place(parts []partition.Placed, name string, p config.VolumeProvisioningCon
 		First: first, Last: first + want/ss - 1, GUID: uuid.New(), SectorSize: ss}
 
 	return placed, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+
+	return err == nil
+}
+
+// isBlank tells whether a device's first MiB is zeros.
+func isBlank(dev string) bool {
+	f, err := os.Open(dev)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+
+	return blank(f)
 }
 
 // blank tells whether the disk's first MiB is zeros.

@@ -254,6 +254,45 @@ func TestClusterCreateQEMUFromUSB(t *testing.T) {
 	}
 }
 
+// With --disk-image-path the node's disk starts as a copy of make boot's disk image, grown to
+// --disk: it boots the disk's GRUB into maintenance mode (no config on STATE), gets its config
+// through the maintenance API and runs from the disk without installing, its EPHEMERAL grown to
+// the disk's end.
+func TestClusterCreateQEMUFromDiskImage(t *testing.T) {
+	_, cli, dir := qemuCluster(t, "qemu-raw")
+
+	const cidr, gateway, node = "10.5.16.0/24", "10.5.16.1", "10.5.16.2"
+
+	start := time.Now()
+	out := cli.Must(t, oneNodeCluster("qemu-raw", cidr, gateway, "--disk-image-path", diskImage, "--with-uefi=false", "--disk-preallocate=false")...)
+	t.Logf("created from the disk image, the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if !strings.Contains(out, "maintenance mode on qemu-raw-controlplane-1 to apply its config: OK") {
+		t.Errorf("create did not apply the node's config:\n%s", out)
+	}
+
+	console, _ := os.ReadFile(filepath.Join(dir, "qemu-raw-controlplane-1.log"))
+	for _, want := range []string{"from its disk", "EPHEMERAL grown to its whole partition"} {
+		if !strings.Contains(string(console), want) {
+			t.Errorf("the console does not say %q", want)
+		}
+	}
+
+	if strings.Contains(string(console), "installing to /dev/vda") {
+		t.Error("the node installed itself over the disk image")
+	}
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
+		t.Errorf("the node did not boot slot A of its disk: /proc/cmdline %s", out)
+	}
+
+	// EPHEMERAL fills the 3 GiB disk, not the image's 1 GiB.
+	mounts := cli.Must(t, "-n", node, "mounts")
+	if m := regexp.MustCompile(`(?m)/dev/vda6\s+(\d+\.\d+)\s`).FindStringSubmatch(mounts); m == nil || m[1] < "1.5" {
+		t.Errorf("mounts: EPHEMERAL (vda6) is not grown to the disk:\n%s", mounts)
+	}
+}
+
 // With --uki-path the node boots the unified kernel image with UEFI (OVMF starts its stub,
 // which boots the kernel and initramfs in it with the arguments in it), gets its config
 // through the maintenance API, installs itself and boots its disk with GRUB. The disk has

@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	binDir, kernel, initramfs, iso, uki string
+	binDir, kernel, initramfs, iso, uki, diskImage string
 	kvm                                 bool // KVM works here: /dev/kvm is there and a guest runs on it
 )
 
@@ -81,8 +81,9 @@ func skipReason() string {
 
 	kernel, initramfs, iso = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.img"), filepath.Join(dir, "metal-amd64.iso")
 	uki = filepath.Join(dir, "metal-amd64-uki.efi")
+	diskImage = filepath.Join(dir, "metal-amd64.raw")
 
-	for _, f := range []string{kernel, initramfs, iso, uki} {
+	for _, f := range []string{kernel, initramfs, iso, uki, diskImage} {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Sprintf("no %s: build the boot assets with `make boot`", f)
 		}
