@@ -29,7 +29,7 @@ type Sealer interface {
 const SaltFile = "volume-salt"
 
 // TokenType marks the LUKS2 header tokens holding a KMS-sealed key.
-const TokenType = "talos-kms"
+const TokenType = "talos-kms" //nolint:gosec // a token type name, not a credential
 
 // Token is what a KMS key keeps in the volume's LUKS2 header (token id = its slot): the random
 // passphrase as the KMS sealed it.

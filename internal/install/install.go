@@ -120,7 +120,7 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	defer func() {
 		for name := range o.Encryption {
-			encryption.Cryptsetup{}.Close(context.Background(), name) //nolint:errcheck // the node reboots next
+			encryption.Cryptsetup{}.Close(context.Background(), name) // the node reboots next
 		}
 	}()
 

@@ -39,7 +39,7 @@ func serve(t *testing.T, dir string) string {
 	g := grpc.NewServer()
 	kmsapi.RegisterKMSServiceServer(g, srv)
 
-	go g.Serve(l) //nolint:errcheck
+	go g.Serve(l)
 
 	t.Cleanup(g.Stop)
 

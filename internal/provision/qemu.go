@@ -186,7 +186,7 @@ func (r *Request) checkQEMU() error {
 			return errors.New("--iso-path, --usb-path, --uki-path, --ipxe-boot-script and --disk-image-path each give the first boot's medium: give one")
 		}
 
-		if q.DiskImage != "" && q.DiskBlockSize != partition.SectorSize {
+		if q.DiskImage != "" && q.DiskBlockSize > partition.SectorSize {
 			return fmt.Errorf("--disk-image-path: the image's partition table is in 512-byte sectors: drop --disk-block-size %d", q.DiskBlockSize)
 		}
 

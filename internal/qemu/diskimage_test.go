@@ -34,6 +34,11 @@ func TestDiskFromImage(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// GRUB's boot code, before the protective MBR's partition entry.
+	if _, err = f.WriteAt([]byte("boot code"), 0); err != nil {
+		t.Fatal(err)
+	}
+
 	marker := []byte("BOOT's first bytes")
 	if _, err = f.WriteAt(marker, parts[2].Offset()); err != nil {
 		t.Fatal(err)
@@ -60,6 +65,11 @@ func TestDiskFromImage(t *testing.T) {
 	got := make([]byte, len(marker))
 	if _, err = d.ReadAt(got, parts[2].Offset()); err != nil || !bytes.Equal(got, marker) {
 		t.Fatalf("BOOT's bytes: %q %v", got, err)
+	}
+
+	code := make([]byte, 9)
+	if _, err = d.ReadAt(code, 0); err != nil || string(code) != "boot code" {
+		t.Errorf("the boot code in the first sector: %q %v", code, err)
 	}
 
 	grown, err := partition.Read(d)

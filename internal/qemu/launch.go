@@ -495,10 +495,20 @@ func diskFromImage(path, image string, sizeMB int64) error {
 	}
 
 	if err == nil {
+		// The table is written again for the new size; the boot code before it (GRUB's
+		// boot.img) is kept.
 		var parts []partition.Placed
-		if parts, err = partition.Read(f); err == nil {
-			growLast(parts, size)
-			err = partition.Write(f, size, parts)
+
+		bootCode := make([]byte, 0x1b8)
+		if _, err = f.ReadAt(bootCode, 0); err == nil {
+			if parts, err = partition.Read(f); err == nil {
+				growLast(parts, size)
+				err = partition.Write(f, size, parts)
+			}
+		}
+
+		if err == nil {
+			_, err = f.WriteAt(bootCode, 0)
 		}
 	}
 

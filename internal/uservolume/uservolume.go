@@ -170,7 +170,12 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 		case exists(res.Device): // opened by an earlier try
 		case !luks && isBlank(res.Partition):
 			env.Log("encrypting %s (%s) with LUKS2", name, res.Partition)
-			err = encryption.Cryptsetup{}.Format(ctx, res.Partition, spec, enc)
+
+			// A new volume reads as noise (zeros decrypted): its first MiB is zeroed through
+			// it, so that it is blank, and formatted, below.
+			if err = (encryption.Cryptsetup{}).Format(ctx, res.Partition, spec, enc); err == nil {
+				err = zeroStart(res.Device)
+			}
 		default:
 			_, err = encryption.Cryptsetup{}.Open(ctx, res.Partition, spec, enc)
 		}
@@ -309,6 +314,19 @@ func place(parts []partition.Placed, name string, p config.VolumeProvisioningCon
 		First: first, Last: first + want/ss - 1, GUID: uuid.New(), SectorSize: ss}
 
 	return placed, nil
+}
+
+func zeroStart(dev string) error {
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+
+	if _, err = f.Write(make([]byte, partition.MiB)); err == nil {
+		err = f.Sync()
+	}
+
+	return errors.Join(err, f.Close())
 }
 
 func exists(path string) bool {

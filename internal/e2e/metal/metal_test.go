@@ -27,7 +27,7 @@ import (
 
 var (
 	binDir, kernel, initramfs, iso, uki, diskImage string
-	kvm                                 bool // KVM works here: /dev/kvm is there and a guest runs on it
+	kvm                                            bool // KVM works here: /dev/kvm is there and a guest runs on it
 )
 
 func TestMain(m *testing.M) {

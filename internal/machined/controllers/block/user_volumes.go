@@ -13,6 +13,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/metal"
@@ -65,7 +66,13 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 			continue
 		}
 
-		// Only an installed node: until then /var is in memory, and the system disk unknown.
+		// Only a node running from its disk: until then /var is in memory, and an install may
+		// be writing the disks.
+		var st unix.Statfs_t
+		if err = unix.Statfs(ctrl.StateDir, &st); err != nil || st.Type != unix.XFS_SUPER_MAGIC {
+			continue
+		}
+
 		devs, err := partition.Devices("/sys")
 		if err != nil {
 			return err
@@ -106,7 +113,10 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 				Log:        func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }}
 
 			res, provErr := uservolume.Provision(ctx, v, list, env)
+
+			failure := ""
 			if provErr != nil {
+				failure = provErr.Error()
 				log.Warn("user volume", zap.String("volume", v.Name()), zap.Error(provErr))
 			}
 
@@ -116,9 +126,8 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 				spec.Phase = block.VolumePhaseReady
 				spec.ErrorMessage = ""
 
-				if provErr != nil {
-					spec.Phase = block.VolumePhaseFailed
-					spec.ErrorMessage = provErr.Error()
+				if failure != "" {
+					spec.Phase, spec.ErrorMessage = block.VolumePhaseFailed, failure
 
 					return nil
 				}
