@@ -80,6 +80,7 @@ var Definitions = []meta.ResourceWithRD{
 	&block.Device{},
 	&block.DiscoveredVolume{},
 	&block.Symlink{},
+	&block.VolumeStatus{},
 	// Kubernetes: secrets, control plane configs and the k8s namespace, as upstream.
 	&secrets.Kubernetes{},
 	&secrets.KubernetesRoot{},
