@@ -59,6 +59,7 @@ type Result struct {
 	Size       uint64
 	MountPoint string
 	Encrypted  bool
+	UUID       string // the filesystem's: a volume formatted again gets another
 }
 
 // Check refuses what this node cannot provision, naming the field: a filesystem other than
@@ -199,10 +200,15 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 		if err = partition.FormatXFS(ctx, res.Device, name); err != nil {
 			return Result{}, err
 		}
+
+		if probed, err = udev.Probe(res.Device); err != nil {
+			return Result{}, err
+		}
 	case probed.Filesystem != "xfs":
 		return Result{}, fmt.Errorf("UserVolumeConfig %s: partition %s holds %q, not XFS: it is left alone (wipe it to have it formatted)", v.Name(), res.Partition, probed.Filesystem)
 	}
 
+	res.UUID = probed.UUID
 	res.MountPoint = filepath.Join(env.MountRoot, v.Name())
 	if err = os.MkdirAll(res.MountPoint, 0o755); err != nil {
 		return Result{}, err

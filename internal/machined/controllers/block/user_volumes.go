@@ -133,7 +133,7 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 				}
 
 				spec.Location, spec.ParentLocation, spec.PartitionIndex = res.Partition, res.Disk, res.Index
-				spec.MountLocation = res.Device
+				spec.MountLocation, spec.UUID = res.Device, res.UUID
 				spec.MountSpec = block.MountSpec{TargetPath: res.MountPoint}
 				spec.Filesystem = block.FilesystemTypeXFS
 				spec.SetSize(res.Size)
