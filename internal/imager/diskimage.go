@@ -2,6 +2,7 @@ package imager
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -77,7 +78,11 @@ func buildDiskImage(in diskImageInputs, out string) error {
 			extra = []string{"-p", protoFile}
 		}
 
-		if err = makeFS(files[p.Name], p.Bytes(), append([]string{"mkfs.xfs", "-q", "-f", "-L", p.Name}, extra...)); err != nil {
+		if err = sizedFile(files[p.Name], p.Bytes()); err != nil {
+			return err
+		}
+
+		if err = partition.FormatXFS(context.Background(), files[p.Name], p.Name, extra...); err != nil {
 			return err
 		}
 	}
@@ -85,13 +90,13 @@ func buildDiskImage(in diskImageInputs, out string) error {
 	efi := part(partition.EFI)
 	files[partition.EFI] = filepath.Join(tmp, partition.EFI)
 
-	if err = makeFS(files[partition.EFI], efi.Bytes(), []string{"mkfs.fat", "-F", "32", "-n", partition.EFI}); err != nil {
+	if err = sizedFile(files[partition.EFI], efi.Bytes()); err != nil {
 		return err
 	}
 
-	for _, args := range [][]string{{"mmd", "-i", files[partition.EFI], "::/EFI", "::/EFI/BOOT"}, {"mcopy", "-i", files[partition.EFI], in.efi, "::/EFI/BOOT/BOOTX64.EFI"}} {
+	for _, args := range [][]string{{"mkfs.fat", "-F", "32", "-n", partition.EFI, files[partition.EFI]}, {"mmd", "-i", files[partition.EFI], "::/EFI", "::/EFI/BOOT"}, {"mcopy", "-i", files[partition.EFI], in.efi, "::/EFI/BOOT/BOOTX64.EFI"}} {
 		if o, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w: %s (install Debian's mtools)", args[0], err, o)
+			return fmt.Errorf("%s: %w: %s (install Debian's dosfstools and mtools)", args[0], err, o)
 		}
 	}
 
@@ -139,26 +144,13 @@ func buildDiskImage(in diskImageInputs, out string) error {
 	return os.Rename(f.Name(), out)
 }
 
-// makeFS makes a filesystem in a new file of size bytes with argv (the file is its last argument).
-func makeFS(file string, size int64, argv []string) error {
+// sizedFile makes a new file of size bytes (sparse), for a filesystem.
+func sizedFile(file string, size int64) error {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		return err
 	}
 
-	if err := os.Truncate(file, size); err != nil {
-		return err
-	}
-
-	cmd := exec.Command(argv[0], append(argv[1:], file)...)
-	// xfsprogs since 5.19 refuses filesystems under 300 MB outside its own test suite, whose
-	// variables lift that (STATE is 100 MiB).
-	cmd.Env = append(os.Environ(), "TEST_DIR=1", "TEST_DEV=1", "QA_CHECK_FS=1")
-
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, out)
-	}
-
-	return nil
+	return os.Truncate(file, size)
 }
 
 // CopySparse writes src into dst at off, leaving src's holes and zero MiBs as holes: only the

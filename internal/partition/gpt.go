@@ -99,6 +99,10 @@ func (p Placed) sector() int64 {
 func (p Placed) Offset() int64 { return p.First * p.sector() }
 func (p Placed) Bytes() int64  { return (p.Last - p.First + 1) * p.sector() }
 
+// LastUsable is the last sector a partition may use on a disk of size bytes and sectors of ss
+// bytes: the backup header and entries take the end.
+func LastUsable(size, ss int64) int64 { return size/ss - 1 - 1 - entrySectors(ss) }
+
 // Plan places the layout on a disk of size bytes and 512-byte sectors.
 func Plan(layout []Partition, size int64) ([]Placed, error) {
 	return PlanSectors(layout, size, SectorSize)
@@ -110,8 +114,7 @@ func PlanSectors(layout []Partition, size, ss int64) ([]Placed, error) {
 		return nil, fmt.Errorf("a disk of %d-byte sectors: only 512 and 4096 are known", ss)
 	}
 
-	sectors := size / ss
-	lastUsable := sectors - 1 - 1 - entrySectors(ss) // backup header and entries at the end
+	lastUsable := LastUsable(size, ss)
 
 	next := alignSectors(ss)
 	placed := make([]Placed, 0, len(layout))

@@ -536,7 +536,7 @@ func growLast(parts []partition.Placed, size int64) {
 
 	ss := last.SectorSize
 	align := int64(partition.MiB) / ss
-	end := (size/ss-1-1-128*128/ss+1)/align*align - 1
+	end := (partition.LastUsable(size, ss)+1)/align*align - 1
 
 	if end > last.Last {
 		last.Last = end

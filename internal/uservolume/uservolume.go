@@ -297,7 +297,7 @@ func place(parts []partition.Placed, name string, p config.VolumeProvisioningCon
 		first = max(first, (q.Last+1+align-1)/align*align)
 	}
 
-	lastUsable := size/ss - 1 - 1 - 128*128/ss
+	lastUsable := partition.LastUsable(size, ss)
 	free := (lastUsable + 1 - first) / align * align * ss
 
 	minSize, maxSize := int64(p.MinSize().ValueOrZero()), int64(p.MaxSize().ValueOrZero())
