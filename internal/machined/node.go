@@ -387,7 +387,7 @@ func (n *node) setMachineStage(ctx context.Context, stage runtimeres.MachineStag
 
 	if err := safe.StateModify(ctx, n.r.State, runtimeres.NewMachineStatus(), func(res *runtimeres.MachineStatus) error {
 		res.TypedSpec().Stage = stage
-		res.TypedSpec().Status.Ready = ready
+		res.TypedSpec().Status.Ready = ready && len(res.TypedSpec().Status.UnmetConditions) == 0 // e.g. a slot on trial
 
 		return nil
 	}); err != nil {

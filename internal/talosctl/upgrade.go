@@ -9,9 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func upgradeCmd(g *Global) *cobra.Command {
@@ -121,7 +126,10 @@ func waitUpgraded(ctx context.Context, cmd *cobra.Command, s *session, resp *mac
 func waitVersion(ctx context.Context, progress io.Writer, s *session, node, target string) error {
 	fmt.Fprintf(progress, "%s: waiting for %s\n", node, target)
 
-	wentDown := false
+	var (
+		wentDown, running bool
+		trial             string
+	)
 
 	for {
 		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -135,21 +143,70 @@ func waitVersion(ctx context.Context, progress io.Writer, s *session, node, targ
 
 		switch {
 		case tag == target:
-			fmt.Fprintf(progress, "%s: running %s\n", node, tag)
+			if !running {
+				running = true
 
-			return nil
+				fmt.Fprintf(progress, "%s: running %s\n", node, tag)
+			}
+
+			reason, known := trialCondition(ctx, s)
+			if !known {
+				break
+			}
+
+			if reason == "" {
+				fmt.Fprintf(progress, "%s: %s is permanent\n", node, target)
+
+				return nil
+			}
+
+			if reason != trial {
+				trial = reason
+
+				fmt.Fprintf(progress, "%s: %s\n", node, trial)
+			}
 		case tag == "" && !wentDown:
 			wentDown = true
 
 			fmt.Fprintf(progress, "%s: rebooting\n", node)
-		case tag != "" && wentDown:
+		case tag != "" && (wentDown || running):
 			return fmt.Errorf("%s: came back with %s, not %s: the new version did not boot and the node fell back; see `talosctl -n %s logs machined`", node, tag, target, node)
 		}
 
 		select {
 		case <-ctx.Done():
+			if running {
+				return fmt.Errorf("%s: runs %s but did not make it permanent within the timeout (%s); the node rolls back if its services do not come up: check `talosctl -n %s services` or raise --timeout", node, target, trial, node)
+			}
+
 			return fmt.Errorf("%s: not running %s within the timeout (last: %q, %w); check `talosctl -n %s version` or raise --timeout", node, target, tag, err, node)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// trialCondition reads the node's MachineStatus "upgrade" condition: unmet (its reason) while the
+// new slot is on trial, when a crash or a service that does not come up boots the previous
+// version again, so the upgrade is not done. known is false when the status could not be read;
+// a node without MachineStatus counts as done (it cannot say more than its version).
+func trialCondition(ctx context.Context, s *session) (reason string, known bool) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+
+	ms, err := safe.StateGetByID[*runtimeres.MachineStatus](gctx, s.c.COSI, runtimeres.MachineStatusID)
+	if err != nil {
+		if state.IsNotFoundError(err) || status.Code(err) == codes.Unimplemented {
+			return "", true
+		}
+
+		return "", false
+	}
+
+	for _, c := range ms.TypedSpec().Status.UnmetConditions {
+		if c.Name == "upgrade" {
+			return c.Reason, true
+		}
+	}
+
+	return "", true
 }

@@ -410,8 +410,16 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	n.waitSettled(t, vX)
 
 	// X -> X+1 without --preserve (with talosctl): EPHEMERAL is wiped.
-	if out := n.talosctl(t, "upgrade", "--image", good, "--timeout", "3m"); !strings.Contains(out, "upgrading to "+vX1) {
-		t.Fatalf("upgrade output %q", out)
+	// --wait (the default) returns once the new slot is permanent, not when it first runs: a
+	// crash before that would boot X again.
+	var stdout, stderr bytes.Buffer
+	if code := talosctl.Execute([]string{"--machined-socket", n.socket(), "upgrade", "--image", good, "--timeout", "3m"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "upgrading to "+vX1) || !strings.Contains(stderr.String(), vX1+" is permanent") {
+		t.Fatalf("upgrade: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+
+	if v := n.meta(t); v[meta.TrialSlot] != "" {
+		t.Fatalf("upgrade --wait returned with slot %s still on trial: %v", v[meta.TrialSlot], v)
 	}
 
 	n.waitSettled(t, vX1)

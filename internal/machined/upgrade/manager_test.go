@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/etcd"
@@ -25,6 +27,8 @@ import (
 	"github.com/talos-go/talos/internal/machined/errkind"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/runtime"
+	"github.com/talos-go/talos/internal/machined/system"
+	"github.com/talos-go/talos/internal/machined/system/runner"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/slots"
 )
@@ -420,5 +424,83 @@ func TestUpgradeWaitsForRejoin(t *testing.T) {
 
 	if got := own.rec.list(); got != "lock,health,mark,leave,stop,reboot" {
 		t.Fatalf("calls %q", got)
+	}
+}
+
+// TestTrialCondition: a slot on trial leaves MachineStatus's "upgrade" condition unmet (the node
+// not ready) until the services it needs are up; then the slot is permanent and the node ready.
+func TestTrialCondition(t *testing.T) {
+	e := newEnv(t, true)
+	e.m.Slot = slots.B
+
+	store, _ := meta.Open(filepath.Join(e.root, "META"))
+	if err := store.Set(meta.ActiveSlot, slots.A, meta.TrialSlot, slots.B); err != nil {
+		t.Fatal(err)
+	}
+
+	etcdUp := make(chan struct{})
+	sup := system.NewSupervisor(zap.NewNop(), nil)
+	sup.Load(&system.Service{
+		ID:        "etcd",
+		Condition: func(ctx context.Context) error { <-etcdUp; return nil },
+		Runner: func() (system.Runner, error) {
+			return &runner.Goroutine{Name: "etcd", Main: func(ctx context.Context, _ io.Writer) error { <-ctx.Done(); return nil }}, nil
+		},
+	})
+
+	if err := sup.Start("etcd"); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { _ = sup.StopAll(context.Background()) })
+
+	e.m.R.Supervisor = sup
+	ctx := context.Background()
+
+	if err := safe.StateModify(ctx, e.m.R.State, runtimeres.NewMachineStatus(), func(r *runtimeres.MachineStatus) error {
+		r.TypedSpec().Stage = runtimeres.MachineStageRunning
+		r.TypedSpec().Status.Ready = true
+
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	status := func() *runtimeres.MachineStatusSpec {
+		ms, err := safe.StateGetByID[*runtimeres.MachineStatus](ctx, e.m.R.State, runtimeres.MachineStatusID)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return ms.TypedSpec()
+	}
+
+	e.m.BootSucceeded()
+
+	st := status()
+	if st.Status.Ready || len(st.Status.UnmetConditions) != 1 || st.Status.UnmetConditions[0].Name != "upgrade" ||
+		!strings.Contains(st.Status.UnmetConditions[0].Reason, "slot B is on trial") {
+		t.Fatalf("slot on trial: status %+v", st.Status)
+	}
+
+	time.Sleep(100 * time.Millisecond)
+
+	if v := e.meta(t); v[meta.TrialSlot] != slots.B {
+		t.Fatalf("slot made permanent before etcd is up: %v", v)
+	}
+
+	close(etcdUp)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for st = status(); !st.Status.Ready && time.Now().Before(deadline); st = status() {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	if !st.Status.Ready || len(st.Status.UnmetConditions) != 0 {
+		t.Fatalf("after etcd is up: status %+v", st.Status)
+	}
+
+	if v := e.meta(t); v[meta.TrialSlot] != "" || v[meta.ActiveSlot] != slots.B {
+		t.Fatalf("slot B not permanent: %v", v)
 	}
 }

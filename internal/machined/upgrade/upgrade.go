@@ -152,6 +152,13 @@ func (m *Manager) BootSucceeded() {
 		return
 	}
 
+	if store, err := m.meta(); err == nil {
+		if v, err := store.Read(); err == nil && v[meta.TrialSlot] == m.Slot {
+			m.setTrialCondition(fmt.Sprintf("slot %s is on trial: it becomes permanent once the services it needs (%s) are up",
+				m.Slot, strings.Join(m.MustBeUp, ", ")))
+		}
+	}
+
 	m.spawn(func(ctx context.Context) {
 		if sup := m.R.Supervisor; sup != nil {
 			for _, id := range m.MustBeUp {
@@ -188,6 +195,8 @@ func (m *Manager) BootSucceeded() {
 		}
 
 		if done {
+			defer m.setTrialCondition("")
+
 			if err = m.setGRUBDefault(m.Slot); err != nil {
 				m.log().Error("pointing GRUB at the new slot: the next boot runs the previous one", zap.Error(err))
 			}
