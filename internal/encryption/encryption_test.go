@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+
+	"github.com/talos-go/talos/internal/tpmseal/swtpm"
 )
 
 const volumes = `version: v1alpha1
@@ -195,8 +197,32 @@ func TestPassphrases(t *testing.T) {
 		t.Fatal("a kms key without its token")
 	}
 
-	if _, err = env.passphrase(ctx, Key{TPM: true}, nil); err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Fatalf("tpm key: %v", err)
+	// TPM: a random key sealed to swtpm (a real TPM 2.0), into the token; unsealed from it again.
+	env.TPM = swtpm.Start(t, t.TempDir()).Open
+	env.SecureBoot = func() bool { return false }
+
+	p, tok, err = env.newPassphrase(ctx, Key{Slot: 3, TPM: true})
+	if err != nil || tok == nil || tok.Keyslots[0] != "3" || tok.Type != TokenTypeTPM || tok.TPM == nil || len(p) != 32 {
+		t.Fatalf("tpm key: %q %+v %v", p, tok, err)
+	}
+
+	if q, err = env.passphrase(ctx, Key{Slot: 3, TPM: true}, tok); err != nil || !bytes.Equal(p, q) {
+		t.Fatalf("tpm key again: %v", err)
+	}
+
+	if _, err = env.passphrase(ctx, Key{Slot: 3, TPM: true}, nil); err == nil || !strings.Contains(err.Error(), "no sealed key") {
+		t.Fatalf("a tpm key without its token: %v", err)
+	}
+
+	if _, _, err = env.newPassphrase(ctx, Key{Slot: 3, TPM: true, TPMCheckSecureBoot: true}); err == nil || !strings.Contains(err.Error(), "checkSecurebootStatusOnEnroll") {
+		t.Fatalf("a tpm key needing Secure Boot, without it: %v", err)
+	}
+
+	elsewhere := env
+	elsewhere.TPM = swtpm.Start(t, t.TempDir()).Open
+
+	if _, err = elsewhere.passphrase(ctx, Key{Slot: 3, TPM: true}, tok); err == nil {
+		t.Fatal("another machine's TPM unsealed the key")
 	}
 
 	if s, _ := env.passphrase(ctx, Key{Static: []byte("pw")}, nil); string(s) != "pw" {

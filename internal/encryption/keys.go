@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/google/go-tpm/tpm2/transport"
+
+	"github.com/talos-go/talos/internal/tpmseal"
 )
 
 // Env is what this machine derives its keys from.
@@ -16,6 +20,10 @@ type Env struct {
 	Salt     []byte // STATE's salt (SaltFile), for keys locked to STATE
 	// KMS reaches a key's KMS endpoint; nil: DialKMS.
 	KMS func(ctx context.Context, endpoint string) (Sealer, error)
+	// TPM opens the machine's TPM; nil: tpmseal.Open.
+	TPM func() (transport.TPMCloser, error)
+	// SecureBoot tells whether the firmware booted with Secure Boot; nil: tpmseal.SecureBootEnabled.
+	SecureBoot func() bool
 }
 
 // Sealer is a KMS: it seals and unseals data for a node.
@@ -28,16 +36,20 @@ type Sealer interface {
 // SaltFile is STATE's random salt, on STATE: keys locked to STATE mix it in.
 const SaltFile = "volume-salt"
 
-// TokenType marks the LUKS2 header tokens holding a KMS-sealed key.
-const TokenType = "talos-kms" //nolint:gosec // a token type name, not a credential
+// The types of the LUKS2 header tokens holding a sealed key.
+const (
+	TokenType    = "talos-kms" //nolint:gosec // a token type name, not a credential
+	TokenTypeTPM = "talos-tpm" //nolint:gosec
+)
 
-// Token is what a KMS key keeps in the volume's LUKS2 header (token id = its slot): the random
-// passphrase as the KMS sealed it.
+// Token is what a KMS or TPM key keeps in the volume's LUKS2 header (token id = its slot): the
+// random passphrase as the KMS or the TPM sealed it.
 type Token struct {
-	Type      string   `json:"type"`
-	Keyslots  []string `json:"keyslots"`
-	Endpoint  string   `json:"endpoint"`
-	SealedKey []byte   `json:"sealedKey"`
+	Type      string          `json:"type"`
+	Keyslots  []string        `json:"keyslots"`
+	Endpoint  string          `json:"endpoint,omitempty"`
+	SealedKey []byte          `json:"sealedKey,omitempty"`
+	TPM       *tpmseal.Sealed `json:"tpm,omitempty"`
 }
 
 // newPassphrase makes a key slot's passphrase when the volume is formatted, with the token to
@@ -47,7 +59,7 @@ func (e Env) newPassphrase(ctx context.Context, k Key) ([]byte, *Token, error) {
 		return nil, nil, err
 	}
 
-	if k.KMS == "" {
+	if k.KMS == "" && !k.TPM {
 		p, err := e.passphrase(ctx, k, nil)
 
 		return p, nil, err
@@ -56,6 +68,19 @@ func (e Env) newPassphrase(ctx context.Context, k Key) ([]byte, *Token, error) {
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, nil, err
+	}
+
+	tok := &Token{Keyslots: []string{strconv.Itoa(k.Slot)}}
+
+	if k.TPM {
+		sealed, err := e.sealTPM(k, key)
+		if err != nil {
+			return nil, nil, err
+		}
+
+		tok.Type, tok.TPM = TokenTypeTPM, sealed
+
+		return e.locked(k, key), tok, nil
 	}
 
 	kms, err := e.dial(ctx, k.KMS)
@@ -69,9 +94,41 @@ func (e Env) newPassphrase(ctx context.Context, k Key) ([]byte, *Token, error) {
 		return nil, nil, fmt.Errorf("%s key slot %d: sealing the key with the KMS at %s: %w", e.Label, k.Slot, k.KMS, err)
 	}
 
-	tok := &Token{Type: TokenType, Keyslots: []string{strconv.Itoa(k.Slot)}, Endpoint: k.KMS, SealedKey: sealed}
+	tok.Type, tok.Endpoint, tok.SealedKey = TokenType, k.KMS, sealed
 
 	return e.locked(k, key), tok, nil
+}
+
+func (e Env) sealTPM(k Key, key []byte) (*tpmseal.Sealed, error) {
+	secureBoot := tpmseal.SecureBootEnabled
+	if e.SecureBoot != nil {
+		secureBoot = e.SecureBoot
+	}
+
+	if k.TPMCheckSecureBoot && !secureBoot() {
+		return nil, fmt.Errorf("%s key slot %d (tpm): the machine did not boot with Secure Boot, and checkSecurebootStatusOnEnroll requires it: enable Secure Boot in the firmware, or set checkSecurebootStatusOnEnroll: false", e.Label, k.Slot)
+	}
+
+	tpm, err := e.openTPM()
+	if err != nil {
+		return nil, fmt.Errorf("%s key slot %d (tpm): %w", e.Label, k.Slot, err)
+	}
+	defer tpm.Close()
+
+	sealed, err := tpmseal.Seal(tpm, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s key slot %d (tpm): %w", e.Label, k.Slot, err)
+	}
+
+	return sealed, nil
+}
+
+func (e Env) openTPM() (transport.TPMCloser, error) {
+	if e.TPM != nil {
+		return e.TPM()
+	}
+
+	return tpmseal.Open()
 }
 
 // passphrase is a key slot's passphrase; a KMS key's is unsealed from its token.
@@ -107,7 +164,22 @@ func (e Env) passphrase(ctx context.Context, k Key, tok *Token) ([]byte, error) 
 
 		return e.locked(k, key), nil
 	case k.TPM:
-		return nil, fmt.Errorf("%s key slot %d: TPM-sealed keys are not supported by this node yet: use nodeID, static or kms keys", e.Label, k.Slot)
+		if tok == nil || tok.TPM == nil {
+			return nil, fmt.Errorf("%s key slot %d (tpm): the volume's header holds no sealed key for it", e.Label, k.Slot)
+		}
+
+		tpm, err := e.openTPM()
+		if err != nil {
+			return nil, fmt.Errorf("%s key slot %d (tpm): %w", e.Label, k.Slot, err)
+		}
+		defer tpm.Close()
+
+		key, err := tpmseal.Unseal(tpm, tok.TPM)
+		if err != nil {
+			return nil, fmt.Errorf("%s key slot %d (tpm): %w", e.Label, k.Slot, err)
+		}
+
+		return e.locked(k, key), nil
 	}
 
 	return nil, fmt.Errorf("%s key slot %d names no key", e.Label, k.Slot)

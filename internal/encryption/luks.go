@@ -150,7 +150,7 @@ func (c Cryptsetup) Open(ctx context.Context, dev string, s *Spec, env Env) (Key
 	for _, k := range s.Keys {
 		var tok *Token
 
-		if k.KMS != "" {
+		if k.KMS != "" || k.TPM {
 			out, err := c.run(ctx, nil, "token", "export", "--token-id", strconv.Itoa(k.Slot), dev)
 			if err != nil {
 				errs = append(errs, err)

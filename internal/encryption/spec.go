@@ -31,7 +31,9 @@ type Key struct {
 	Static []byte `json:"static,omitempty"` // the passphrase itself
 	NodeID bool   `json:"nodeID,omitempty"` // derived from the machine's SMBIOS UUID and the volume's label
 	KMS    string `json:"kms,omitempty"`    // a KMS endpoint sealing a random key (grpc:// or https://)
-	TPM    bool   `json:"tpm,omitempty"`
+	TPM    bool   `json:"tpm,omitempty"`    // a random key sealed to the machine's TPM and PCR 7
+	// TPMCheckSecureBoot refuses to seal a TPM key when the firmware booted without Secure Boot.
+	TPMCheckSecureBoot bool `json:"tpmCheckSecureBoot,omitempty"`
 	// LockToState mixes STATE's random salt into the key: the volume opens only with this
 	// node's STATE.
 	LockToState bool `json:"lockToState,omitempty"`
@@ -111,7 +113,7 @@ func FromEncryption(field string, enc config.EncryptionConfig) (*Spec, error) {
 		case k.KMS() != nil:
 			key.KMS = k.KMS().Endpoint()
 		case k.TPM() != nil:
-			key.TPM = true
+			key.TPM, key.TPMCheckSecureBoot = true, k.TPM().CheckSecurebootOnEnroll()
 		default:
 			return nil, fmt.Errorf("%s.keys slot %d: name one of static, nodeID, kms or tpm", field, k.Slot())
 		}

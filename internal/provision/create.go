@@ -155,8 +155,8 @@ func (r *Request) check() error {
 		return errors.New("--user-volumes: the volumes are partitions of the nodes' own disks: use --provisioner qemu")
 	case r.Encryption.UserVolumes && len(r.QEMU.UserVolumes) == 0:
 		return errors.New("--encrypt-user-volumes encrypts the volumes of --user-volumes, and none is given")
-	case r.Encryption.check(r.Provisioner) != nil:
-		return r.Encryption.check(r.Provisioner)
+	case r.Encryption.check(r.Provisioner, r.QEMU.TPM) != nil:
+		return r.Encryption.check(r.Provisioner, r.QEMU.TPM)
 	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
 		return errors.New("--with-json-logs: the receiver is the qemu provisioner's network process: use --provisioner qemu, or send the logs to a receiver of yours with a machine.logging config patch")
 	}

@@ -14,7 +14,7 @@ import (
 const (
 	KeyTypeUUID = "uuid" // nodeID: derived from the VM's SMBIOS UUID
 	KeyTypeKMS  = "kms"  // a random key sealed by the KMS the network process serves
-	KeyTypeTPM  = "tpm"
+	KeyTypeTPM  = "tpm"  // a random key sealed to the node's TPM 2.0 (--with-tpm2)
 )
 
 // EncryptionRequest is --encrypt-state, --encrypt-ephemeral, --encrypt-user-volumes and
@@ -30,7 +30,8 @@ func (e EncryptionRequest) usesKMS() bool {
 	return e.enabled() && slices.Contains(e.KeyTypes, KeyTypeKMS)
 }
 
-func (e EncryptionRequest) check(provisioner string) error {
+// check refuses flags the nodes cannot honour; tpm is the nodes' TPM version ("" for none).
+func (e EncryptionRequest) check(provisioner, tpm string) error {
 	if !e.enabled() {
 		return nil
 	}
@@ -40,16 +41,18 @@ func (e EncryptionRequest) check(provisioner string) error {
 	}
 
 	if len(e.KeyTypes) == 0 {
-		return errors.New("--disk-encryption-key-types: give at least one of uuid, kms")
+		return errors.New("--disk-encryption-key-types: give at least one of uuid, kms, tpm")
 	}
 
 	for _, t := range e.KeyTypes {
 		switch t {
 		case KeyTypeUUID, KeyTypeKMS:
 		case KeyTypeTPM:
-			return errors.New("--disk-encryption-key-types tpm: the nodes do not seal keys to a TPM yet: use uuid or kms")
+			if tpm != TPM2 {
+				return errors.New("--disk-encryption-key-types tpm seals the keys to each node's TPM 2.0: add --with-tpm2")
+			}
 		default:
-			return fmt.Errorf("--disk-encryption-key-types %q: the key types are uuid and kms", t)
+			return fmt.Errorf("--disk-encryption-key-types %q: the key types are uuid, kms and tpm", t)
 		}
 	}
 
@@ -92,6 +95,8 @@ func (e EncryptionRequest) keysYAML(kms string, lockToState bool) string {
 			keys.WriteString("      nodeID: {}\n")
 		case KeyTypeKMS:
 			fmt.Fprintf(&keys, "      kms:\n        endpoint: %s\n", kms)
+		case KeyTypeTPM:
+			keys.WriteString("      tpm: {}\n") // the nodes boot without Secure Boot: no check on enroll
 		}
 
 		if lockToState {

@@ -21,7 +21,7 @@ func TestEncryptionPatch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e := EncryptionRequest{State: true, Ephemeral: true, KeyTypes: []string{KeyTypeUUID, KeyTypeKMS}}
+	e := EncryptionRequest{State: true, Ephemeral: true, KeyTypes: []string{KeyTypeUUID, KeyTypeKMS, KeyTypeTPM}}
 
 	raw, err := patch(gen.Worker, []string{e.patch(cidr)})
 	if err != nil {
@@ -35,15 +35,16 @@ func TestEncryptionPatch(t *testing.T) {
 
 	for _, label := range []string{"STATE", "EPHEMERAL"} {
 		s, err := encryption.FromConfig(cfg, label)
-		if err != nil || s == nil || len(s.Keys) != 2 {
+		if err != nil || s == nil || len(s.Keys) != 3 {
 			t.Fatalf("%s: %+v %v\n%s", label, s, err, raw)
 		}
 
-		if !s.Keys[0].NodeID || s.Keys[0].Slot != 0 || s.Keys[1].KMS != "grpc://10.5.0.1:4050" || s.Keys[1].Slot != 1 {
+		if !s.Keys[0].NodeID || s.Keys[0].Slot != 0 || s.Keys[1].KMS != "grpc://10.5.0.1:4050" || s.Keys[1].Slot != 1 ||
+			!s.Keys[2].TPM || s.Keys[2].TPMCheckSecureBoot || s.Keys[2].Slot != 2 {
 			t.Errorf("%s keys: %+v", label, s.Keys)
 		}
 
-		if locked := s.Keys[0].LockToState && s.Keys[1].LockToState; locked != (label == "EPHEMERAL") {
+		if locked := s.Keys[0].LockToState && s.Keys[1].LockToState && s.Keys[2].LockToState; locked != (label == "EPHEMERAL") {
 			t.Errorf("%s: keys locked to STATE: %v", label, locked)
 		}
 	}
@@ -71,15 +72,19 @@ func TestEncryptionFlagsChecked(t *testing.T) {
 	}{
 		{EncryptionRequest{State: true, KeyTypes: []string{"uuid"}}, ProvisionerContainer, "use --provisioner qemu"},
 		{EncryptionRequest{Ephemeral: true}, ProvisionerQEMU, "at least one"},
-		{EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}, ProvisionerQEMU, "use uuid or kms"},
+		{EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}, ProvisionerQEMU, "add --with-tpm2"},
 		{EncryptionRequest{State: true, KeyTypes: []string{"uuid", "magic"}}, ProvisionerQEMU, `"magic"`},
 	} {
-		if err := c.e.check(c.provisioner); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := c.e.check(c.provisioner, ""); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v on %s: %v, want %q", c.e, c.provisioner, err, c.want)
 		}
 	}
 
-	if err := (EncryptionRequest{KeyTypes: []string{"magic"}}).check(ProvisionerProcess); err != nil {
+	if err := (EncryptionRequest{KeyTypes: []string{"magic"}}).check(ProvisionerProcess, ""); err != nil {
 		t.Errorf("key types without encryption: %v", err)
+	}
+
+	if err := (EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}).check(ProvisionerQEMU, TPM2); err != nil {
+		t.Errorf("tpm keys with --with-tpm2: %v", err)
 	}
 }

@@ -324,7 +324,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&req.Encryption.Ephemeral, "encrypt-ephemeral", false, "enable ephemeral partition encryption (qemu: LUKS2, its keys locked to STATE)")
 	f.BoolVar(&req.Encryption.UserVolumes, "encrypt-user-volumes", false, "enable user volumes encryption (qemu: LUKS2, the --disk-encryption-key-types keys)")
 	f.StringSliceVar(&userVolumes, "user-volumes", nil, "list of user volumes to create for each VM in format: <name1>:<size1>:<name2>:<size2> (qemu: each value is one more disk of every node, the volumes partitions of it mounted at /var/mnt/<name>)")
-	f.StringSliceVar(&req.Encryption.KeyTypes, "disk-encryption-key-types", []string{provision.KeyTypeUUID}, "encryption key types to use for disk encryption (uuid, kms) (qemu: kms keys are sealed by a KMS on the cluster network's gateway, port 4050)")
+	f.StringSliceVar(&req.Encryption.KeyTypes, "disk-encryption-key-types", []string{provision.KeyTypeUUID}, "encryption key types to use for disk encryption (uuid, kms, tpm) (qemu: kms keys are sealed by a KMS on the cluster network's gateway, port 4050; tpm keys by each node's TPM, with --with-tpm2)")
 	f.BoolVar(&req.QEMU.IOMMU, "with-iommu", false, "enable IOMMU support: an Intel IOMMU on the q35 machine (qemu)")
 	f.BoolVar(&req.QEMU.ApplyConfig, "with-apply-config", false, "enable apply config when the VM is starting in maintenance mode (qemu)")
 	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")

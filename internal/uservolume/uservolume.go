@@ -75,16 +75,9 @@ func Check(v config.UserVolumeConfig) error {
 		return fmt.Errorf("%s: filesystem.type %s: only xfs is supported", field, t)
 	}
 
-	spec, err := encryption.FromEncryption(field+": encryption", v.Encryption())
-	if err != nil {
-		return err
-	}
+	_, err := encryption.FromEncryption(field+": encryption", v.Encryption())
 
-	if tpm := spec.KeysOf("tpm"); len(tpm) > 0 {
-		return fmt.Errorf("%s: encryption key slot %d: TPM-sealed keys are not supported yet; use nodeID, static or kms keys", field, tpm[0].Slot)
-	}
-
-	return nil
+	return err
 }
 
 // Matches tells whether the volume's selector picks the disk.

@@ -67,7 +67,7 @@ func TestCheckNamesTheField(t *testing.T) {
 	for doc, want := range map[string]string{
 		data + "filesystem:\n  type: ext4\n": "filesystem.type ext4",
 		strings.Replace(data, "  diskSelector:\n    match: \"'/dev/disk/by-id/virtio-uservol-1' in disk.symlinks && !system_disk\"\n", "", 1): "diskSelector.match is required",
-		data + "encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      tpm: {}\n":                                                      "TPM-sealed keys are not supported",
+		data + "encryption:\n  provider: luks2\n  options: [fast]\n  keys:\n    - slot: 0\n      tpm: {}\n":                                   "encryption.options: \"fast\" is not one of",
 	} {
 		cfg, err := configloader.NewFromBytes([]byte(doc))
 		if err != nil {

@@ -636,7 +636,9 @@ func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, st
 
 // --with-uuid-hostnames names the node machine-<its SMBIOS UUID> (the node reads the UUID QEMU
 // gives it), --with-tpm2 gives it a TPM 2.0 (swtpm, its state in the node's folder) and
-// --with-iommu an Intel IOMMU (the q35 machine); the node installs and boots its disk with them.
+// --with-iommu an Intel IOMMU (the q35 machine); the node installs and boots its disk with them,
+// STATE and EPHEMERAL encrypted with a key sealed to that TPM (--disk-encryption-key-types tpm),
+// which the boot stage unseals to open them.
 // --use-vip makes the Kubernetes endpoint the network's 50th address, which the control plane
 // holds once etcd elects it. --with-firewall block: apid answers from anywhere, trustd only to
 // the cluster network, not to its gateway (the host).
@@ -645,7 +647,8 @@ func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 
 	const cidr, gateway, node = "10.5.11.0/24", "10.5.11.1", "10.5.11.2"
 
-	cli.Must(t, oneNodeCluster("qemu-dev", cidr, gateway, "--with-uuid-hostnames", "--with-tpm2", "--with-iommu", "--use-vip", "--with-firewall", "block", "--with-uefi=false", "--disk-preallocate=false")...)
+	cli.Must(t, oneNodeCluster("qemu-dev", cidr, gateway, "--with-uuid-hostnames", "--with-tpm2", "--with-iommu", "--use-vip", "--with-firewall", "block", "--with-uefi=false", "--disk-preallocate=false",
+		"--encrypt-state", "--encrypt-ephemeral", "--disk-encryption-key-types", "tpm")...)
 
 	m := regexp.MustCompile(`(?m)^machine-([0-9a-f-]{36})\s+controlplane\s+10\.5\.11\.2\s`).FindStringSubmatch(cli.Must(t, "cluster", "show", "--name", "qemu-dev"))
 	if m == nil {
@@ -668,6 +671,13 @@ func TestClusterCreateQEMUMachineDevices(t *testing.T) {
 
 	if _, err := os.Stat(filepath.Join(dir, "machine-"+id, "tpm", "tpm2-00.permall")); err != nil {
 		t.Errorf("the TPM's state is not in the node's folder: %v", err)
+	}
+
+	console, _ := os.ReadFile(filepath.Join(dir, "machine-"+id+".log"))
+	for _, label := range []string{"STATE", "EPHEMERAL"} {
+		if !strings.Contains(string(console), label+": LUKS2 volume opened with key slot 0 (tpm)") {
+			t.Errorf("%s not opened with the key sealed to the TPM:\n%s", label, console)
+		}
 	}
 
 	if out := cli.Must(t, "-n", node, "ls", "/sys/class/iommu"); !strings.Contains(out, "dmar") {
