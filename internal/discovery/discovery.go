@@ -27,6 +27,17 @@ type Affiliate struct {
 	MachineType     string   `json:"machineType"`
 	OperatingSystem string   `json:"operatingSystem"`
 	Addresses       []string `json:"addresses"`
+	// KubeSpan is the node's KubeSpan peer, when it runs KubeSpan.
+	KubeSpan *KubeSpan `json:"kubespan,omitempty"`
+}
+
+// KubeSpan is how the other nodes reach a node through KubeSpan: its WireGuard public key,
+// its address in the KubeSpan network, and where its WireGuard listens (ip:port).
+type KubeSpan struct {
+	PublicKey           string   `json:"publicKey"`
+	Address             string   `json:"address"`
+	AdditionalAddresses []string `json:"additionalAddresses,omitempty"`
+	Endpoints           []string `json:"endpoints"`
 }
 
 // TTL is how long an affiliate stays listed without a new exchange.

@@ -69,6 +69,8 @@ type Request struct {
 	// Encryption is --encrypt-state, --encrypt-ephemeral and --disk-encryption-key-types
 	// (qemu): LUKS2 on the installed disk's partitions.
 	Encryption EncryptionRequest
+	// KubeSpan is --with-kubespan: machine.network.kubespan enabled on every node (qemu).
+	KubeSpan bool
 	// Firewall is --with-firewall: the nodes' ingress firewall's default action (accept or
 	// block) with the rules the cluster needs; "" for none.
 	Firewall string
@@ -145,6 +147,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("--wireguard-cidr %s has too few addresses for %d nodes: give a larger network", r.WireguardCIDR, r.ControlPlanes+r.Workers)
 	case r.CustomCNIURL != "" && !httpURL(r.CustomCNIURL):
 		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
+	case r.KubeSpan && r.Provisioner != ProvisionerQEMU:
+		return errors.New("--with-kubespan: KubeSpan's WireGuard link is made by nodes on their own kernel: use --provisioner qemu")
 	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
 		return fmt.Errorf("--with-firewall %q: give %s or %s (the default action of the nodes' ingress firewall)", r.Firewall, FirewallAccept, FirewallBlock)
 	case len(r.NoMasqueradeCIDRs) > 0 && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
@@ -352,13 +356,17 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	}
 
 	if req.Firewall != "" {
-		cp, worker := firewallPatches(req.Firewall, req.CIDR, addrs[:req.ControlPlanes])
+		cp, worker := firewallPatches(req.Firewall, req.CIDR, addrs[:req.ControlPlanes], req.KubeSpan)
 		req.CPPatches = append(slices.Clone(req.CPPatches), cp)
 		req.WorkerPatches = append(slices.Clone(req.WorkerPatches), worker)
 	}
 
 	if req.Encryption.State || req.Encryption.Ephemeral {
 		req.Patches = append(slices.Clone(req.Patches), req.Encryption.patch(req.CIDR))
+	}
+
+	if req.KubeSpan {
+		req.Patches = append(slices.Clone(req.Patches), `{"machine": {"network": {"kubespan": {"enabled": true}}}}`)
 	}
 
 	if len(req.QEMU.UserVolumes) > 0 {

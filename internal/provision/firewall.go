@@ -3,7 +3,10 @@ package provision
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 )
 
 // The values of --with-firewall: the ingress firewall's default action.
@@ -16,7 +19,8 @@ const (
 // rules that let the cluster work under block. Control planes: apid and the Kubernetes API from
 // anywhere, kubelet, trustd and the CNI's VXLAN from the cluster network (not its gateway, the
 // host), etcd from the control planes. Workers: apid, kubelet and VXLAN from the cluster network.
-func firewallPatches(action string, cidr netip.Prefix, controlPlanes []netip.Addr) (cp, worker string) {
+// With KubeSpan, every node takes WireGuard from the cluster network.
+func firewallPatches(action string, cidr netip.Prefix, controlPlanes []netip.Addr, kubeSpan bool) (cp, worker string) {
 	gw := netip.PrefixFrom(gateway(cidr).Addr(), 32)
 
 	within := fmt.Sprintf("  - subnet: %s\n    except: %s\n", cidr.Masked(), gw)
@@ -38,6 +42,11 @@ func firewallPatches(action string, cidr netip.Prefix, controlPlanes []netip.Add
 		rule("trustd-ingress", "tcp", "50001", within) + rule("kubernetes-api-ingress", "tcp", "6443", open) +
 		rule("etcd-ingress", "tcp", "2379-2380", cps.String()) + vxlan
 	worker = def + rule("kubelet-ingress", "tcp", "10250", within) + rule("apid-ingress", "tcp", "50000", within) + vxlan
+
+	if kubeSpan {
+		ks := rule("kubespan-ingress", "udp", strconv.Itoa(constants.KubeSpanDefaultPort), within)
+		cp, worker = cp+ks, worker+ks
+	}
 
 	return cp, worker
 }

@@ -11,7 +11,9 @@ import (
 
 // --with-firewall's patches are valid config documents with upstream's rules.
 func TestFirewallPatches(t *testing.T) {
-	cp, worker := firewallPatches(FirewallBlock, netip.MustParsePrefix("10.5.0.0/24"), []netip.Addr{netip.MustParseAddr("10.5.0.2"), netip.MustParseAddr("10.5.0.3")})
+	cps := []netip.Addr{netip.MustParseAddr("10.5.0.2"), netip.MustParseAddr("10.5.0.3")}
+	cp, worker := firewallPatches(FirewallBlock, netip.MustParsePrefix("10.5.0.0/24"), cps, false)
+	cpKS, workerKS := firewallPatches(FirewallBlock, netip.MustParsePrefix("10.5.0.0/24"), cps, true)
 
 	for name, c := range map[string]struct {
 		doc   string
@@ -20,6 +22,9 @@ func TestFirewallPatches(t *testing.T) {
 	}{
 		"control plane": {cp, 6, []string{"etcd-ingress", "- subnet: 10.5.0.3/32", "except: 10.5.0.1/32", "ports: [2379-2380]"}},
 		"worker":        {worker, 3, []string{"apid-ingress", "except: 10.5.0.1/32"}},
+		// With KubeSpan: WireGuard's port from the cluster network too.
+		"control plane, kubespan": {cpKS, 7, []string{"kubespan-ingress", "ports: [51820]\n  protocol: udp"}},
+		"worker, kubespan":        {workerKS, 4, []string{"kubespan-ingress", "ports: [51820]\n  protocol: udp"}},
 	} {
 		cfg, err := configloader.NewFromBytes([]byte(c.doc))
 		if err != nil {

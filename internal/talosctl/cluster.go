@@ -95,6 +95,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		mirrors         []string
 		insecure        []string
 		discovery       bool
+		kubeSpan        bool
 		extraKernelArgs string
 		tpm2, tpm12     bool
 		mounts          []string
@@ -124,6 +125,10 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Generate.TalosVersion = talosVersion
+
+			if req.KubeSpan = kubeSpan; kubeSpan && !discovery {
+				return errors.New("--with-kubespan: the nodes find their KubeSpan peers through cluster discovery: drop --with-cluster-discovery=false")
+			}
 			req.Generate.Options = append(req.Generate.Options, generate.WithClusterDiscovery(discovery), generate.WithInstallImage(installImage), generate.WithDebug(withDebug))
 
 			if req.Generate.Options, err = registryOptions(req.Generate.Options, mirrors, insecure); err != nil {
@@ -275,6 +280,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.IntVar(&cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
 	f.BoolVar(&waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
 	f.BoolVar(&discovery, "with-cluster-discovery", true, "enable cluster discovery")
+	f.BoolVar(&kubeSpan, "with-kubespan", false, "enable KubeSpan system (qemu: a WireGuard mesh between the nodes, its peers found through discovery)")
 	f.StringSliceVar(&mirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
 	f.StringSliceVar(&insecure, "registry-insecure-skip-verify", nil, "list of registry hostnames to skip TLS verification for")
 	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")

@@ -26,6 +26,8 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 		{[]string{"--with-firewall", "deny"}, []string{`--with-firewall "deny"`, "accept or block"}},
 		{[]string{"--with-firewall", "block"}, []string{"--with-firewall", "--provisioner container or qemu"}},
 		{[]string{"--use-vip"}, []string{"--use-vip", "--provisioner qemu"}},
+		{[]string{"--with-kubespan"}, []string{"--with-kubespan", "--provisioner qemu"}},
+		{[]string{"--provisioner", "qemu", "--with-kubespan", "--with-cluster-discovery=false"}, []string{"--with-kubespan", "cluster discovery"}},
 		{[]string{"--provisioner", "qemu", "--wireguard-cidr", "172.20.1.0/31"}, []string{"--wireguard-cidr 172.20.1.0/31", "too few addresses"}},
 		{[]string{"--no-masquerade-cidrs", "10.0.0.0/8"}, []string{"--no-masquerade-cidrs", "--provisioner container or qemu"}},
 		{[]string{"--no-masquerade-cidrs", "10.0.0.0"}, []string{`--no-masquerade-cidrs "10.0.0.0"`, "10.0.0.0/8"}},

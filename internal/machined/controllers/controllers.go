@@ -23,6 +23,7 @@ import (
 	etcdctrl "github.com/talos-go/talos/internal/machined/controllers/etcd"
 	hardwarectrl "github.com/talos-go/talos/internal/machined/controllers/hardware"
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
+	kubespanctrl "github.com/talos-go/talos/internal/machined/controllers/kubespan"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	runtimectrl "github.com/talos-go/talos/internal/machined/controllers/runtime"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
@@ -163,7 +164,10 @@ func List(opts Options) []controller.Controller {
 	if opts.OwnKernel {
 		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{LoadModule: opts.LoadModule},
 			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks},
-			&networkctrl.VIPController{Etcd: opts.EtcdClient, Hostname: func() string { h, _ := os.Hostname(); return h }})
+			&networkctrl.VIPController{Etcd: opts.EtcdClient, Hostname: func() string { h, _ := os.Hostname(); return h }},
+			// KubeSpan's WireGuard link is the node's kernel's.
+			&kubespanctrl.ConfigController{}, &kubespanctrl.IdentityController{StateDir: opts.StateDir},
+			&kubespanctrl.PeerSpecController{}, &kubespanctrl.ManagerController{LoadModule: opts.LoadModule})
 	}
 
 	if opts.RunsKubernetes {

@@ -17,6 +17,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
@@ -38,6 +39,7 @@ var Namespaces = []struct {
 	{k8s.NamespaceName, "Kubernetes all node types resources."},
 	{k8s.ControlPlaneNamespaceName, "Kubernetes control plane resources."},
 	{hardware.NamespaceName, "Hardware resources."},
+	{kubespan.NamespaceName, "KubeSpan resources."},
 }
 
 // Definitions are the resource types the node serves.
@@ -73,6 +75,11 @@ var Definitions = []meta.ResourceWithRD{
 	&etcd.Spec{},
 	&cluster.Member{},
 	&cluster.Identity{},
+	&cluster.Affiliate{},
+	&kubespan.Config{},
+	&kubespan.Identity{},
+	&kubespan.PeerSpec{},
+	&kubespan.PeerStatus{},
 	&timeres.Status{},
 	&hardware.SystemInformation{},
 	&hardware.Processor{},

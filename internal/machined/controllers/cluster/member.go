@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -34,8 +35,9 @@ import (
 // ExchangeInterval is how often a node refreshes its membership with the registries.
 const ExchangeInterval = 2 * time.Second
 
-// MemberController publishes the cluster's Members: this node and those the registries of the
-// control planes know, refreshed every ExchangeInterval.
+// MemberController publishes the cluster's Members and Affiliates (with their KubeSpan peers):
+// this node and those the registries of the control planes know, refreshed every
+// ExchangeInterval.
 type MemberController struct{}
 
 // Name implements controller.Controller.
@@ -48,12 +50,14 @@ func (ctrl *MemberController) Inputs() []controller.Input {
 		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
 		{Namespace: network.NamespaceName, Type: network.HostnameStatusType, ID: optional.Some(network.HostnameID), Kind: controller.InputWeak},
 		{Namespace: network.NamespaceName, Type: network.NodeAddressType, ID: optional.Some(network.NodeAddressCurrentID), Kind: controller.InputWeak},
+		{Namespace: kubespan.NamespaceName, Type: kubespan.IdentityType, ID: optional.Some(kubespan.LocalIdentity), Kind: controller.InputWeak},
+		{Namespace: config.NamespaceName, Type: kubespan.ConfigType, ID: optional.Some(kubespan.ConfigID), Kind: controller.InputWeak},
 	}
 }
 
 // Outputs implements controller.Controller.
 func (ctrl *MemberController) Outputs() []controller.Output {
-	return []controller.Output{{Type: cluster.MemberType, Kind: controller.OutputExclusive}}
+	return []controller.Output{{Type: cluster.MemberType, Kind: controller.OutputExclusive}, {Type: cluster.AffiliateType, Kind: controller.OutputExclusive}}
 }
 
 // Run implements controller.Controller.
@@ -236,10 +240,24 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 		}
 	}
 
+	ks, err := safe.ReaderGetByID[*kubespan.Identity](ctx, r, kubespan.LocalIdentity)
+	if err != nil && !state.IsNotFoundError(err) {
+		return nil, nil, nil, err
+	}
+
+	if ks != nil {
+		// The KubeSpan network is reached through the tunnel: never an endpoint of it.
+		clusterNets = append(clusterNets, ks.TypedSpec().Subnet)
+	}
+
 	for _, p := range addrs.TypedSpec().Addresses {
 		if !slices.ContainsFunc(clusterNets, func(n netip.Prefix) bool { return n.Contains(p.Addr()) }) {
 			self.Addresses = append(self.Addresses, p.Addr().String())
 		}
+	}
+
+	if ks != nil {
+		self.KubeSpan = kubeSpanAffiliate(ctx, r, ks.TypedSpec(), self.Addresses)
 	}
 
 	endpoints := []string{c.Cluster().Endpoint().Hostname()}
@@ -290,6 +308,16 @@ func (ctrl *MemberController) writeMembers(ctx context.Context, r controller.Run
 			}
 		}
 
+		if err = safe.WriterModify(ctx, r, cluster.NewAffiliate(cluster.NamespaceName, a.NodeID), func(res *cluster.Affiliate) error {
+			spec := res.TypedSpec()
+			spec.NodeID, spec.Hostname, spec.MachineType, spec.OperatingSystem, spec.Addresses = a.NodeID, a.Hostname, typ, a.OperatingSystem, addrs
+			spec.KubeSpan = affiliateKubeSpan(a.KubeSpan)
+
+			return nil
+		}); err != nil {
+			return fmt.Errorf("writing affiliate %s: %w", a.Hostname, err)
+		}
+
 		if err = safe.WriterModify(ctx, r, cluster.NewMember(cluster.NamespaceName, a.Hostname), func(res *cluster.Member) error {
 			spec := res.TypedSpec()
 			spec.NodeID, spec.Hostname, spec.MachineType, spec.OperatingSystem, spec.Addresses = a.NodeID, a.Hostname, typ, a.OperatingSystem, addrs
@@ -305,9 +333,56 @@ func (ctrl *MemberController) writeMembers(ctx context.Context, r controller.Run
 		}
 	}
 
-	if err := r.CleanupOutputs(ctx, resource.NewMetadata(cluster.NamespaceName, cluster.MemberType, "", resource.VersionUndefined)); err != nil {
+	if err := r.CleanupOutputs(ctx, resource.NewMetadata(cluster.NamespaceName, cluster.MemberType, "", resource.VersionUndefined),
+		resource.NewMetadata(cluster.NamespaceName, cluster.AffiliateType, "", resource.VersionUndefined)); err != nil {
 		return fmt.Errorf("removing departed members: %w", err)
 	}
 
 	return nil
+}
+
+// kubeSpanAffiliate is this node's KubeSpan peer as the others see it: its key, its KubeSpan
+// address and its WireGuard port on each of its addresses (and the config's extra endpoints).
+func kubeSpanAffiliate(ctx context.Context, r controller.Reader, id *kubespan.IdentitySpec, addrs []string) *discovery.KubeSpan {
+	ks := &discovery.KubeSpan{PublicKey: id.PublicKey, Address: id.Address.Addr().String()}
+
+	for _, a := range addrs {
+		if ip, err := netip.ParseAddr(a); err == nil && !ip.IsLinkLocalUnicast() {
+			ks.Endpoints = append(ks.Endpoints, netip.AddrPortFrom(ip, constants.KubeSpanDefaultPort).String())
+		}
+	}
+
+	if cfg, err := safe.ReaderGetByID[*kubespan.Config](ctx, r, kubespan.ConfigID); err == nil {
+		for _, ep := range cfg.TypedSpec().ExtraEndpoints {
+			ks.Endpoints = appendUnique(ks.Endpoints, ep.String())
+		}
+	}
+
+	return ks
+}
+
+// affiliateKubeSpan is an affiliate's KubeSpan peer as the Affiliate resource holds it.
+func affiliateKubeSpan(ks *discovery.KubeSpan) cluster.KubeSpanAffiliateSpec {
+	var spec cluster.KubeSpanAffiliateSpec
+
+	if ks == nil {
+		return spec
+	}
+
+	spec.PublicKey = ks.PublicKey
+	spec.Address, _ = netip.ParseAddr(ks.Address)
+
+	for _, s := range ks.AdditionalAddresses {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			spec.AdditionalAddresses = append(spec.AdditionalAddresses, p)
+		}
+	}
+
+	for _, s := range ks.Endpoints {
+		if ep, err := netip.ParseAddrPort(s); err == nil {
+			spec.Endpoints = append(spec.Endpoints, ep)
+		}
+	}
+
+	return spec
 }

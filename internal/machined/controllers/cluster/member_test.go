@@ -17,6 +17,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -128,7 +129,14 @@ func TestMembers(t *testing.T) {
 	worker := discovery.Affiliate{
 		NodeID: "worker-id", Hostname: "worker1", MachineType: machine.TypeWorker.String(),
 		Addresses: []string{"10.0.0.7", "not an address"},
+		KubeSpan:  &discovery.KubeSpan{PublicKey: "worker-key", Address: "fd00::7", Endpoints: []string{"10.0.0.7:51820"}},
 	}
+
+	// The control plane runs KubeSpan: its affiliate carries its key and WireGuard endpoints,
+	// never its KubeSpan address as an endpoint or a node address.
+	ks := kubespan.NewIdentity(kubespan.NamespaceName, kubespan.LocalIdentity)
+	ks.TypedSpec().PublicKey, ks.TypedSpec().Subnet, ks.TypedSpec().Address = "cp-key", netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("fd00::1/128")
+	env.Create(ks)
 
 	_, err := discovery.Exchange(env.Ctx, conn, worker)
 	require.NoError(t, err)
@@ -143,9 +151,22 @@ func TestMembers(t *testing.T) {
 
 	ctest.AssertIDs[*cluster.Member](env, "cp1", "worker1")
 
+	ctest.AssertResource(env, "worker-id", func(r *cluster.Affiliate, a *assert.Assertions) {
+		a.Equal("worker-key", r.TypedSpec().KubeSpan.PublicKey)
+		a.Equal(netip.MustParseAddr("fd00::7"), r.TypedSpec().KubeSpan.Address)
+		a.Equal([]netip.AddrPort{netip.MustParseAddrPort("10.0.0.7:51820")}, r.TypedSpec().KubeSpan.Endpoints)
+	})
+
 	list, err := discovery.Exchange(env.Ctx, conn, worker)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"cp1", "worker1"}, hostnames(list))
+
+	if cp := list[0]; assert.NotNil(t, cp.KubeSpan) {
+		assert.Equal(t, "cp-key", cp.KubeSpan.PublicKey)
+		assert.Equal(t, "fd00::1", cp.KubeSpan.Address)
+		assert.Equal(t, []string{net.JoinHostPort(cpAddr, "51820")}, cp.KubeSpan.Endpoints)
+		assert.NotContains(t, cp.Addresses, "fd00::1")
+	}
 
 	// A wrong token is refused: the registry is the cluster's only.
 	_, err = discovery.Exchange(env.Ctx, registry(t, cpAddr, sec.IssuingCA().Crt, "wrong"), discovery.Affiliate{NodeID: "intruder", Hostname: "intruder"})
@@ -210,6 +231,7 @@ func TestMembersDiscoveryDisabled(t *testing.T) {
 
 	env.Put(cfg(false, true))
 	ctest.AssertIDs[*cluster.Member](env)
+	ctest.AssertIDs[*cluster.Affiliate](env)
 
 	env.Put(cfg(true, true))
 	ctest.AssertIDs[*cluster.Member](env, "w1")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
@@ -124,7 +125,8 @@ func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.
 		spec := a.TypedSpec()
 		ip := spec.Address.Addr()
 
-		if loopback[spec.LinkIndex] || !ip.IsGlobalUnicast() || spec.Scope != nethelpers.ScopeGlobal {
+		// The KubeSpan address is the tunnel's: the node is not reached there from outside it.
+		if loopback[spec.LinkIndex] || !ip.IsGlobalUnicast() || spec.Scope != nethelpers.ScopeGlobal || spec.LinkName == constants.KubeSpanLinkName {
 			continue
 		}
 
