@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/slots"
@@ -255,7 +257,9 @@ func chooseSlot(booted string) (string, error) {
 
 	if len(b.ResetWipe) > 0 {
 		for _, label := range b.ResetWipe {
-			if err = emptyDir(filepath.Join(diskDir, label)); err != nil {
+			// STATE's salt stays: EPHEMERAL's keys locked to STATE need it, and the partition is
+			// the same one (a replaced STATE is what locking guards against).
+			if err = emptyDir(filepath.Join(diskDir, label), encryption.SaltFile); err != nil {
 				return "", fmt.Errorf("finishing the reset: wiping %s: %w", label, err)
 			}
 		}
@@ -270,14 +274,18 @@ func chooseSlot(booted string) (string, error) {
 	return b.Slot, nil
 }
 
-// emptyDir removes everything in a mounted partition, keeping the mount.
-func emptyDir(dir string) error {
+// emptyDir removes everything in a mounted partition but the files named keep, keeping the mount.
+func emptyDir(dir string, keep ...string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 
 	for _, e := range entries {
+		if slices.Contains(keep, e.Name()) {
+			continue
+		}
+
 		if err = os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return err
 		}
