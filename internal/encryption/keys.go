@@ -39,7 +39,7 @@ const SaltFile = "volume-salt"
 // The types of the LUKS2 header tokens holding a sealed key.
 const (
 	TokenType    = "talos-kms" //nolint:gosec // a token type name, not a credential
-	TokenTypeTPM = "talos-tpm" //nolint:gosec
+	TokenTypeTPM = "talos-tpm" //nolint:gosec // a token type name, not a credential
 )
 
 // Token is what a KMS or TPM key keeps in the volume's LUKS2 header (token id = its slot): the

@@ -86,7 +86,7 @@ func Seal(t transport.TPM, secret []byte) (*Sealed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting a TPM trial session: %w", err)
 	}
-	defer closeSession() //nolint:errcheck
+	defer closeSession() //nolint:errcheck // a session left open is flushed with the connection
 
 	if _, err = (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: digest}, Pcrs: selection()}).Execute(t); err != nil {
 		return nil, fmt.Errorf("computing the PCR policy: %w", err)
@@ -171,7 +171,7 @@ func Unseal(t transport.TPM, s *Sealed) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the sealed key (was it sealed by this machine's TPM?): %w", err)
 	}
-	defer tpm2.FlushContext{FlushHandle: loaded.ObjectHandle}.Execute(t) //nolint:errcheck
+	defer tpm2.FlushContext{FlushHandle: loaded.ObjectHandle}.Execute(t) //nolint:errcheck // best effort: the resource manager flushes it with the connection
 
 	rootPub, err := root.OutPublic.Contents()
 	if err != nil {
@@ -184,7 +184,7 @@ func Unseal(t transport.TPM, s *Sealed) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting a TPM policy session: %w", err)
 	}
-	defer closeSession() //nolint:errcheck
+	defer closeSession() //nolint:errcheck // a session left open is flushed with the connection
 
 	if _, err = (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: s.PCRDigest}, Pcrs: selection()}).Execute(t); err != nil {
 		return nil, fmt.Errorf("%w (%w)", ErrPCRChanged, err)

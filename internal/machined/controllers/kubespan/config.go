@@ -38,7 +38,7 @@ func (ctrl *ConfigController) Outputs() []controller.Output {
 }
 
 // Run implements controller.Controller.
-func (ctrl *ConfigController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
+func (ctrl *ConfigController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -56,6 +56,9 @@ func (ctrl *ConfigController) Run(ctx context.Context, r controller.Runtime, _ *
 		if cfg != nil {
 			if c := cfg.Config(); c.Machine() != nil && c.Cluster() != nil && c.Machine().Network().KubeSpan().Enabled() {
 				ks := c.Machine().Network().KubeSpan()
+				if ks.AdvertiseKubernetesNetworks() {
+					log.Warn("machine.network.kubespan.advertiseKubernetesNetworks: the pod networks are not advertised yet; pod traffic between nodes goes as the CNI sends it")
+				}
 
 				if err = safe.WriterModify(ctx, r, kubespan.NewConfig(config.NamespaceName, kubespan.ConfigID), func(res *kubespan.Config) error {
 					spec := res.TypedSpec()

@@ -127,7 +127,7 @@ func (ctrl *IdentityController) load(clusterID string, mac net.HardwareAddr) (*k
 	}
 
 	if changed {
-		out, err := yaml.Marshal(&id)
+		out, err := yaml.Marshal(&id) //nolint:gosec // the identity file is where the key is kept (0600 on STATE), as upstream
 		if err != nil {
 			return nil, err
 		}
