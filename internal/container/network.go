@@ -208,8 +208,36 @@ func SetLinkUp(c *rtnetlink.Conn, idx uint32) error {
 	return nil
 }
 
+// AddAddress adds an address to a link by name (a bridge's IPv6 gateway, say).
+func AddAddress(name string, p netip.Prefix) error {
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer c.Close()
+
+	idx, err := LinkIndex(c, name)
+	if err != nil {
+		return err
+	}
+
+	return addAddress(c, idx, p)
+}
+
 func addAddress(c *rtnetlink.Conn, idx uint32, p netip.Prefix) error {
 	ip := p.Addr().AsSlice()
+
+	if p.Addr().Is6() {
+		// No duplicate address detection: the address is usable (and bindable) at once.
+		if err := c.Address.New(&rtnetlink.AddressMessage{
+			Family: unix.AF_INET6, PrefixLength: uint8(p.Bits()), Scope: unix.RT_SCOPE_UNIVERSE, Index: idx, Flags: unix.IFA_F_NODAD,
+			Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip},
+		}); err != nil {
+			return fmt.Errorf("adding address %s: %w", p, err)
+		}
+
+		return nil
+	}
 
 	brd := make(net.IP, len(ip))
 	mask := net.CIDRMask(p.Bits(), len(ip)*8)

@@ -71,6 +71,10 @@ type Request struct {
 	Encryption EncryptionRequest
 	// KubeSpan is --with-kubespan: machine.network.kubespan enabled on every node (qemu).
 	KubeSpan bool
+	// IPv6 is --ipv6: the cluster network is dual-stack (qemu): an IPv6 network advertised on
+	// the bridge, derived from CIDR as upstream's (CIDR6), and Kubernetes' pod and service
+	// subnets dual-stack. NoIPv4 is --ipv4=false.
+	IPv6, NoIPv4 bool
 	// Firewall is --with-firewall: the nodes' ingress firewall's default action (accept or
 	// block) with the rules the cluster needs; "" for none.
 	Firewall string
@@ -147,6 +151,12 @@ func (r *Request) check() error {
 		return fmt.Errorf("--wireguard-cidr %s has too few addresses for %d nodes: give a larger network", r.WireguardCIDR, r.ControlPlanes+r.Workers)
 	case r.CustomCNIURL != "" && !httpURL(r.CustomCNIURL):
 		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
+	case r.NoIPv4 && !r.IPv6:
+		return errors.New("--ipv4=false without --ipv6 leaves the cluster no network: add --ipv6")
+	case r.NoIPv4:
+		return errors.New("--ipv4=false: IPv6-only clusters are not supported yet (the nodes' boot stage gets its address and config over DHCPv4): keep IPv4, with --ipv6 for a dual-stack cluster")
+	case r.IPv6 && r.Provisioner != ProvisionerQEMU:
+		return errors.New("--ipv6: the IPv6 network is advertised on a qemu cluster's bridge: use --provisioner qemu")
 	case r.KubeSpan && r.Provisioner != ProvisionerQEMU:
 		return errors.New("--with-kubespan: KubeSpan's WireGuard link is made by nodes on their own kernel: use --provisioner qemu")
 	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
@@ -367,6 +377,12 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 
 	if req.KubeSpan {
 		req.Patches = append(slices.Clone(req.Patches), `{"machine": {"network": {"kubespan": {"enabled": true}}}}`)
+	}
+
+	if req.IPv6 {
+		// Upstream's dual-stack defaults.
+		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(`{"cluster": {"network": {"podSubnets": [%q, %q], "serviceSubnets": [%q, %q]}}}`,
+			constants.DefaultIPv4PodNet, constants.DefaultIPv6PodNet, constants.DefaultIPv4ServiceNet, constants.DefaultIPv6ServiceNet))
 	}
 
 	if len(req.QEMU.UserVolumes) > 0 {

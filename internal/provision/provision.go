@@ -36,9 +36,12 @@ type Node struct {
 	Name    string `yaml:"name"`
 	Type    string `yaml:"type"`
 	Address string `yaml:"address"`
-	State   string `yaml:"state"`  // the node's state folder (its disk)
-	Config  string `yaml:"config"` // the config it was started with
-	PID     int    `yaml:"pid"`
+	// Address6 is the node's IPv6 address with --ipv6 (qemu: the one its kernel makes of the
+	// advertised prefix and its MAC address).
+	Address6 string `yaml:"address6,omitempty"`
+	State    string `yaml:"state"`  // the node's state folder (its disk)
+	Config   string `yaml:"config"` // the config it was started with
+	PID      int    `yaml:"pid"`
 
 	// Container provisioner: the host end of the node's veth and its cgroup.
 	Veth   string `yaml:"veth,omitempty"`

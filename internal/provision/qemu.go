@@ -275,6 +275,15 @@ func (q QEMURequest) bootMedium() (flag, path string) {
 
 // macFor is a node's MAC: QEMU's prefix and the last three bytes of its address, unique in the
 // cluster and the same on every boot.
+// CIDR6 is the cluster's IPv6 network with --ipv6, as upstream derives it from the IPv4 one: the
+// ULA prefix fd74:616c ("tal"), then the IPv4 network's four bytes, a /64.
+func CIDR6(cidr4 netip.Prefix) netip.Prefix {
+	b := cidr4.Masked().Addr().As4()
+	a := [16]byte{0xfd, 0x74, 0x61, 0x6c, b[0], b[1], b[2], b[3]}
+
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
+}
+
 func macFor(addr netip.Addr) string {
 	b := addr.As4()
 
@@ -329,17 +338,35 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 		}
 	}
 
+	if req.IPv6 {
+		spec.IPv6 = CIDR6(cidr)
+	}
+
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
 		addr := netip.MustParseAddr(n.Address)
 		n.Tap, n.MAC = "tap"+shortHash(n.State, 11), macFor(addr)
 		spec.Nodes = append(spec.Nodes, qemu.NodeLease{Name: n.Name, MAC: n.MAC, Address: addr, Config: n.Config})
+
+		if req.IPv6 {
+			mac, _ := net.ParseMAC(n.MAC)
+			n.Address6 = qemu.SLAACAddress(spec.IPv6, mac).String()
+		}
 	}
 
 	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gw)
 
 	if err := container.CreateBridge(c.Bridge, gw, c.MTU); err != nil {
 		return err
+	}
+
+	if req.IPv6 {
+		gw6 := netip.PrefixFrom(spec.IPv6.Addr().Next(), spec.IPv6.Bits())
+		fmt.Fprintf(progress, "advertising %s on the bridge (%s): the nodes configure their IPv6 addresses\n", spec.IPv6, gw6)
+
+		if err := container.AddAddress(c.Bridge, gw6); err != nil {
+			return err
+		}
 	}
 
 	if err := masquerade(c.Bridge, req, progress); err != nil {

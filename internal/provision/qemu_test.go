@@ -135,3 +135,10 @@ func TestMakeConfigISO(t *testing.T) {
 		t.Error("the ISO does not hold the config as config.yaml")
 	}
 }
+
+// --ipv6's network, as upstream derives it from --cidr.
+func TestCIDR6(t *testing.T) {
+	if got := CIDR6(netip.MustParsePrefix("10.5.0.0/24")); got != netip.MustParsePrefix("fd74:616c:a05::/64") {
+		t.Fatal(got)
+	}
+}

@@ -49,6 +49,9 @@ type NetworkSpec struct {
 	// KMSKey, when set, is the file of the key the KMS on the gateway's KMSPort seals the nodes'
 	// disk encryption keys with (made when missing).
 	KMSKey string `json:"kmsKey,omitempty"`
+	// IPv6, when valid, is the cluster's IPv6 network (--ipv6): it is advertised on the bridge
+	// (router advertisements), and the nodes configure their addresses in it (SLAAC).
+	IPv6 netip.Prefix `json:"ipv6,omitempty"`
 }
 
 // KMSPort is where the network process serves the KMS API (upstream's port).
@@ -130,7 +133,17 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 		defer stop()
 	}
 
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
+
+	if spec.IPv6.IsValid() {
+		go func() {
+			if err := advertise(ctx, spec.Bridge, spec.IPv6); err != nil {
+				errs <- err
+			}
+		}()
+
+		fmt.Fprintf(os.Stderr, "[network] advertising %s on %s\n", spec.IPv6, spec.Bridge)
+	}
 
 	go func() { errs <- dhcp.Serve() }()
 	go func() { errs <- srv.Serve(l) }()

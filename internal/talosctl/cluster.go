@@ -96,6 +96,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		insecure        []string
 		discovery       bool
 		kubeSpan        bool
+		ipv4            bool
 		extraKernelArgs string
 		tpm2, tpm12     bool
 		mounts          []string
@@ -125,6 +126,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			}
 
 			req.Generate.TalosVersion = talosVersion
+
+			req.NoIPv4 = !ipv4
 
 			if req.KubeSpan = kubeSpan; kubeSpan && !discovery {
 				return errors.New("--with-kubespan: the nodes find their KubeSpan peers through cluster discovery: drop --with-cluster-discovery=false")
@@ -280,6 +283,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.IntVar(&cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
 	f.BoolVar(&waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
 	f.BoolVar(&discovery, "with-cluster-discovery", true, "enable cluster discovery")
+	f.BoolVar(&ipv4, "ipv4", true, "enable IPv4 network in the cluster")
+	f.BoolVar(&req.IPv6, "ipv6", false, "enable IPv6 network in the cluster (qemu: dual-stack, the IPv6 network derived from --cidr is advertised on the bridge)")
 	f.BoolVar(&kubeSpan, "with-kubespan", false, "enable KubeSpan system (qemu: a WireGuard mesh between the nodes, its peers found through discovery)")
 	f.StringSliceVar(&mirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
 	f.StringSliceVar(&insecure, "registry-insecure-skip-verify", nil, "list of registry hostnames to skip TLS verification for")
@@ -592,7 +597,12 @@ func clusterShowCmd(name, provisioner *string, root func() (string, error)) *cob
 					st = "running"
 				}
 
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", n.Name, n.Type, n.Address, n.PID, st)
+				ips := n.Address
+				if n.Address6 != "" {
+					ips += "," + n.Address6 // dual-stack (--ipv6)
+				}
+
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", n.Name, n.Type, ips, n.PID, st)
 			}
 
 			return tw.Flush()
