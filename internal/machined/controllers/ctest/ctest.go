@@ -18,6 +18,8 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/talos-go/talos/internal/machined/resources"
@@ -43,7 +45,11 @@ func Start(t *testing.T, ctrls ...controller.Controller) *Env {
 	st, err := resources.NewState(ctx)
 	require.NoError(t, err)
 
-	rt, err := cosiruntime.NewRuntime(st, zaptest.NewLogger(t))
+	log := zaptest.NewLogger(t, zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewTee(c, &panicCore{t: t})
+	})))
+
+	rt, err := cosiruntime.NewRuntime(st, log)
 	require.NoError(t, err)
 
 	for _, ctrl := range ctrls {

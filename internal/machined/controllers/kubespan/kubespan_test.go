@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/go-pointer"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
@@ -139,4 +140,18 @@ func TestPeerSpecs(t *testing.T) {
 
 	env.Destroy(cfg)
 	ctest.AssertNoResource[*kubespan.PeerSpec](env, "peer-key")
+}
+
+// Without KubeSpan the manager does nothing, tick after tick (no link, no statuses, and no
+// panic: ctest fails the test on one).
+func TestManagerIdleWithoutKubeSpan(t *testing.T) {
+	env := ctest.Start(t, &kubespanctrl.ManagerController{Interval: 10 * time.Millisecond})
+
+	time.Sleep(300 * time.Millisecond)
+
+	ctest.AssertIDs[*kubespan.PeerStatus](env)
+
+	if _, err := net.InterfaceByName(constants.KubeSpanLinkName); err == nil {
+		t.Fatal("a kubespan link without KubeSpan")
+	}
 }

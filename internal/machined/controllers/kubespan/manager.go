@@ -1,6 +1,7 @@
 package kubespan
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ const (
 	PeerDownAfter = 275 * time.Second
 	// endpointTimeout is how long a peer's endpoint is tried before the next one.
 	endpointTimeout = 15 * time.Second
-	// statusInterval is how often the peers' statuses are read from the kernel.
+	// statusInterval is how often the peers' statuses are read from the kernel, by default.
 	statusInterval = 3 * time.Second
 )
 
@@ -43,6 +44,8 @@ const (
 type ManagerController struct {
 	// LoadModule loads the wireguard module; nil: none is loaded.
 	LoadModule func(name string) error
+	// Interval is how often the peers' statuses are read (zero: every 3 s).
+	Interval time.Duration
 
 	endpoints map[string]*endpointChoice // by public key
 	routes    map[netip.Prefix]bool      // added to the KubeSpan table
@@ -75,7 +78,7 @@ func (ctrl *ManagerController) Outputs() []controller.Output {
 func (ctrl *ManagerController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
 	ctrl.endpoints, ctrl.routes = map[string]*endpointChoice{}, map[netip.Prefix]bool{}
 
-	ticker := time.NewTicker(statusInterval)
+	ticker := time.NewTicker(cmp.Or(ctrl.Interval, statusInterval))
 	defer ticker.Stop()
 
 	for {
@@ -94,39 +97,48 @@ func (ctrl *ManagerController) Run(ctx context.Context, r controller.Runtime, lo
 }
 
 func (ctrl *ManagerController) reconcile(ctx context.Context, r controller.Runtime) error {
+	statuses, err := ctrl.apply(ctx, r)
+
+	// The statuses are published (or removed) whatever happened: a failure leaves none behind.
+	r.StartTrackingOutputs()
+
+	for key, st := range statuses {
+		if werr := safe.WriterModify(ctx, r, kubespan.NewPeerStatus(kubespan.NamespaceName, key), func(res *kubespan.PeerStatus) error {
+			*res.TypedSpec() = st
+
+			return nil
+		}); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+
+	return errors.Join(err, safe.CleanupOutputs[*kubespan.PeerStatus](ctx, r))
+}
+
+// apply sets the kernel up for the config, the identity and the peers (or tears KubeSpan down)
+// and returns the peers' statuses.
+func (ctrl *ManagerController) apply(ctx context.Context, r controller.Runtime) (map[string]kubespan.PeerStatusSpec, error) {
 	cfg, err := safe.ReaderGetByID[*kubespan.Config](ctx, r, kubespan.ConfigID)
 	if err != nil && !state.IsNotFoundError(err) {
-		return err
+		return nil, err
 	}
 
 	id, err := safe.ReaderGetByID[*kubespan.Identity](ctx, r, kubespan.LocalIdentity)
 	if err != nil && !state.IsNotFoundError(err) {
-		return err
+		return nil, err
 	}
-
-	conn, err := rtnetlink.Dial(nil)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-
-	r.StartTrackingOutputs()
 
 	if cfg == nil || !cfg.TypedSpec().Enabled || id == nil {
 		if !ctrl.active {
-			return nil
+			return nil, nil
 		}
 
-		if err = ctrl.teardown(conn); err != nil {
-			return err
-		}
-
-		return safe.CleanupOutputs[*kubespan.PeerStatus](ctx, r)
+		return nil, ctrl.teardown()
 	}
 
 	specs, err := safe.ReaderListAll[*kubespan.PeerSpec](ctx, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	peers := map[string]*kubespan.PeerSpecSpec{}
@@ -134,16 +146,22 @@ func (ctrl *ManagerController) reconcile(ctx context.Context, r controller.Runti
 		peers[p.Metadata().ID()] = p.TypedSpec()
 	}
 
+	conn, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+
 	ctrl.active = true
 
 	index, err := ctrl.link(conn, id.TypedSpec(), cfg.TypedSpec().MTU)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	statuses, err := ctrl.configure(id.TypedSpec(), peers)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	routed := map[netip.Prefix]bool{}
@@ -154,25 +172,13 @@ func (ctrl *ManagerController) reconcile(ctx context.Context, r controller.Runti
 				routed[p] = true
 			}
 		}
-
-		if err = safe.WriterModify(ctx, r, kubespan.NewPeerStatus(kubespan.NamespaceName, key), func(res *kubespan.PeerStatus) error {
-			*res.TypedSpec() = st
-
-			return nil
-		}); err != nil {
-			return err
-		}
 	}
 
 	if err = ctrl.route(conn, index, routed); err != nil {
-		return err
+		return statuses, err
 	}
 
-	if err = rules(conn, true); err != nil {
-		return err
-	}
-
-	return safe.CleanupOutputs[*kubespan.PeerStatus](ctx, r)
+	return statuses, rules(conn, true)
 }
 
 // link makes the WireGuard link with the node's KubeSpan address, up, and returns its index.
@@ -393,7 +399,13 @@ func ruleMessage(family uint8) *rtnetlink.RuleMessage {
 }
 
 // teardown removes the link (its routes go with it) and the rules.
-func (ctrl *ManagerController) teardown(conn *rtnetlink.Conn) error {
+func (ctrl *ManagerController) teardown() error {
+	conn, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
 	clear(ctrl.routes)
 	clear(ctrl.endpoints)
 	ctrl.active = false
