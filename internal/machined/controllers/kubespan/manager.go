@@ -81,6 +81,8 @@ func (ctrl *ManagerController) Run(ctx context.Context, r controller.Runtime, lo
 	ticker := time.NewTicker(cmp.Or(ctrl.Interval, statusInterval))
 	defer ticker.Stop()
 
+	last := ""
+
 	for {
 		select {
 		case <-ctx.Done():
@@ -89,9 +91,19 @@ func (ctrl *ManagerController) Run(ctx context.Context, r controller.Runtime, lo
 		case <-ticker.C:
 		}
 
-		if err := ctrl.reconcile(ctx, r); err != nil {
-			// The kernel may refuse (no WireGuard): say so, and try again on the next tick.
+		// The kernel may refuse (no WireGuard): say so once, and try again on every tick.
+		err := ctrl.reconcile(ctx, r)
+
+		switch {
+		case err != nil && err.Error() != last:
 			log.Warn("KubeSpan", zap.Error(err))
+		case err == nil && last != "":
+			log.Info("KubeSpan works again")
+		}
+
+		last = ""
+		if err != nil {
+			last = err.Error()
 		}
 	}
 }
