@@ -25,11 +25,22 @@ while read -r file; do
 		time=$FUZZTIME
 		[ "$target" = FuzzApplyConfig ] && time=$FUZZTIME_SLOW
 		echo "== $target ($pkg, $time)"
+		corpus=$(dirname "$file")/testdata/fuzz/$target
+		before=$(ls "$corpus" 2>/dev/null | wc -l || true)
 		status=0
 		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$time" -fuzzminimizetime="$FUZZMINIMIZETIME" \
 			-parallel="$FUZZPARALLEL" "$pkg" >"$log" 2>&1 || status=$?
 		grep '^fuzz: elapsed: .*execs' "$log" | tail -n 1 || true
 		grep -v '^fuzz: elapsed' "$log" || true
+		# Go 1.26's fuzz coordinator can fail a target with a bare "context deadline exceeded" as
+		# -fuzztime ends while a worker is mid-run (golang/go#75804, fixed in Go 1.27): no input
+		# failed then, and none is written. Any other failure, or a written input, counts.
+		if [ "$status" != 0 ] && [ "$(ls "$corpus" 2>/dev/null | wc -l)" = "$before" ] &&
+			[ "$(grep -v -e '^fuzz: elapsed' -e '^--- FAIL: ' -e 'context deadline exceeded' -e '^FAIL' -e '^exit status' "$log" | grep -c .)" = 0 ] &&
+			grep -q 'context deadline exceeded' "$log"; then
+			echo "   (the fuzz coordinator's end-of-time race, golang/go#75804: no input failed, not counted)"
+			status=0
+		fi
 		[ "$status" = 0 ] || failed+=("$target")
 	done
 done < <(grep -rl '^func Fuzz' --include='*_fuzz_test.go' internal cmd | sort)
