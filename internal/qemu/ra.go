@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv6"
+
+	"github.com/talos-go/talos/internal/eui64"
 )
 
 // raInterval is how often the router advertisement is sent unsolicited (RFC 4861 allows 4 s to
@@ -46,13 +48,9 @@ func RouterAdvertisement(prefix netip.Prefix, mac net.HardwareAddr) []byte {
 	return append(b, pi...)
 }
 
-// SLAACAddress is the address a node's kernel makes of prefix and its MAC address: the
-// modified EUI-64 interface identifier (RFC 4291).
+// SLAACAddress is the address a node's kernel makes of prefix and its MAC address (SLAAC).
 func SLAACAddress(prefix netip.Prefix, mac net.HardwareAddr) netip.Addr {
-	b := prefix.Masked().Addr().As16()
-	b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]
-
-	return netip.AddrFrom16(b)
+	return eui64.Address(prefix, mac)
 }
 
 // advertise sends the router advertisement on the bridge every raInterval and in answer to

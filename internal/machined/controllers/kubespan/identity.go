@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -22,6 +21,8 @@ import (
 	"go.uber.org/zap"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"gopkg.in/yaml.v3"
+
+	"github.com/talos-go/talos/internal/eui64"
 )
 
 // IdentityController publishes the node's KubeSpan identity: a WireGuard key pair, made once and
@@ -146,12 +147,7 @@ func (ctrl *IdentityController) load(clusterID string, mac net.HardwareAddr) (*k
 func Address(clusterID string, mac net.HardwareAddr) (subnet, addr netip.Prefix) {
 	subnet = network.ULAPrefix(clusterID, network.ULAKubeSpan)
 
-	b := subnet.Addr().As16()
-	if len(mac) == 6 {
-		b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]
-	}
-
-	return subnet, netip.PrefixFrom(netip.AddrFrom16(b), 128)
+	return subnet, netip.PrefixFrom(eui64.Address(subnet, mac), 128)
 }
 
 // firstMAC is the MAC address of the first physical link by name; nil while none is known.
@@ -167,7 +163,7 @@ func firstMAC(ctx context.Context, r controller.Reader) (net.HardwareAddr, error
 
 	for l := range links.All() {
 		s := l.TypedSpec()
-		if s.Physical() && len(s.HardwareAddr) == 6 && !strings.HasPrefix(l.Metadata().ID(), constants.KubeSpanLinkName) {
+		if s.Physical() && len(s.HardwareAddr) == 6 { // not a logical link: never kubespan itself
 			names = append(names, l.Metadata().ID())
 			byName[l.Metadata().ID()] = net.HardwareAddr(s.HardwareAddr)
 		}
