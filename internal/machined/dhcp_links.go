@@ -10,9 +10,10 @@ import (
 )
 
 // bootDHCPLinks are the links a metal boot leased addresses on (no ip= on the kernel's command
-// line): those not in talos.network.interface.ignore that have an IPv4 address. machined keeps
-// their leases.
-func bootDHCPLinks(platform string) []string {
+// line): those not in talos.network.interface.ignore that have a global IPv4 address (DHCPv4)
+// or, v6, a global IPv6 /128 (DHCPv6's; router advertisements' are /64). machined keeps their
+// leases.
+func bootDHCPLinks(platform string, v6 bool) []string {
 	if platform != runtime.PlatformMetal {
 		return nil
 	}
@@ -43,7 +44,12 @@ func bootDHCPLinks(platform string) []string {
 
 		addrs, _ := iface.Addrs()
 		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || !ipn.IP.IsGlobalUnicast() {
+				continue
+			}
+
+			if ones, _ := ipn.Mask.Size(); (!v6 && ipn.IP.To4() != nil) || (v6 && ipn.IP.To4() == nil && ones == 128) {
 				links = append(links, iface.Name)
 
 				break

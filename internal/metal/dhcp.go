@@ -2,6 +2,7 @@ package metal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -15,12 +16,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/dhcp6"
 )
 
 // dhcpTimeout bounds the boot's wait for a lease on one link.
 const dhcpTimeout = 30 * time.Second
 
-// Lease is what a DHCPv4 server gave one link.
+// Lease is what a DHCPv4 or DHCPv6 server gave one link.
 type Lease struct {
 	Link     string
 	Address  netip.Prefix
@@ -53,28 +55,105 @@ func dhcpLinks(c *rtnetlink.Conn, ignore []string) ([]string, error) {
 	return names, nil
 }
 
-// acquire brings link up and asks for a lease on it (DISCOVER, OFFER, REQUEST, ACK over a
-// raw socket: the link has no address yet), then applies it.
-func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error) {
-	l := Lease{Link: link}
+// v4Grace is how long a link that leased an IPv6 address waits for an IPv4 lease too: a
+// dual-stack network's node keeps its IPv4 address as its own, as it would without DHCPv6.
+const v4Grace = 3 * time.Second
 
+// acquire brings link up and asks for a lease on it over DHCPv4 and DHCPv6 at once, then
+// applies the first (IPv4 preferred): an IPv6-only network answers DHCPv6 only.
+func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error) {
 	idx, err := container.LinkIndex(c, link)
 	if err != nil {
-		return l, err
+		return Lease{Link: link}, err
 	}
 
 	if err = container.SetLinkUp(c, idx); err != nil {
-		return l, err
+		return Lease{Link: link}, err
 	}
+
+	ctx, cancel := context.WithTimeout(ctx, dhcpTimeout)
+	defer cancel()
+
+	v4ctx, cancel4 := context.WithCancel(ctx)
+	defer cancel4()
+
+	v6ctx, cancel6 := context.WithCancel(ctx)
+	defer cancel6()
+
+	type result struct {
+		lease Lease
+		err   error
+	}
+
+	v4, v6 := make(chan result, 1), make(chan result, 1)
+
+	go func() { l, err := acquire4(v4ctx, link); v4 <- result{l, err} }()
+	go func() { l, err := acquire6(v6ctx, link); v6 <- result{l, err} }()
+
+	var (
+		l     Lease
+		errs  []error
+		got6  *Lease
+		grace <-chan time.Time
+		done4 bool
+		done6 bool
+	)
+
+	for l.Link == "" {
+		select {
+		case r := <-v4:
+			done4 = true
+
+			if r.err == nil {
+				cancel6()
+
+				l = r.lease
+
+				continue
+			}
+
+			errs = append(errs, r.err)
+		case r := <-v6:
+			done6 = true
+
+			if r.err == nil {
+				got6, grace = &r.lease, time.After(v4Grace)
+			} else {
+				errs = append(errs, r.err)
+			}
+		case <-grace:
+			cancel4()
+
+			l = *got6
+
+			continue
+		}
+
+		switch {
+		case done4 && got6 != nil:
+			l = *got6
+		case done4 && done6:
+			return Lease{Link: link}, errors.Join(errs...)
+		}
+	}
+
+	if err = container.ConfigureStatic(c, link, l.Address, l.Gateway, network.DefaultRouteMetric); err != nil {
+		return l, fmt.Errorf("DHCP on %s: %w", link, err)
+	}
+
+	return l, nil
+}
+
+// acquire4 asks for an IPv4 lease on link (DISCOVER, OFFER, REQUEST, ACK over a raw socket:
+// the link has no address yet).
+func acquire4(ctx context.Context, link string) (Lease, error) {
+	l := Lease{Link: link}
 
 	client, err := nclient4.New(link, nclient4.WithTimeout(3*time.Second), nclient4.WithRetry(3))
 	if err != nil {
 		return l, fmt.Errorf("DHCP on %s: %w", link, err)
 	}
 	defer client.Close()
-
-	ctx, cancel := context.WithTimeout(ctx, dhcpTimeout)
-	defer cancel()
 
 	lease, err := client.Request(ctx, dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter,
 		dhcpv4.OptionDomainNameServer, dhcpv4.OptionHostName, dhcpv4.OptionNTPServers))
@@ -102,11 +181,19 @@ func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error)
 		}
 	}
 
-	if err = container.ConfigureStatic(c, link, l.Address, l.Gateway, network.DefaultRouteMetric); err != nil {
-		return l, fmt.Errorf("DHCP on %s: %w", link, err)
+	return l, nil
+}
+
+// acquire6 asks for an IPv6 address on link over DHCPv6. The address is a /128, as DHCPv6
+// gives no prefix length: the network's prefix and default route come from its router's
+// advertisements, which the kernel applies.
+func acquire6(ctx context.Context, link string) (Lease, error) {
+	l, err := dhcp6.Acquire(ctx, link)
+	if err != nil {
+		return Lease{Link: link}, fmt.Errorf("DHCPv6 on %s: no lease in %s: %w", link, dhcpTimeout, err)
 	}
 
-	return l, nil
+	return Lease{Link: link, Address: netip.PrefixFrom(l.Address, 128), DNS: l.DNS, Duration: l.Valid}, nil
 }
 
 // dhcpAll runs DHCP on every link of dhcpLinks and returns the leases in link order; a link

@@ -72,8 +72,9 @@ type Request struct {
 	// KubeSpan is --with-kubespan: machine.network.kubespan enabled on every node (qemu).
 	KubeSpan bool
 	// IPv6 is --ipv6: the cluster network is dual-stack (qemu): an IPv6 network advertised on
-	// the bridge, derived from CIDR as upstream's (CIDR6), and Kubernetes' pod and service
-	// subnets dual-stack. NoIPv4 is --ipv4=false.
+	// the bridge, derived from CIDR as upstream's (CIDR6), the nodes' addresses in it leased over
+	// DHCPv6, and Kubernetes' pod and service subnets dual-stack. NoIPv4 is --ipv4=false: with
+	// --ipv6, the cluster is IPv6-only (CIDR only names the IPv6 network).
 	IPv6, NoIPv4 bool
 	// Firewall is --with-firewall: the nodes' ingress firewall's default action (accept or
 	// block) with the rules the cluster needs; "" for none.
@@ -123,6 +124,16 @@ func (r Request) talosEndpoints(controlPlanes []netip.Addr) []string {
 	return eps
 }
 
+// networkCIDR is the network the nodes' addresses are in: CIDR, or its IPv6 network (CIDR6) in
+// an IPv6-only cluster.
+func (r Request) networkCIDR() netip.Prefix {
+	if r.NoIPv4 {
+		return CIDR6(r.CIDR)
+	}
+
+	return r.CIDR
+}
+
 func (r *Request) check() error {
 	switch {
 	case r.Name == "":
@@ -153,8 +164,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
 	case r.NoIPv4 && !r.IPv6:
 		return errors.New("--ipv4=false without --ipv6 leaves the cluster no network: add --ipv6")
-	case r.NoIPv4:
-		return errors.New("--ipv4=false: IPv6-only clusters are not supported yet (the nodes' boot stage gets its address and config over DHCPv4): keep IPv4, with --ipv6 for a dual-stack cluster")
+	case r.NoIPv4 && (r.QEMU.UseVIP || r.WireguardCIDR.IsValid() || r.Firewall != ""):
+		return errors.New("--ipv4=false: --use-vip, --wireguard-cidr and --with-firewall make IPv4 addresses and rules: leave them out of an IPv6-only cluster, or keep IPv4")
 	case r.IPv6 && r.Provisioner != ProvisionerQEMU:
 		return errors.New("--ipv6: the IPv6 network is advertised on a qemu cluster's bridge: use --provisioner qemu")
 	case r.KubeSpan && r.Provisioner != ProvisionerQEMU:
@@ -323,7 +334,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		return nil, nil, fmt.Errorf("cluster %q already exists in %s: destroy it first with `talosctl cluster destroy --name %s`", req.Name, dir, req.Name)
 	}
 
-	addrs, err := NodeAddresses(req.CIDR, req.ControlPlanes+req.Workers)
+	addrs, err := NodeAddresses(req.networkCIDR(), req.ControlPlanes+req.Workers)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -346,7 +357,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	}
 
 	if req.Provisioner == ProvisionerQEMU && req.QEMU.JSONLogs {
-		req.Patches = append(slices.Clone(req.Patches), jsonLogsPatch(req.CIDR))
+		req.Patches = append(slices.Clone(req.Patches), jsonLogsPatch(req.networkCIDR()))
 	}
 
 	if req.Endpoint != "" {
@@ -372,21 +383,31 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	}
 
 	if req.Encryption.State || req.Encryption.Ephemeral {
-		req.Patches = append(slices.Clone(req.Patches), req.Encryption.patch(req.CIDR))
+		req.Patches = append(slices.Clone(req.Patches), req.Encryption.patch(req.networkCIDR()))
 	}
 
 	if req.KubeSpan {
 		req.Patches = append(slices.Clone(req.Patches), `{"machine": {"network": {"kubespan": {"enabled": true}}}}`)
 	}
 
-	if req.IPv6 {
+	switch {
+	case req.NoIPv4:
+		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(`{"cluster": {"network": {"podSubnets": [%q], "serviceSubnets": [%q]}}}`,
+			constants.DefaultIPv6PodNet, constants.DefaultIPv6ServiceNet))
+	case req.IPv6:
 		// Upstream's dual-stack defaults.
 		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(`{"cluster": {"network": {"podSubnets": [%q, %q], "serviceSubnets": [%q, %q]}}}`,
 			constants.DefaultIPv4PodNet, constants.DefaultIPv6PodNet, constants.DefaultIPv4ServiceNet, constants.DefaultIPv6ServiceNet))
 	}
 
+	if req.IPv6 {
+		// As upstream's qemu nodes: DHCP on the virtio link, for each family the network has.
+		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(
+			`{"machine": {"network": {"interfaces": [{"deviceSelector": {"driver": "virtio_net"}, "dhcp": true, "dhcpOptions": {"ipv4": %t, "ipv6": true}}]}}}`, !req.NoIPv4))
+	}
+
 	if len(req.QEMU.UserVolumes) > 0 {
-		req.Patches = append(slices.Clone(req.Patches), userVolumesPatch(req.QEMU.UserVolumes, req.Encryption.UserVolumes, req.Encryption, kmsEndpoint(req.CIDR)))
+		req.Patches = append(slices.Clone(req.Patches), userVolumesPatch(req.QEMU.UserVolumes, req.Encryption.UserVolumes, req.Encryption, kmsEndpoint(req.networkCIDR())))
 	}
 
 	cfgs, err := GenerateConfigs(req.Name, endpoint, req.InputDir, req.Generate)

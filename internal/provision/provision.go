@@ -36,8 +36,9 @@ type Node struct {
 	Name    string `yaml:"name"`
 	Type    string `yaml:"type"`
 	Address string `yaml:"address"`
-	// Address6 is the node's IPv6 address with --ipv6 (qemu: the one its kernel makes of the
-	// advertised prefix and its MAC address).
+	// Address is the node's address: IPv4, or IPv6 in an IPv6-only cluster (--ipv4=false).
+	// Address6 is a dual-stack (--ipv6) node's IPv6 address (qemu: the network's ::N, leased
+	// over DHCPv6).
 	Address6 string `yaml:"address6,omitempty"`
 	State    string `yaml:"state"`  // the node's state folder (its disk)
 	Config   string `yaml:"config"` // the config it was started with

@@ -273,8 +273,6 @@ func (q QEMURequest) bootMedium() (flag, path string) {
 	return "--iso-path", q.ISO
 }
 
-// macFor is a node's MAC: QEMU's prefix and the last three bytes of its address, unique in the
-// cluster and the same on every boot.
 // CIDR6 is the cluster's IPv6 network with --ipv6, as upstream derives it from the IPv4 one: the
 // ULA prefix fd74:616c ("tal"), then the IPv4 network's four bytes, a /64.
 func CIDR6(cidr4 netip.Prefix) netip.Prefix {
@@ -284,6 +282,8 @@ func CIDR6(cidr4 netip.Prefix) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
 }
 
+// macFor is a node's MAC: QEMU's prefix and the last three bytes of its IPv4 address, unique in
+// the cluster and the same on every boot.
 func macFor(addr netip.Addr) string {
 	b := addr.As4()
 
@@ -319,7 +319,13 @@ func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
 // configs over HTTP on the bridge's address).
 func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 	cidr := req.CIDR
-	gw := gateway(cidr)
+	gw := gateway(req.networkCIDR())
+
+	// The MACs come from the IPv4 addresses, which an IPv6-only cluster has too (unused).
+	addrs4, err := NodeAddresses(cidr, len(c.Nodes))
+	if err != nil {
+		return err
+	}
 
 	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
 
@@ -342,34 +348,48 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 		spec.IPv6 = CIDR6(cidr)
 	}
 
-	for i := range c.Nodes {
-		n := &c.Nodes[i]
-		addr := netip.MustParseAddr(n.Address)
-		n.Tap, n.MAC = "tap"+shortHash(n.State, 11), macFor(addr)
-		spec.Nodes = append(spec.Nodes, qemu.NodeLease{Name: n.Name, MAC: n.MAC, Address: addr, Config: n.Config})
-
-		if req.IPv6 {
-			mac, _ := net.ParseMAC(n.MAC)
-			n.Address6 = qemu.SLAACAddress(spec.IPv6, mac).String()
-		}
-	}
-
-	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gw)
-
-	if err := container.CreateBridge(c.Bridge, gw, c.MTU); err != nil {
-		return err
-	}
-
+	var addrs6 []netip.Addr
 	if req.IPv6 {
-		gw6 := netip.PrefixFrom(spec.IPv6.Addr().Next(), spec.IPv6.Bits())
-		fmt.Fprintf(progress, "advertising %s on the bridge (%s): the nodes configure their IPv6 addresses\n", spec.IPv6, gw6)
-
-		if err := container.AddAddress(c.Bridge, gw6); err != nil {
+		if addrs6, err = NodeAddresses(spec.IPv6, len(c.Nodes)); err != nil {
 			return err
 		}
 	}
 
-	if err := masquerade(c.Bridge, req, progress); err != nil {
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		n.Tap, n.MAC = "tap"+shortHash(n.State, 11), macFor(addrs4[i])
+		lease := qemu.NodeLease{Name: n.Name, MAC: n.MAC, Address: addrs4[i], Config: n.Config}
+
+		switch {
+		case req.NoIPv4:
+			lease.Address, lease.Address6 = netip.Addr{}, addrs6[i]
+		case req.IPv6:
+			lease.Address6, n.Address6 = addrs6[i], addrs6[i].String()
+		}
+
+		spec.Nodes = append(spec.Nodes, lease)
+	}
+
+	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gw)
+
+	if err = container.CreateBridge(c.Bridge, gw, c.MTU); err != nil {
+		return err
+	}
+
+	if req.IPv6 {
+		gw6 := gateway(spec.IPv6)
+		fmt.Fprintf(progress, "advertising %s on the bridge (%s): the nodes lease their IPv6 addresses over DHCPv6\n", spec.IPv6, gw6)
+
+		if gw6 != gw {
+			if err = container.AddAddress(c.Bridge, gw6); err != nil {
+				return err
+			}
+		}
+	}
+
+	if req.NoIPv4 {
+		fmt.Fprintf(progress, "IPv6-only: the nodes reach the cluster network only (no IPv4, no NAT for IPv6)\n")
+	} else if err = masquerade(c.Bridge, req, progress); err != nil {
 		return err
 	}
 

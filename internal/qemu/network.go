@@ -21,6 +21,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/insomniacslk/dhcp/dhcpv6/server6"
 	kmsapi "github.com/siderolabs/kms-client/api/kms"
 	"google.golang.org/grpc"
 
@@ -34,7 +35,9 @@ const LeaseTime = 24 * time.Hour
 // node's lease and config.
 type NetworkSpec struct {
 	Bridge      string       `json:"bridge"`
-	Gateway     netip.Prefix `json:"gateway"` // the bridge's address: the nodes' router and server
+	// Gateway is the bridge's address: the nodes' router and server (IPv6 in an IPv6-only
+	// cluster, which gets no DHCPv4).
+	Gateway     netip.Prefix `json:"gateway"`
 	Nameservers []netip.Addr `json:"nameservers,omitempty"`
 	Nodes       []NodeLease  `json:"nodes"`
 	NoHostname  bool         `json:"noHostname,omitempty"` // the leases name no hostname
@@ -50,7 +53,8 @@ type NetworkSpec struct {
 	// disk encryption keys with (made when missing).
 	KMSKey string `json:"kmsKey,omitempty"`
 	// IPv6, when valid, is the cluster's IPv6 network (--ipv6): it is advertised on the bridge
-	// (router advertisements), and the nodes configure their addresses in it (SLAAC).
+	// (router advertisements: on-link, addresses from DHCPv6), and the nodes lease their
+	// addresses in it over DHCPv6 (NodeLease.Address6).
 	IPv6 netip.Prefix `json:"ipv6,omitempty"`
 }
 
@@ -64,7 +68,9 @@ const JSONLogsPort = 4003
 type NodeLease struct {
 	Name    string     `json:"name"`
 	MAC     string     `json:"mac"`
-	Address netip.Addr `json:"address"`
+	Address netip.Addr `json:"address"` // DHCPv4's; none in an IPv6-only cluster
+	// Address6 is DHCPv6's, with NetworkSpec.IPv6.
+	Address6 netip.Addr `json:"address6,omitzero"`
 	Config  string     `json:"config"` // served at ConfigPath(Name)
 }
 
@@ -98,11 +104,31 @@ func NetworkMain(args []string) error {
 	return Serve(ctx, spec, l)
 }
 
-// Serve answers DHCP on the bridge and serves the configs on l until ctx ends.
+// Serve answers DHCP (v4, and v6 with IPv6) on the bridge and serves the configs on l until ctx
+// ends.
 func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
-	dhcp, err := server4.NewServer(spec.Bridge, nil, spec.HandleDHCP)
-	if err != nil {
-		return fmt.Errorf("DHCP server on %s: %w", spec.Bridge, err)
+	var dhcp, dhcp6 interface {
+		Serve() error
+		Close() error
+	}
+
+	var err error
+
+	if spec.Gateway.Addr().Is4() {
+		if dhcp, err = server4.NewServer(spec.Bridge, nil, spec.HandleDHCP); err != nil {
+			return fmt.Errorf("DHCP server on %s: %w", spec.Bridge, err)
+		}
+	}
+
+	if spec.IPv6.IsValid() {
+		handler, err := spec.DHCP6Handler()
+		if err != nil {
+			return fmt.Errorf("DHCPv6 server on %s: %w", spec.Bridge, err)
+		}
+
+		if dhcp6, err = server6.NewServer(spec.Bridge, nil, handler); err != nil {
+			return fmt.Errorf("DHCPv6 server on %s: %w", spec.Bridge, err)
+		}
 	}
 
 	srv := &http.Server{Handler: http.HandlerFunc(spec.serveConfig), ReadHeaderTimeout: 10 * time.Second}
@@ -133,7 +159,7 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 		defer stop()
 	}
 
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 
 	if spec.IPv6.IsValid() {
 		go func() {
@@ -145,7 +171,16 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 		fmt.Fprintf(os.Stderr, "[network] advertising %s on %s\n", spec.IPv6, spec.Bridge)
 	}
 
-	go func() { errs <- dhcp.Serve() }()
+	for _, s := range []interface {
+		Serve() error
+		Close() error
+	}{dhcp, dhcp6} {
+		if s != nil {
+			go func() { errs <- s.Serve() }()
+			defer s.Close()
+		}
+	}
+
 	go func() { errs <- srv.Serve(l) }()
 
 	fmt.Fprintf(os.Stderr, "[network] DHCP on %s, configs at http://%s\n", spec.Bridge, l.Addr())
@@ -155,7 +190,6 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 	case <-ctx.Done():
 	}
 
-	dhcp.Close()
 	srv.Close()
 
 	if errors.Is(err, http.ErrServerClosed) {
@@ -328,7 +362,7 @@ func (s NetworkSpec) serveConfig(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 
-		if from.Addr().Unmap() != n.Address {
+		if a := from.Addr().Unmap(); a != n.Address && a != n.Address6 {
 			fmt.Fprintf(os.Stderr, "[network] refused %s's config to %s\n", n.Name, from.Addr())
 			http.Error(w, "this config is served to its node only", http.StatusForbidden)
 

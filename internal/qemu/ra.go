@@ -11,8 +11,6 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv6"
-
-	"github.com/talos-go/talos/internal/eui64"
 )
 
 // raInterval is how often the router advertisement is sent unsolicited (RFC 4861 allows 4 s to
@@ -20,13 +18,13 @@ import (
 const raInterval = 10 * time.Second
 
 // RouterAdvertisement is the advertisement of the cluster's IPv6 network on the bridge: this
-// router (its default route, lifetime 30 min) and the network's /64 prefix, on-link and for
-// address autoconfiguration (SLAAC, RFC 4862): each node's kernel makes its address of the
-// prefix and its MAC address.
+// router (its default route, lifetime 30 min) and the network's /64 prefix, on-link; the
+// managed and other-config flags send the nodes to DHCPv6 for their addresses and name servers
+// (the network's ::N, as upstream's), so the prefix is not for autoconfiguration (SLAAC).
 func RouterAdvertisement(prefix netip.Prefix, mac net.HardwareAddr) []byte {
 	b := []byte{
 		134, 0, 0, 0, // type, code, checksum (the kernel's)
-		64, 0, // current hop limit, flags (no DHCPv6)
+		64, 0xc0, // current hop limit, flags: managed (M), other config (O)
 		0, 0, // router lifetime, below
 		0, 0, 0, 0, // reachable time: unspecified
 		0, 0, 0, 0, // retransmission timer: unspecified
@@ -37,20 +35,15 @@ func RouterAdvertisement(prefix netip.Prefix, mac net.HardwareAddr) []byte {
 	b = append(b, 1, 1)
 	b = append(b, mac...)
 
-	// Prefix information option: on-link (L) and autonomous (A).
+	// Prefix information option: on-link (L), not autonomous (A).
 	pi := make([]byte, 32)
-	pi[0], pi[1], pi[2], pi[3] = 3, 4, byte(prefix.Bits()), 0xc0
+	pi[0], pi[1], pi[2], pi[3] = 3, 4, byte(prefix.Bits()), 0x80
 	binary.BigEndian.PutUint32(pi[4:], 86400) // valid lifetime
 	binary.BigEndian.PutUint32(pi[8:], 14400) // preferred lifetime
 	a := prefix.Masked().Addr().As16()
 	copy(pi[16:], a[:])
 
 	return append(b, pi...)
-}
-
-// SLAACAddress is the address a node's kernel makes of prefix and its MAC address (SLAAC).
-func SLAACAddress(prefix netip.Prefix, mac net.HardwareAddr) netip.Addr {
-	return eui64.Address(prefix, mac)
 }
 
 // advertise sends the router advertisement on the bridge every raInterval and in answer to

@@ -10,8 +10,8 @@ import (
 )
 
 // The advertisement parses as ICMPv6 (x/net's parser) with upstream-independent fields a node's
-// kernel acts on: a router lifetime, the source link-layer address, the prefix on-link and
-// autonomous.
+// kernel acts on: the managed and other-config flags (DHCPv6), a router lifetime, the source
+// link-layer address, the prefix on-link and not autonomous (no SLAAC address besides DHCPv6's).
 func TestRouterAdvertisement(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:aa:bb:cc")
 	prefix := netip.MustParsePrefix("fd74:616c:a05:1100::/64")
@@ -20,6 +20,10 @@ func TestRouterAdvertisement(t *testing.T) {
 	m, err := icmp.ParseMessage(ipv6.ICMPTypeRouterAdvertisement.Protocol(), ra)
 	if err != nil || m.Type != ipv6.ICMPTypeRouterAdvertisement {
 		t.Fatalf("%v %v", m, err)
+	}
+
+	if ra[5] != 0xc0 {
+		t.Errorf("flags %x: want managed and other config", ra[5])
 	}
 
 	if ra[6] != 0x07 || ra[7] != 0x08 { // 1800 s
@@ -32,16 +36,7 @@ func TestRouterAdvertisement(t *testing.T) {
 	}
 
 	pi := opt[8:]
-	if pi[0] != 3 || pi[1] != 4 || pi[2] != 64 || pi[3] != 0xc0 || netip.AddrFrom16([16]byte(pi[16:32])) != prefix.Addr() {
+	if pi[0] != 3 || pi[1] != 4 || pi[2] != 64 || pi[3] != 0x80 || netip.AddrFrom16([16]byte(pi[16:32])) != prefix.Addr() {
 		t.Errorf("prefix information %x", pi)
-	}
-}
-
-// A node's SLAAC address: the modified EUI-64 of its MAC (what Linux makes).
-func TestSLAACAddress(t *testing.T) {
-	mac, _ := net.ParseMAC("52:54:00:05:11:02")
-
-	if got := SLAACAddress(netip.MustParsePrefix("fd74:616c:a05:1100::/64"), mac); got != netip.MustParseAddr("fd74:616c:a05:1100:5054:ff:fe05:1102") {
-		t.Fatal(got)
 	}
 }

@@ -29,7 +29,7 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 		{[]string{"--with-kubespan"}, []string{"--with-kubespan", "--provisioner qemu"}},
 		{[]string{"--ipv6"}, []string{"--ipv6", "--provisioner qemu"}},
 		{[]string{"--provisioner", "qemu", "--ipv4=false"}, []string{"--ipv4=false", "add --ipv6"}},
-		{[]string{"--provisioner", "qemu", "--ipv4=false", "--ipv6"}, []string{"--ipv4=false", "IPv6-only clusters are not supported yet", "dual-stack"}},
+		{[]string{"--provisioner", "qemu", "--ipv4=false", "--ipv6", "--use-vip"}, []string{"--ipv4=false", "--use-vip", "IPv6-only cluster"}},
 		{[]string{"--provisioner", "qemu", "--with-kubespan", "--with-cluster-discovery=false"}, []string{"--with-kubespan", "cluster discovery"}},
 		{[]string{"--provisioner", "qemu", "--wireguard-cidr", "172.20.1.0/31"}, []string{"--wireguard-cidr 172.20.1.0/31", "too few addresses"}},
 		{[]string{"--no-masquerade-cidrs", "10.0.0.0/8"}, []string{"--no-masquerade-cidrs", "--provisioner container or qemu"}},

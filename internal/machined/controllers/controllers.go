@@ -44,6 +44,8 @@ type Options struct {
 	OwnKernel bool
 	// DHCPLinks are the links whose DHCP leases the node keeps (a metal boot's, without ip=).
 	DHCPLinks []string
+	// DHCP6Links are the links whose DHCPv6 leases the node keeps (the boot's).
+	DHCP6Links []string
 	// LoadModule loads a kernel module (metal); nil: none is loaded.
 	LoadModule func(name string) error
 	// Udev runs udevd's controllers: block devices from uevents, their probes, /dev/disk links
@@ -163,7 +165,7 @@ func List(opts Options) []controller.Controller {
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {
 		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{LoadModule: opts.LoadModule},
-			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks},
+			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks}, &networkctrl.DHCP6Controller{Links: opts.DHCP6Links},
 			&networkctrl.VIPController{Etcd: opts.EtcdClient, Hostname: func() string { h, _ := os.Hostname(); return h }},
 			// KubeSpan's WireGuard link is the node's kernel's.
 			&kubespanctrl.ConfigController{}, &kubespanctrl.IdentityController{StateDir: opts.StateDir},

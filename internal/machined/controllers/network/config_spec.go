@@ -197,7 +197,7 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 	}
 
 	if dev.DHCP() {
-		if err := writeDHCP4(ctx, r, name, dev.DHCPOptions()); err != nil {
+		if err := writeDHCP(ctx, r, name, dev.DHCPOptions()); err != nil {
 			return err
 		}
 	}
@@ -222,7 +222,7 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 		}
 
 		if vlan.DHCP() {
-			if err := writeDHCP4(ctx, r, vname, vlan.DHCPOptions()); err != nil {
+			if err := writeDHCP(ctx, r, vname, vlan.DHCPOptions()); err != nil {
 				return err
 			}
 		}
@@ -245,32 +245,42 @@ func bondMaster(bond talosconfig.Bond) (network.BondMasterSpec, error) {
 	return network.BondMasterSpec{Mode: mode, MIIMon: bond.MIIMon(), UpDelay: bond.UpDelay(), DownDelay: bond.DownDelay()}, nil
 }
 
-// writeDHCP4 asks DHCP4Controller to keep a lease on link (unless the options turn IPv4 off),
-// its default route with the options' metric (upstream's 1024 when none).
-func writeDHCP4(ctx context.Context, r controller.Runtime, link string, opts talosconfig.DHCPOptions) error {
+// writeDHCP asks DHCP4Controller to keep a lease on link (unless the options turn IPv4 off),
+// its default route with the options' metric (upstream's 1024 when none), and DHCP6Controller
+// to keep one when the options turn IPv6 on.
+func writeDHCP(ctx context.Context, r controller.Runtime, link string, opts talosconfig.DHCPOptions) error {
 	metric := uint32(network.DefaultRouteMetric)
+	v4, v6 := true, false
 
 	if opts != nil {
-		if !opts.IPv4() {
-			return nil
-		}
+		v4, v6 = opts.IPv4(), opts.IPv6()
 
 		if opts.RouteMetric() != 0 {
 			metric = opts.RouteMetric()
 		}
 	}
 
-	id := "dhcp4/" + link
-
-	if err := safe.WriterModify(ctx, r, network.NewOperatorSpec(network.NamespaceName, id), func(res *network.OperatorSpec) error {
-		*res.TypedSpec() = network.OperatorSpecSpec{
-			Operator: network.OperatorDHCP4, LinkName: link, RequireUp: true,
-			DHCP4: network.DHCP4OperatorSpec{RouteMetric: metric}, ConfigLayer: network.ConfigMachineConfiguration,
+	for _, op := range []struct {
+		on   bool
+		spec network.OperatorSpecSpec
+	}{
+		{v4, network.OperatorSpecSpec{Operator: network.OperatorDHCP4, DHCP4: network.DHCP4OperatorSpec{RouteMetric: metric}}},
+		{v6, network.OperatorSpecSpec{Operator: network.OperatorDHCP6, DHCP6: network.DHCP6OperatorSpec{RouteMetric: metric}}},
+	} {
+		if !op.on {
+			continue
 		}
 
-		return nil
-	}); err != nil {
-		return fmt.Errorf("writing the operator spec %s: %w", id, err)
+		id := op.spec.Operator.String() + "/" + link
+
+		if err := safe.WriterModify(ctx, r, network.NewOperatorSpec(network.NamespaceName, id), func(res *network.OperatorSpec) error {
+			*res.TypedSpec() = op.spec
+			res.TypedSpec().LinkName, res.TypedSpec().RequireUp, res.TypedSpec().ConfigLayer = link, true, network.ConfigMachineConfiguration
+
+			return nil
+		}); err != nil {
+			return fmt.Errorf("writing the operator spec %s: %w", id, err)
+		}
 	}
 
 	return nil

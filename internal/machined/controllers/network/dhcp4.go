@@ -47,7 +47,7 @@ func (ctrl *DHCP4Controller) Outputs() []controller.Output {
 	return []controller.Output{
 		{Type: network.AddressSpecType, Kind: controller.OutputShared},
 		{Type: network.RouteSpecType, Kind: controller.OutputShared},
-		{Type: network.ResolverSpecType, Kind: controller.OutputExclusive},
+		{Type: network.ResolverSpecType, Kind: controller.OutputShared}, // with DHCP6Controller
 	}
 }
 

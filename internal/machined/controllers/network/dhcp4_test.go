@@ -14,6 +14,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/dhcpv6/server6"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -27,9 +29,10 @@ import (
 )
 
 // dhcpServer is the qemu provisioner's DHCP server on the far end of a veth, in a network
-// namespace of its own (so that its unicast answers cross the veth), counting renewals.
+// namespace of its own (so that its unicast answers cross the veth), counting renewals: DHCPv6
+// when the spec has an IPv6 network, DHCPv4 otherwise.
 type dhcpServer struct {
-	srv      *server4.Server
+	srv      interface{ Close() error }
 	renewals atomic.Int32
 }
 
@@ -37,7 +40,7 @@ func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServ
 	t.Helper()
 
 	s := &dhcpServer{}
-	tid, moved, ready := make(chan int, 1), make(chan struct{}), make(chan error, 1)
+	tid, moved, ready, done := make(chan int, 1), make(chan struct{}), make(chan error, 1), make(chan struct{})
 
 	// A thread of its own in a new network namespace: the server's socket is made there, and
 	// the thread ends with its goroutine (never unlocked).
@@ -55,7 +58,12 @@ func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServ
 		<-moved
 
 		// ip, started from this thread, runs in its namespace.
-		for _, args := range [][]string{{"link", "set", "lo", "up"}, {"link", "set", link, "up"}, {"addr", "add", spec.Gateway.String(), "dev", link}} {
+		setup := [][]string{{"link", "set", "lo", "up"}, {"link", "set", link, "up"}}
+		if spec.Gateway.IsValid() {
+			setup = append(setup, []string{"addr", "add", spec.Gateway.String(), "dev", link})
+		}
+
+		for _, args := range setup {
 			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 				ready <- fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 
@@ -63,13 +71,35 @@ func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServ
 			}
 		}
 
-		srv, err := server4.NewServer(link, nil, func(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
-			if m.MessageType() == dhcpv4.MessageTypeRequest && !m.ClientIPAddr.IsUnspecified() {
-				s.renewals.Add(1)
+		var (
+			srv interface {
+				Serve() error
+				Close() error
 			}
+			err error
+		)
 
-			spec.HandleDHCP(conn, peer, m)
-		})
+		if spec.IPv6.IsValid() {
+			var handler server6.Handler
+			if handler, err = spec.DHCP6Handler(); err == nil {
+				srv, err = server6.NewServer(link, nil, func(conn net.PacketConn, peer net.Addr, m dhcpv6.DHCPv6) {
+					if msg, err := m.GetInnerMessage(); err == nil && msg.MessageType == dhcpv6.MessageTypeRenew {
+						s.renewals.Add(1)
+					}
+
+					handler(conn, peer, m)
+				})
+			}
+		} else {
+			srv, err = server4.NewServer(link, nil, func(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
+				if m.MessageType() == dhcpv4.MessageTypeRequest && !m.ClientIPAddr.IsUnspecified() {
+					s.renewals.Add(1)
+				}
+
+				spec.HandleDHCP(conn, peer, m)
+			})
+		}
+
 		if err != nil {
 			ready <- err
 
@@ -79,7 +109,11 @@ func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServ
 		s.srv = srv
 		ready <- nil
 
-		srv.Serve() // ends when the test closes it
+		srv.Serve() //nolint:errcheck // ends when the test closes it
+
+		// The namespace (and the veth with it) goes with this thread: it stays until the test
+		// ends, a closed server is only a silent network.
+		<-done
 	}()
 
 	id := <-tid
@@ -98,7 +132,10 @@ func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServ
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { s.srv.Close() })
+	t.Cleanup(func() {
+		s.srv.Close()
+		close(done)
+	})
 
 	return s
 }
