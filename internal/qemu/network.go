@@ -34,7 +34,7 @@ const LeaseTime = 24 * time.Hour
 // NetworkSpec is what a cluster's network process gets: the bridge it serves on and each
 // node's lease and config.
 type NetworkSpec struct {
-	Bridge      string       `json:"bridge"`
+	Bridge string `json:"bridge"`
 	// Gateway is the bridge's address: the nodes' router and server (IPv6 in an IPv6-only
 	// cluster, which gets no DHCPv4).
 	Gateway     netip.Prefix `json:"gateway"`
@@ -71,7 +71,7 @@ type NodeLease struct {
 	Address netip.Addr `json:"address"` // DHCPv4's; none in an IPv6-only cluster
 	// Address6 is DHCPv6's, with NetworkSpec.IPv6.
 	Address6 netip.Addr `json:"address6,omitzero"`
-	Config  string     `json:"config"` // served at ConfigPath(Name)
+	Config   string     `json:"config"` // served at ConfigPath(Name)
 }
 
 // ConfigPath is where the network process serves a node's config.
