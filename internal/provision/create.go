@@ -428,7 +428,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
-	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.CIDR.String(), Binary: req.Binary, Provisioner: req.Provisioner}
+	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.networkCIDR().String(), Binary: req.Binary, Provisioner: req.Provisioner}
 
 	var wireguard []string
 	if req.WireguardCIDR.IsValid() {

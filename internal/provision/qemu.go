@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -394,7 +393,7 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 	}
 
 	// The listener is made here so that its port is known for the nodes' kernel arguments.
-	l, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(gw.Addr(), 0)))
+	l, err := qemu.ListenOnBridge(netip.AddrPortFrom(gw.Addr(), 0))
 	if err != nil {
 		return fmt.Errorf("the config server on %s: %w", gw.Addr(), err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/insomniacslk/dhcp/dhcpv6/server6"
 	kmsapi "github.com/siderolabs/kms-client/api/kms"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	"github.com/talos-go/talos/internal/kms"
@@ -56,6 +57,27 @@ type NetworkSpec struct {
 	// (router advertisements: on-link, addresses from DHCPv6), and the nodes lease their
 	// addresses in it over DHCPv6 (NodeLease.Address6).
 	IPv6 netip.Prefix `json:"ipv6,omitempty"`
+}
+
+// ListenOnBridge listens on TCP at addr, an address of the cluster's bridge, before the bridge
+// is up: until a node's tap joins it has no carrier, and its IPv6 address stays tentative, which
+// a plain bind refuses (IP_FREEBIND lets it).
+func ListenOnBridge(addr netip.AddrPort) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1) }); err != nil {
+			return err
+		}
+
+		return serr
+	}}
+
+	l, err := lc.Listen(context.Background(), "tcp", addr.String())
+	if err != nil {
+		return nil, err
+	}
+
+	return l.(*net.TCPListener), nil
 }
 
 // KMSPort is where the network process serves the KMS API (upstream's port).
@@ -140,7 +162,7 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 		}
 		defer f.Close()
 
-		logs, err := net.Listen("tcp", netip.AddrPortFrom(spec.Gateway.Addr(), JSONLogsPort).String())
+		logs, err := ListenOnBridge(netip.AddrPortFrom(spec.Gateway.Addr(), JSONLogsPort))
 		if err != nil {
 			return fmt.Errorf("the JSON logs receiver: %w", err)
 		}
@@ -212,7 +234,7 @@ func serveKMS(keyFile string, addr netip.AddrPort) (func(), error) {
 		return nil, err
 	}
 
-	l, err := net.Listen("tcp", addr.String())
+	l, err := ListenOnBridge(addr)
 	if err != nil {
 		return nil, err
 	}

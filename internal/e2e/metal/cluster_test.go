@@ -602,7 +602,7 @@ func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, st
 		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
 	}
 
-	ntp := testenv.StartNTPServer(t, "0.0.0.0:123", 0)
+	ntp := testenv.StartNTPServer(t, "[::]:123", 0) // both families: IPv6-only clusters ask it too
 
 	home := t.TempDir()
 	root := filepath.Join(home, "clusters")
