@@ -232,11 +232,15 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 	// Addresses in the pod and service subnets (flannel's and the CNI bridge's) reach the node
 	// only from inside the cluster network: the others are not given them, as upstream's
 	// affiliates leave them out (etcd joins and KubePrism would try them in vain).
-	var clusterNets []netip.Prefix
+	var clusterNets, podNets []netip.Prefix
 
-	for _, cidr := range slices.Concat(c.Cluster().Network().PodCIDRs(), c.Cluster().Network().ServiceCIDRs()) {
+	for i, cidr := range slices.Concat(c.Cluster().Network().PodCIDRs(), c.Cluster().Network().ServiceCIDRs()) {
 		if p, err := netip.ParsePrefix(cidr); err == nil {
 			clusterNets = append(clusterNets, p)
+
+			if i < len(c.Cluster().Network().PodCIDRs()) {
+				podNets = append(podNets, p)
+			}
 		}
 	}
 
@@ -250,14 +254,22 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 		clusterNets = append(clusterNets, ks.TypedSpec().Subnet)
 	}
 
+	// The node's own pod networks: the networks of its addresses in the pod subnets (the CNI
+	// bridge's, flannel's), which KubeSpan may advertise.
+	var pods []string
+
 	for _, p := range addrs.TypedSpec().Addresses {
+		if slices.ContainsFunc(podNets, func(n netip.Prefix) bool { return n.Contains(p.Addr()) }) {
+			pods = appendUnique(pods, p.Masked().String())
+		}
+
 		if !slices.ContainsFunc(clusterNets, func(n netip.Prefix) bool { return n.Contains(p.Addr()) }) {
 			self.Addresses = append(self.Addresses, p.Addr().String())
 		}
 	}
 
 	if ks != nil {
-		self.KubeSpan = kubeSpanAffiliate(ctx, r, ks.TypedSpec(), self.Addresses)
+		self.KubeSpan = kubeSpanAffiliate(ctx, r, ks.TypedSpec(), self.Addresses, pods)
 	}
 
 	endpoints := []string{c.Cluster().Endpoint().Hostname()}
@@ -342,8 +354,10 @@ func (ctrl *MemberController) writeMembers(ctx context.Context, r controller.Run
 }
 
 // kubeSpanAffiliate is this node's KubeSpan peer as the others see it: its key, its KubeSpan
-// address and its WireGuard port on each of its addresses (and the config's extra endpoints).
-func kubeSpanAffiliate(ctx context.Context, r controller.Reader, id *kubespan.IdentitySpec, addrs []string) *discovery.KubeSpan {
+// address and its WireGuard port on each of its addresses (and the config's extra endpoints);
+// with advertiseKubernetesNetworks, its pod networks, which the others then route to it
+// through KubeSpan.
+func kubeSpanAffiliate(ctx context.Context, r controller.Reader, id *kubespan.IdentitySpec, addrs, podNets []string) *discovery.KubeSpan {
 	ks := &discovery.KubeSpan{PublicKey: id.PublicKey, Address: id.Address.Addr().String()}
 
 	for _, a := range addrs {
@@ -355,6 +369,10 @@ func kubeSpanAffiliate(ctx context.Context, r controller.Reader, id *kubespan.Id
 	if cfg, err := safe.ReaderGetByID[*kubespan.Config](ctx, r, kubespan.ConfigID); err == nil {
 		for _, ep := range cfg.TypedSpec().ExtraEndpoints {
 			ks.Endpoints = appendUnique(ks.Endpoints, ep.String())
+		}
+
+		if cfg.TypedSpec().AdvertiseKubernetesNetworks {
+			ks.AdditionalAddresses = podNets
 		}
 	}
 

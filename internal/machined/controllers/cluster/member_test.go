@@ -17,6 +17,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
@@ -133,10 +134,13 @@ func TestMembers(t *testing.T) {
 	}
 
 	// The control plane runs KubeSpan: its affiliate carries its key and WireGuard endpoints,
-	// never its KubeSpan address as an endpoint or a node address.
+	// never its KubeSpan address as an endpoint or a node address; with
+	// advertiseKubernetesNetworks, its pod networks.
 	ks := kubespan.NewIdentity(kubespan.NamespaceName, kubespan.LocalIdentity)
 	ks.TypedSpec().PublicKey, ks.TypedSpec().Subnet, ks.TypedSpec().Address = "cp-key", netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("fd00::1/128")
-	env.Create(ks)
+	ksCfg := kubespan.NewConfig(config.NamespaceName, kubespan.ConfigID)
+	ksCfg.TypedSpec().Enabled, ksCfg.TypedSpec().AdvertiseKubernetesNetworks = true, true
+	env.Create(ks, ksCfg)
 
 	_, err := discovery.Exchange(env.Ctx, conn, worker)
 	require.NoError(t, err)
@@ -165,6 +169,7 @@ func TestMembers(t *testing.T) {
 		assert.Equal(t, "cp-key", cp.KubeSpan.PublicKey)
 		assert.Equal(t, "fd00::1", cp.KubeSpan.Address)
 		assert.Equal(t, []string{net.JoinHostPort(cpAddr, "51820")}, cp.KubeSpan.Endpoints)
+		assert.Equal(t, []string{"10.244.0.0/32", "10.244.0.1/32"}, cp.KubeSpan.AdditionalAddresses)
 		assert.NotContains(t, cp.Addresses, "fd00::1")
 	}
 

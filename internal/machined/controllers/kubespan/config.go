@@ -56,10 +56,6 @@ func (ctrl *ConfigController) Run(ctx context.Context, r controller.Runtime, log
 		if cfg != nil {
 			if c := cfg.Config(); c.Machine() != nil && c.Cluster() != nil && c.Machine().Network().KubeSpan().Enabled() {
 				ks := c.Machine().Network().KubeSpan()
-				if ks.AdvertiseKubernetesNetworks() {
-					log.Warn("machine.network.kubespan.advertiseKubernetesNetworks: the pod networks are not advertised yet; pod traffic between nodes goes as the CNI sends it")
-				}
-
 				if err = safe.WriterModify(ctx, r, kubespan.NewConfig(config.NamespaceName, kubespan.ConfigID), func(res *kubespan.Config) error {
 					spec := res.TypedSpec()
 					spec.Enabled = true

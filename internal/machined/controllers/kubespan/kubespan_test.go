@@ -97,14 +97,16 @@ func TestConfigAndIdentity(t *testing.T) {
 	ctest.AssertNoResource[*kubespan.Config](env, kubespan.ConfigID)
 }
 
-// Each other affiliate with KubeSpan is a peer: its KubeSpan and node addresses routed to it,
-// its endpoints (filtered) tried; this node and affiliates without KubeSpan are not.
+// Each other affiliate with KubeSpan is a peer: its KubeSpan and node addresses and the pod
+// networks it advertises (advertiseKubernetesNetworks) routed to it, its endpoints (filtered)
+// tried; this node and affiliates without KubeSpan are not.
 func TestPeerSpecs(t *testing.T) {
 	env := ctest.Start(t, &kubespanctrl.PeerSpecController{})
 
 	subnet := netip.MustParsePrefix("fd00:1:2:302::/64")
 	cfg := kubespan.NewConfig(config.NamespaceName, kubespan.ConfigID)
 	cfg.TypedSpec().Enabled, cfg.TypedSpec().EndpointFilters = true, []string{"0.0.0.0/0", "!10.9.0.0/16"}
+	cfg.TypedSpec().AdvertiseKubernetesNetworks = true
 
 	self := kubespan.NewIdentity(kubespan.NamespaceName, kubespan.LocalIdentity)
 	self.TypedSpec().PublicKey, self.TypedSpec().Subnet, self.TypedSpec().Address = "self-key", subnet, netip.MustParsePrefix("fd00:1:2:302::1/128")
@@ -125,14 +127,18 @@ func TestPeerSpecs(t *testing.T) {
 		return a
 	}
 
-	env.Create(cfg, self, affiliate("1", "self-key", "me", "10.5.0.2"), affiliate("2", "peer-key", "cp", "10.5.0.3", "10.9.0.3", "fd00:1:2:302::99"),
-		affiliate("3", "", "legacy", "10.5.0.4"))
+	peer := affiliate("2", "peer-key", "cp", "10.5.0.3", "10.9.0.3", "fd00:1:2:302::99")
+	peer.TypedSpec().KubeSpan.AdditionalAddresses = []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+
+	env.Create(cfg, self, affiliate("1", "self-key", "me", "10.5.0.2"), peer, affiliate("3", "", "legacy", "10.5.0.4"))
 
 	ctest.AssertResource(env, "peer-key", func(r *kubespan.PeerSpec, a *assert.Assertions) {
 		s := r.TypedSpec()
 		a.Equal("cp", s.Label)
 		a.Equal(netip.MustParseAddr("fd00:1:2:302::2"), s.Address)
-		a.Equal([]netip.Prefix{netip.MustParsePrefix("10.5.0.3/32"), netip.MustParsePrefix("10.9.0.3/32"), netip.MustParsePrefix("fd00:1:2:302::2/128")}, s.AllowedIPs)
+		a.Equal([]netip.Prefix{
+			netip.MustParsePrefix("10.5.0.3/32"), netip.MustParsePrefix("10.9.0.3/32"), netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1:2:302::2/128"),
+		}, s.AllowedIPs)
 		a.Equal([]netip.AddrPort{netip.MustParseAddrPort("10.5.0.3:51820")}, s.Endpoints)
 	})
 
