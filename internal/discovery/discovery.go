@@ -29,6 +29,10 @@ type Affiliate struct {
 	Addresses       []string `json:"addresses"`
 	// KubeSpan is the node's KubeSpan peer, when it runs KubeSpan.
 	KubeSpan *KubeSpan `json:"kubespan,omitempty"`
+	// Observed are the endpoints (ip:port) this node's KubeSpan reached other nodes at, by their
+	// node ID (harvestExtraEndpoints): the registry adds them to those nodes' endpoints, so
+	// that the others try what worked (an address behind NAT, say).
+	Observed map[string][]string `json:"observed,omitempty"`
 }
 
 // KubeSpan is how the other nodes reach a node through KubeSpan: its WireGuard public key,
@@ -84,6 +88,37 @@ func (r *Registry) Exchange(a Affiliate) []Affiliate {
 		}
 
 		out = append(out, e.a)
+	}
+
+	// The endpoints the live affiliates observed, added to the observed ones' (copies: the
+	// stored entries stay as their nodes sent them).
+	observed := map[string][]string{}
+
+	for _, reporter := range out {
+		for id, eps := range reporter.Observed {
+			if id != reporter.NodeID {
+				observed[id] = append(observed[id], eps...)
+			}
+		}
+	}
+
+	for i, a := range out {
+		out[i].Observed = nil
+
+		if a.KubeSpan == nil || len(observed[a.NodeID]) == 0 {
+			continue
+		}
+
+		ks := *a.KubeSpan
+		ks.Endpoints = slices.Clone(ks.Endpoints)
+
+		for _, ep := range observed[a.NodeID] {
+			if !slices.Contains(ks.Endpoints, ep) {
+				ks.Endpoints = append(ks.Endpoints, ep)
+			}
+		}
+
+		out[i].KubeSpan = &ks
 	}
 
 	slices.SortFunc(out, func(x, y Affiliate) int {

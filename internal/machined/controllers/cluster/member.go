@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -52,6 +53,7 @@ func (ctrl *MemberController) Inputs() []controller.Input {
 		{Namespace: network.NamespaceName, Type: network.NodeAddressType, ID: optional.Some(network.NodeAddressCurrentID), Kind: controller.InputWeak},
 		{Namespace: kubespan.NamespaceName, Type: kubespan.IdentityType, ID: optional.Some(kubespan.LocalIdentity), Kind: controller.InputWeak},
 		{Namespace: config.NamespaceName, Type: kubespan.ConfigType, ID: optional.Some(kubespan.ConfigID), Kind: controller.InputWeak},
+		{Namespace: kubespan.NamespaceName, Type: kubespan.PeerStatusType, Kind: controller.InputWeak}, // harvestExtraEndpoints
 	}
 }
 
@@ -73,14 +75,20 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 	ticker := time.NewTicker(ExchangeInterval)
 	defer ticker.Stop()
 
-	var known []discovery.Affiliate
+	var (
+		known []discovery.Affiliate
+		sent  *discovery.Affiliate // the last exchange's own affiliate
+	)
 
 	for {
+		tick := false
+
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.EventCh():
 		case <-ticker.C:
+			tick = true
 		}
 
 		self, endpoints, dial, err := ctrl.local(ctx, r)
@@ -102,6 +110,20 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 		if self == nil {
 			continue // no config yet, or no hostname/addresses yet
 		}
+
+		if self.KubeSpan != nil {
+			if self.Observed, err = observedEndpoints(ctx, r, known); err != nil {
+				return err
+			}
+		}
+
+		// An input that changes often (a KubeSpan peer's traffic counters) changes nothing we
+		// say: the next exchange is the ticker's.
+		if !tick && sent != nil && reflect.DeepEqual(self, sent) {
+			continue
+		}
+
+		sent = self
 
 		for _, a := range known {
 			if a.MachineType == machine.TypeControlPlane.String() || a.MachineType == machine.TypeInit.String() {
@@ -377,6 +399,42 @@ func kubeSpanAffiliate(ctx context.Context, r controller.Reader, id *kubespan.Id
 	}
 
 	return ks
+}
+
+// observedEndpoints are the endpoints this node's KubeSpan peers are up at, by their node ID (of
+// the known affiliates, by public key), when the config harvests them.
+func observedEndpoints(ctx context.Context, r controller.Reader, known []discovery.Affiliate) (map[string][]string, error) {
+	cfg, err := safe.ReaderGetByID[*kubespan.Config](ctx, r, kubespan.ConfigID)
+	if state.IsNotFoundError(err) || (err == nil && !cfg.TypedSpec().HarvestExtraEndpoints) {
+		return nil, nil
+	}
+
+	if err != nil {
+		return nil, err
+	}
+
+	statuses, err := safe.ReaderListAll[*kubespan.PeerStatus](ctx, r)
+	if err != nil {
+		return nil, err
+	}
+
+	var out map[string][]string
+
+	for st := range statuses.All() {
+		if s := st.TypedSpec(); s.State == kubespan.PeerStateUp && s.Endpoint.IsValid() {
+			for _, a := range known {
+				if a.KubeSpan != nil && a.KubeSpan.PublicKey == st.Metadata().ID() {
+					if out == nil {
+						out = map[string][]string{}
+					}
+
+					out[a.NodeID] = append(out[a.NodeID], s.Endpoint.String())
+				}
+			}
+		}
+	}
+
+	return out, nil
 }
 
 // affiliateKubeSpan is an affiliate's KubeSpan peer as the Affiliate resource holds it.

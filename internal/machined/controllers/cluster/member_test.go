@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
@@ -139,7 +140,7 @@ func TestMembers(t *testing.T) {
 	ks := kubespan.NewIdentity(kubespan.NamespaceName, kubespan.LocalIdentity)
 	ks.TypedSpec().PublicKey, ks.TypedSpec().Subnet, ks.TypedSpec().Address = "cp-key", netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("fd00::1/128")
 	ksCfg := kubespan.NewConfig(config.NamespaceName, kubespan.ConfigID)
-	ksCfg.TypedSpec().Enabled, ksCfg.TypedSpec().AdvertiseKubernetesNetworks = true, true
+	ksCfg.TypedSpec().Enabled, ksCfg.TypedSpec().AdvertiseKubernetesNetworks, ksCfg.TypedSpec().HarvestExtraEndpoints = true, true, true
 	env.Create(ks, ksCfg)
 
 	_, err := discovery.Exchange(env.Ctx, conn, worker)
@@ -172,6 +173,19 @@ func TestMembers(t *testing.T) {
 		assert.Equal(t, []string{"10.244.0.0/32", "10.244.0.1/32"}, cp.KubeSpan.AdditionalAddresses)
 		assert.NotContains(t, cp.Addresses, "fd00::1")
 	}
+
+	// harvestExtraEndpoints: the control plane's KubeSpan is up with the worker at an endpoint the
+	// worker did not announce; the registry gives it to everyone as one of the worker's.
+	st := kubespan.NewPeerStatus(kubespan.NamespaceName, "worker-key")
+	st.TypedSpec().State, st.TypedSpec().Endpoint = kubespan.PeerStateUp, netip.MustParseAddrPort("192.0.2.7:40000")
+	env.Create(st)
+
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		list, err := discovery.Exchange(env.Ctx, conn, worker)
+		if assert.NoError(c, err) && assert.Len(c, list, 2) {
+			assert.Equal(c, []string{"10.0.0.7:51820", "192.0.2.7:40000"}, list[1].KubeSpan.Endpoints)
+		}
+	}, 10*time.Second, 100*time.Millisecond)
 
 	// A wrong token is refused: the registry is the cluster's only.
 	_, err = discovery.Exchange(env.Ctx, registry(t, cpAddr, sec.IssuingCA().Crt, "wrong"), discovery.Affiliate{NodeID: "intruder", Hostname: "intruder"})
