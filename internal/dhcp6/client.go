@@ -4,10 +4,12 @@ package dhcp6
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -25,8 +27,8 @@ type Lease struct {
 	// T1 (renew with the server), T2 (ask any server) and Valid (the address goes), from Obtained.
 	T1, T2, Valid time.Duration
 
-	server dhcpv6.DUID
-	iana   *dhcpv6.OptIANA
+	client, server dhcpv6.DUID
+	iana           *dhcpv6.OptIANA
 }
 
 // Renew, Rebind and End are the lease's T1, T2 and end.
@@ -38,34 +40,52 @@ func (l Lease) End() time.Time    { return l.Obtained.Add(l.Valid) }
 const exchangeTimeout = 3 * time.Second
 
 // Acquire asks for an address on link: SOLICIT with rapid commit, or ADVERTISE then REQUEST
-// when the server does not commit at once. The client's DUID is the link's MAC (DUID-LL), the
-// same on every exchange and boot, so that a server keeps the node's binding. It waits for the
-// link's link-local address, which the kernel makes once the link is up and checked (DAD).
-func Acquire(ctx context.Context, link string) (Lease, error) {
+// when the server does not commit at once. The client's DUID is duid (the config's duidv6), or
+// the link's MAC (DUID-LL) when nil, the same on every exchange and boot, so that a server keeps
+// the node's binding. It waits for the link's link-local address, which the kernel makes once the
+// link is up and checked (DAD).
+func Acquire(ctx context.Context, link string, duid dhcpv6.DUID) (Lease, error) {
 	client, mac, err := dial(ctx, link)
 	if err != nil {
 		return Lease{Link: link}, err
 	}
 	defer client.Close()
 
-	reply, err := client.RapidSolicit(ctx, clientID(mac))
+	if duid == nil {
+		duid = &dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: mac}
+	}
+
+	reply, err := client.RapidSolicit(ctx, dhcpv6.WithClientID(duid))
 	if err != nil {
 		return Lease{Link: link}, fmt.Errorf("DHCPv6 on %s: %w", link, err)
 	}
 
-	return leaseOf(link, reply)
+	return leaseOf(link, duid, reply)
+}
+
+// ParseDUID reads the config's duidv6: a DUID in hex, with or without colons.
+func ParseDUID(s string) (dhcpv6.DUID, error) {
+	b, err := hex.DecodeString(strings.ReplaceAll(s, ":", ""))
+	if err == nil {
+		var d dhcpv6.DUID
+		if d, err = dhcpv6.DUIDFromBytes(b); err == nil {
+			return d, nil
+		}
+	}
+
+	return nil, fmt.Errorf("duidv6 %q is not a DUID in hex (like 00:03:00:01:52:54:00:05:00:02): %w", s, err)
 }
 
 // Renew asks lease's server to extend it (RENEW, from T1), or any server (REBIND, from T2);
 // the reply may give another address.
 func Renew(ctx context.Context, lease Lease, rebind bool) (Lease, error) {
-	client, mac, err := dial(ctx, lease.Link)
+	client, _, err := dial(ctx, lease.Link)
 	if err != nil {
 		return lease, err
 	}
 	defer client.Close()
 
-	msg, err := dhcpv6.NewMessage(clientID(mac), dhcpv6.WithOption(dhcpv6.OptElapsedTime(0)), dhcpv6.WithOption(lease.iana),
+	msg, err := dhcpv6.NewMessage(dhcpv6.WithClientID(lease.client), dhcpv6.WithOption(dhcpv6.OptElapsedTime(0)), dhcpv6.WithOption(lease.iana),
 		dhcpv6.WithRequestedOptions(dhcpv6.OptionDNSRecursiveNameServer))
 	if err != nil {
 		return lease, err
@@ -82,7 +102,7 @@ func Renew(ctx context.Context, lease Lease, rebind bool) (Lease, error) {
 		return lease, fmt.Errorf("DHCPv6 %s on %s: %w", msg.MessageType, lease.Link, err)
 	}
 
-	return leaseOf(lease.Link, reply)
+	return leaseOf(lease.Link, lease.client, reply)
 }
 
 // dial opens a client on link once it has a usable link-local address.
@@ -107,13 +127,9 @@ func dial(ctx context.Context, link string) (*nclient6.Client, net.HardwareAddr,
 	}
 }
 
-func clientID(mac net.HardwareAddr) dhcpv6.Modifier {
-	return dhcpv6.WithClientID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: mac})
-}
-
 // leaseOf reads the address, times and name servers of a server's REPLY.
-func leaseOf(link string, reply *dhcpv6.Message) (Lease, error) {
-	l := Lease{Link: link, Obtained: time.Now(), server: reply.Options.ServerID()}
+func leaseOf(link string, client dhcpv6.DUID, reply *dhcpv6.Message) (Lease, error) {
+	l := Lease{Link: link, Obtained: time.Now(), client: client, server: reply.Options.ServerID()}
 
 	if s := reply.Options.Status(); s != nil && s.StatusCode != iana.StatusSuccess {
 		return l, fmt.Errorf("DHCPv6 on %s: the server says %s: %s", link, s.StatusCode, s.StatusMessage)

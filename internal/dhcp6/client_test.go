@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestLeaseFromQEMUNetwork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	lease, err := dhcp6.Acquire(ctx, "node0")
+	lease, err := dhcp6.Acquire(ctx, "node0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,29 @@ func TestLeaseFromQEMUNetwork(t *testing.T) {
 	short, cancel := context.WithTimeout(t.Context(), 8*time.Second)
 	defer cancel()
 
-	if l, err := dhcp6.Acquire(short, "stranger0"); err == nil {
+	if l, err := dhcp6.Acquire(short, "stranger0", nil); err == nil {
 		t.Errorf("a machine the network does not know leased %s", l.Address)
+	}
+
+	// The config's duidv6 is the client's DUID, in every exchange: here it names the node's MAC,
+	// which the network knows, from the other link.
+	duid, err := dhcp6.ParseDUID("00:03:00:01:52:54:00:05:00:02")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	lease, err = dhcp6.Acquire(ctx, "stranger0", duid)
+	if err != nil || lease.Address != node {
+		t.Fatalf("with duidv6: %s %v", lease.Address, err)
+	}
+
+	if renewed, err := dhcp6.Renew(ctx, lease, false); err != nil || renewed.Address != node {
+		t.Fatalf("renewing with duidv6: %s %v", renewed.Address, err)
+	}
+
+	for _, bad := range []string{"zz", "00:03"} {
+		if _, err := dhcp6.ParseDUID(bad); err == nil || !strings.Contains(err.Error(), "duidv6") {
+			t.Errorf("duidv6 %q: %v", bad, err)
+		}
 	}
 }

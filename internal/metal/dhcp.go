@@ -188,7 +188,7 @@ func acquire4(ctx context.Context, link string) (Lease, error) {
 // gives no prefix length: the network's prefix and default route come from its router's
 // advertisements, which the kernel applies.
 func acquire6(ctx context.Context, link string) (Lease, error) {
-	l, err := dhcp6.Acquire(ctx, link)
+	l, err := dhcp6.Acquire(ctx, link, nil)
 	if err != nil {
 		return Lease{Link: link}, fmt.Errorf("DHCPv6 on %s: no lease in %s: %w", link, dhcpTimeout, err)
 	}

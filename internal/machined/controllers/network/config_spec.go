@@ -247,13 +247,13 @@ func bondMaster(bond talosconfig.Bond) (network.BondMasterSpec, error) {
 
 // writeDHCP asks DHCP4Controller to keep a lease on link (unless the options turn IPv4 off),
 // its default route with the options' metric (upstream's 1024 when none), and DHCP6Controller
-// to keep one when the options turn IPv6 on.
+// to keep one when the options turn IPv6 on (with their duidv6).
 func writeDHCP(ctx context.Context, r controller.Runtime, link string, opts talosconfig.DHCPOptions) error {
 	metric := uint32(network.DefaultRouteMetric)
-	v4, v6 := true, false
+	v4, v6, duid := true, false, ""
 
 	if opts != nil {
-		v4, v6 = opts.IPv4(), opts.IPv6()
+		v4, v6, duid = opts.IPv4(), opts.IPv6(), opts.DUIDv6()
 
 		if opts.RouteMetric() != 0 {
 			metric = opts.RouteMetric()
@@ -265,7 +265,7 @@ func writeDHCP(ctx context.Context, r controller.Runtime, link string, opts talo
 		spec network.OperatorSpecSpec
 	}{
 		{v4, network.OperatorSpecSpec{Operator: network.OperatorDHCP4, DHCP4: network.DHCP4OperatorSpec{RouteMetric: metric}}},
-		{v6, network.OperatorSpecSpec{Operator: network.OperatorDHCP6, DHCP6: network.DHCP6OperatorSpec{RouteMetric: metric}}},
+		{v6, network.OperatorSpecSpec{Operator: network.OperatorDHCP6, DHCP6: network.DHCP6OperatorSpec{RouteMetric: metric, DUID: duid}}},
 	} {
 		if !op.on {
 			continue

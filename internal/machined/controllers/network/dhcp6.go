@@ -9,6 +9,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
@@ -18,7 +19,7 @@ import (
 
 // DHCP6Controller keeps the DHCPv6 addresses of a metal node's links: those the boot leased over
 // DHCPv6 and those the config asks for (`dhcpOptions.ipv6: true`, the DHCP6 operator specs of
-// ConfigSpecController). It renews each lease at T1 with its server (RENEW), asks any server
+// ConfigSpecController, with their duidv6). It renews each lease at T1 with its server (RENEW), asks any server
 // from T2 (REBIND), and publishes each as a /128 address spec and a resolver spec of its name
 // servers (the operator layer, as upstream's DHCPv6 operator). The network's prefix and default
 // route come from its router advertisements, which the kernel applies. A lease that runs out
@@ -48,13 +49,18 @@ func (ctrl *DHCP6Controller) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
+	type keeper struct {
+		duid   string
+		cancel context.CancelFunc
+	}
+
 	updates := make(chan dhcp6.Lease)
-	keepers := map[string]context.CancelFunc{}
+	keepers := map[string]keeper{}
 	leases := map[string]dhcp6.Lease{}
 
 	defer func() {
-		for _, cancel := range keepers {
-			cancel()
+		for _, k := range keepers {
+			k.cancel()
 		}
 	}()
 
@@ -72,21 +78,34 @@ func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log 
 				return err
 			}
 
-			for link, cancel := range keepers {
-				if !want[link] {
-					cancel()
+			// A link no longer wanted, or with another DUID, loses its keeper (and lease).
+			for link, k := range keepers {
+				if duid, ok := want[link]; !ok || duid != k.duid {
+					k.cancel()
 					delete(keepers, link)
 					delete(leases, link)
 				}
 			}
 
-			for link := range want {
-				if _, ok := keepers[link]; !ok {
-					linkCtx, cancel := context.WithCancel(ctx)
-					keepers[link] = cancel
-
-					go ctrl.keep(linkCtx, link, updates, log.With(zap.String("link", link)))
+			for link, duid := range want {
+				if _, ok := keepers[link]; ok {
+					continue
 				}
+
+				linkLog := log.With(zap.String("link", link))
+
+				var id dhcpv6.DUID
+
+				if duid != "" {
+					if id, err = dhcp6.ParseDUID(duid); err != nil {
+						linkLog.Error("DHCPv6: the link's DUID (its MAC's) is used instead", zap.Error(err))
+					}
+				}
+
+				linkCtx, cancel := context.WithCancel(ctx)
+				keepers[link] = keeper{duid: duid, cancel: cancel}
+
+				go ctrl.keep(linkCtx, link, id, updates, linkLog)
 			}
 		}
 
@@ -96,12 +115,13 @@ func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log 
 	}
 }
 
-// links are the boot's and the DHCP6 operator specs' links.
-func (ctrl *DHCP6Controller) links(ctx context.Context, r controller.Reader) (map[string]bool, error) {
-	want := map[string]bool{}
+// links are the boot's and the DHCP6 operator specs' links, with the DUID to use ("": the
+// link's MAC's).
+func (ctrl *DHCP6Controller) links(ctx context.Context, r controller.Reader) (map[string]string, error) {
+	want := map[string]string{}
 
 	for _, link := range ctrl.Links {
-		want[link] = true
+		want[link] = ""
 	}
 
 	specs, err := safe.ReaderListAll[*network.OperatorSpec](ctx, r)
@@ -111,7 +131,7 @@ func (ctrl *DHCP6Controller) links(ctx context.Context, r controller.Reader) (ma
 
 	for spec := range specs.All() {
 		if s := spec.TypedSpec(); s.Operator == network.OperatorDHCP6 {
-			want[s.LinkName] = true
+			want[s.LinkName] = s.DHCP6.DUID
 		}
 	}
 
@@ -159,7 +179,7 @@ func (ctrl *DHCP6Controller) publish(ctx context.Context, r controller.Runtime, 
 }
 
 // keep holds a lease on link until ctx ends, sending each change (a zero address: none).
-func (ctrl *DHCP6Controller) keep(ctx context.Context, link string, updates chan<- dhcp6.Lease, log *zap.Logger) {
+func (ctrl *DHCP6Controller) keep(ctx context.Context, link string, duid dhcpv6.DUID, updates chan<- dhcp6.Lease, log *zap.Logger) {
 	retry := ctrl.Retry
 	if retry == 0 {
 		retry = 30 * time.Second
@@ -182,7 +202,7 @@ func (ctrl *DHCP6Controller) keep(ctx context.Context, link string, updates chan
 	for {
 		if !lease.Address.IsValid() {
 			attemptCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			l, err := dhcp6.Acquire(attemptCtx, link)
+			l, err := dhcp6.Acquire(attemptCtx, link, duid)
 
 			cancel()
 
