@@ -40,7 +40,7 @@ func vethPair(t *testing.T, server, client, mac string) {
 		}
 	}
 
-	t.Cleanup(func() { exec.Command("ip", "link", "del", server).Run() }) //nolint:errcheck
+	t.Cleanup(func() { exec.Command("ip", "link", "del", server).Run() })
 }
 
 // The node's client and the qemu network's server over a real link: the node leases its fixed
@@ -74,7 +74,7 @@ func TestLeaseFromQEMUNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		go srv.Serve() //nolint:errcheck // ends with Close
+		go srv.Serve() // ends with Close
 
 		t.Cleanup(func() { srv.Close() })
 	}

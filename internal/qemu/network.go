@@ -77,7 +77,14 @@ func ListenOnBridge(addr netip.AddrPort) (*net.TCPListener, error) {
 		return nil, err
 	}
 
-	return l.(*net.TCPListener), nil
+	tl, ok := l.(*net.TCPListener)
+	if !ok {
+		l.Close()
+
+		return nil, fmt.Errorf("listening on %s: not a TCP listener", addr)
+	}
+
+	return tl, nil
 }
 
 // KMSPort is where the network process serves the KMS API (upstream's port).

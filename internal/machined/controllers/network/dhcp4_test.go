@@ -109,7 +109,7 @@ func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServ
 		s.srv = srv
 		ready <- nil
 
-		srv.Serve() //nolint:errcheck // ends when the test closes it
+		srv.Serve() // ends when the test closes it
 
 		// The namespace (and the veth with it) goes with this thread: it stays until the test
 		// ends, a closed server is only a silent network.
