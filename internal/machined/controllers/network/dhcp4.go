@@ -60,15 +60,11 @@ type dhcpLease struct {
 // Run implements controller.Controller.
 func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
 	updates := make(chan dhcpLease)
-	keepers := map[string]context.CancelFunc{}
+	keepers := linkKeepers[struct{}]{}
 	leases := map[string]*dhcpv4.DHCPv4{}
-	metrics := map[string]uint32{} // the default route's, by link
+	metrics := map[string]uint32{} // the default route's, by link: a new one keeps the lease
 
-	defer func() {
-		for _, cancel := range keepers {
-			cancel()
-		}
-	}()
+	defer keepers.stop()
 
 	for {
 		select {
@@ -84,23 +80,15 @@ func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log 
 				return err
 			}
 
-			for link, cancel := range keepers {
-				if _, ok := want[link]; !ok {
-					cancel()
-					delete(keepers, link)
-					delete(leases, link)
-				}
+			links := map[string]struct{}{}
+			for link, metric := range want {
+				links[link], metrics[link] = struct{}{}, metric
 			}
 
-			for link, metric := range want {
-				metrics[link] = metric
-
-				if _, ok := keepers[link]; !ok {
-					linkCtx, cancel := context.WithCancel(ctx)
-					keepers[link] = cancel
-
-					go ctrl.keep(linkCtx, link, updates, log.With(zap.String("link", link)))
-				}
+			for _, link := range keepers.update(ctx, links, func(ctx context.Context, link string, _ struct{}) {
+				ctrl.keep(ctx, link, updates, log.With(zap.String("link", link)))
+			}) {
+				delete(leases, link)
 			}
 		}
 

@@ -49,20 +49,11 @@ func (ctrl *DHCP6Controller) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	type keeper struct {
-		duid   string
-		cancel context.CancelFunc
-	}
-
 	updates := make(chan dhcp6.Lease)
-	keepers := map[string]keeper{}
+	keepers := linkKeepers[string]{} // by the DUID asked for: another one is another client
 	leases := map[string]dhcp6.Lease{}
 
-	defer func() {
-		for _, k := range keepers {
-			k.cancel()
-		}
-	}()
+	defer keepers.stop()
 
 	for {
 		select {
@@ -78,34 +69,21 @@ func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log 
 				return err
 			}
 
-			// A link no longer wanted, or with another DUID, loses its keeper (and lease).
-			for link, k := range keepers {
-				if duid, ok := want[link]; !ok || duid != k.duid {
-					k.cancel()
-					delete(keepers, link)
-					delete(leases, link)
-				}
-			}
-
-			for link, duid := range want {
-				if _, ok := keepers[link]; ok {
-					continue
-				}
-
+			for _, link := range keepers.update(ctx, want, func(ctx context.Context, link, duid string) {
 				linkLog := log.With(zap.String("link", link))
 
 				var id dhcpv6.DUID
 
 				if duid != "" {
+					var err error
 					if id, err = dhcp6.ParseDUID(duid); err != nil {
 						linkLog.Error("DHCPv6: the link's DUID (its MAC's) is used instead", zap.Error(err))
 					}
 				}
 
-				linkCtx, cancel := context.WithCancel(ctx)
-				keepers[link] = keeper{duid: duid, cancel: cancel}
-
-				go ctrl.keep(linkCtx, link, id, updates, linkLog)
+				ctrl.keep(ctx, link, id, updates, linkLog)
+			}) {
+				delete(leases, link)
 			}
 		}
 
