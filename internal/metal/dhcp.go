@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -65,6 +66,13 @@ func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error)
 	idx, err := container.LinkIndex(c, link)
 	if err != nil {
 		return Lease{Link: link}, err
+	}
+
+	// The router's advertisements keep giving the link its IPv6 network's route and the default
+	// route even once Kubernetes turns forwarding on (which stops a kernel's accept_ra=1), as
+	// upstream's accept_ra=2.
+	if err = os.WriteFile("/proc/sys/net/ipv6/conf/"+link+"/accept_ra", []byte("2"), 0o644); err != nil {
+		log("%s: accepting router advertisements when forwarding: %v", link, err)
 	}
 
 	if err = container.SetLinkUp(c, idx); err != nil {

@@ -52,7 +52,8 @@ func TestClusterCreateQEMUDualStack(t *testing.T) {
 // --ipv4=false --ipv6: an IPv6-only cluster. The bridge has only its IPv6 address; the node's
 // boot stage leases fd74:616c:a05:1200::2 over DHCPv6 (no DHCPv4 answers) and fetches its config
 // over IPv6, machined keeps the lease, etcd and apid run on that address, the talosconfig's
-// endpoint is it, the node has no IPv4 address, and Kubernetes' subnets are IPv6 only.
+// endpoint is it, the node has no IPv4 address, eth0 accepts router advertisements even when
+// forwarding (accept_ra 2), and Kubernetes' subnets are IPv6 only.
 func TestClusterCreateQEMUIPv6Only(t *testing.T) {
 	_, cli, _ := qemuCluster(t, "qemu-v6only")
 
@@ -94,6 +95,11 @@ func TestClusterCreateQEMUIPv6Only(t *testing.T) {
 
 	if out := cli.Must(t, "get", "operatorspecs"); !strings.Contains(out, "dhcp6/eth0") || strings.Contains(out, "dhcp4/eth0") {
 		t.Errorf("want DHCPv6 only on eth0:\n%s", out)
+	}
+
+	// The router's advertisements stay accepted if Kubernetes turns forwarding on.
+	if out := cli.Must(t, "read", "/proc/sys/net/ipv6/conf/eth0/accept_ra"); strings.TrimSpace(out) != "2" {
+		t.Errorf("eth0's accept_ra is %q, want 2", out)
 	}
 
 	if out := cli.Must(t, "get", "machineconfig", "-o", "yaml"); !strings.Contains(out, "fc00:db8:10::/56") || strings.Contains(out, "10.244.0.0/16") {
