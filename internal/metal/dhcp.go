@@ -198,7 +198,7 @@ func acquire4(ctx context.Context, link string) (Lease, error) {
 func acquire6(ctx context.Context, link string) (Lease, error) {
 	l, err := dhcp6.Acquire(ctx, link, nil)
 	if err != nil {
-		return Lease{Link: link}, fmt.Errorf("DHCPv6 on %s: no lease in %s: %w", link, dhcpTimeout, err)
+		return Lease{Link: link}, fmt.Errorf("%w (no lease in %s)", err, dhcpTimeout)
 	}
 
 	return Lease{Link: link, Address: netip.PrefixFrom(l.Address, 128), DNS: l.DNS, Duration: l.Valid}, nil

@@ -133,15 +133,19 @@ func NetworkMain(args []string) error {
 	return Serve(ctx, spec, l)
 }
 
+// dhcpServer is server4's and server6's.
+type dhcpServer interface {
+	Serve() error
+	Close() error
+}
+
 // Serve answers DHCP (v4, and v6 with IPv6) on the bridge and serves the configs on l until ctx
 // ends.
 func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
-	var dhcp, dhcp6 interface {
-		Serve() error
-		Close() error
-	}
-
-	var err error
+	var (
+		dhcp, dhcp6 dhcpServer // nil: that family is not served
+		err         error
+	)
 
 	if spec.Gateway.Addr().Is4() {
 		if dhcp, err = server4.NewServer(spec.Bridge, nil, spec.HandleDHCP); err != nil {
@@ -200,10 +204,7 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 		fmt.Fprintf(os.Stderr, "[network] advertising %s on %s\n", spec.IPv6, spec.Bridge)
 	}
 
-	for _, s := range []interface {
-		Serve() error
-		Close() error
-	}{dhcp, dhcp6} {
+	for _, s := range []dhcpServer{dhcp, dhcp6} {
 		if s != nil {
 			go func() { errs <- s.Serve() }()
 			defer s.Close()

@@ -254,17 +254,8 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 	// Addresses in the pod and service subnets (flannel's and the CNI bridge's) reach the node
 	// only from inside the cluster network: the others are not given them, as upstream's
 	// affiliates leave them out (etcd joins and KubePrism would try them in vain).
-	var clusterNets, podNets []netip.Prefix
-
-	for i, cidr := range slices.Concat(c.Cluster().Network().PodCIDRs(), c.Cluster().Network().ServiceCIDRs()) {
-		if p, err := netip.ParsePrefix(cidr); err == nil {
-			clusterNets = append(clusterNets, p)
-
-			if i < len(c.Cluster().Network().PodCIDRs()) {
-				podNets = append(podNets, p)
-			}
-		}
-	}
+	podNets := parsePrefixes(c.Cluster().Network().PodCIDRs())
+	clusterNets := append(slices.Clone(podNets), parsePrefixes(c.Cluster().Network().ServiceCIDRs())...)
 
 	ks, err := safe.ReaderGetByID[*kubespan.Identity](ctx, r, kubespan.LocalIdentity)
 	if err != nil && !state.IsNotFoundError(err) {
@@ -373,6 +364,19 @@ func (ctrl *MemberController) writeMembers(ctx context.Context, r controller.Run
 	}
 
 	return nil
+}
+
+// parsePrefixes are the networks of cidrs (the config's, validated: a bad one is skipped).
+func parsePrefixes(cidrs []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(cidrs))
+
+	for _, cidr := range cidrs {
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			out = append(out, p)
+		}
+	}
+
+	return out
 }
 
 // kubeSpanAffiliate is this node's KubeSpan peer as the others see it: its key, its KubeSpan

@@ -19,8 +19,8 @@ import (
 
 // DHCP6Controller keeps the DHCPv6 addresses of a metal node's links: those the boot leased over
 // DHCPv6 and those the config asks for (`dhcpOptions.ipv6: true`, the DHCP6 operator specs of
-// ConfigSpecController, with their duidv6). It renews each lease at T1 with its server (RENEW), asks any server
-// from T2 (REBIND), and publishes each as a /128 address spec and a resolver spec of its name
+// ConfigSpecController, with their duidv6). It renews each lease at T1 with its server (RENEW),
+// asks any server from T2 (REBIND), and publishes each as a /128 address spec and a resolver spec of its name
 // servers (the operator layer, as upstream's DHCPv6 operator). The network's prefix and default
 // route come from its router advertisements, which the kernel applies. A lease that runs out
 // takes its specs away.
