@@ -30,6 +30,10 @@ type Sealed struct {
 	// PCRDigest is SHA-256 over the PCRs' SHA-256 values at sealing: a mismatch is reported as
 	// such instead of as a bare policy failure.
 	PCRDigest []byte `json:"pcrDigest"`
+	// SignedPCR, when set (11), is the PCR whose values the PCR signing key named PCRKeyName
+	// (its TPM name) approves (SealSigned).
+	SignedPCR  int    `json:"signedPCR,omitempty"`
+	PCRKeyName []byte `json:"pcrKeyName,omitempty"`
 }
 
 // Open opens the machine's TPM.
@@ -97,6 +101,18 @@ func Seal(t transport.TPM, secret []byte) (*Sealed, error) {
 		return nil, fmt.Errorf("computing the PCR policy: %w", err)
 	}
 
+	sealed, err := create(t, secret, policy.PolicyDigest.Buffer)
+	if err != nil {
+		return nil, err
+	}
+
+	sealed.PCRDigest = digest
+
+	return sealed, nil
+}
+
+// create seals secret under the storage root key, unsealed only through policy.
+func create(t transport.TPM, secret, policy []byte) (*Sealed, error) {
 	root, flush, err := srk(t)
 	if err != nil {
 		return nil, err
@@ -113,19 +129,14 @@ func Seal(t transport.TPM, secret []byte) (*Sealed, error) {
 			NameAlg: tpm2.TPMAlgSHA256,
 			// Only the policy authorizes unsealing (no user auth); the object never leaves this TPM.
 			ObjectAttributes: tpm2.TPMAObject{FixedTPM: true, FixedParent: true, NoDA: true},
-			AuthPolicy:       tpm2.TPM2BDigest{Buffer: policy.PolicyDigest.Buffer},
+			AuthPolicy:       tpm2.TPM2BDigest{Buffer: policy},
 		}),
 	}.Execute(t)
 	if err != nil {
 		return nil, fmt.Errorf("sealing the key to the TPM: %w", err)
 	}
 
-	return &Sealed{
-		Public:    tpm2.Marshal(rsp.OutPublic),
-		Private:   tpm2.Marshal(rsp.OutPrivate),
-		PCRs:      []int{PCR},
-		PCRDigest: digest,
-	}, nil
+	return &Sealed{Public: tpm2.Marshal(rsp.OutPublic), Private: tpm2.Marshal(rsp.OutPrivate), PCRs: []int{PCR}}, nil
 }
 
 // ErrPCRChanged reports PCR 7 differing from its value at sealing (Secure Boot's state or keys
@@ -138,6 +149,10 @@ func Unseal(t transport.TPM, s *Sealed) ([]byte, error) {
 		return nil, fmt.Errorf("the sealed key is bound to PCRs %v: this node binds to PCR %d only", s.PCRs, PCR)
 	}
 
+	if s.SignedPCR != 0 {
+		return nil, fmt.Errorf("the sealed key needs PCR %d's value signed by the UKI's PCR signing key: boot the UKI", s.SignedPCR)
+	}
+
 	digest, err := pcrDigest(t)
 	if err != nil {
 		return nil, err
@@ -147,6 +162,18 @@ func Unseal(t transport.TPM, s *Sealed) ([]byte, error) {
 		return nil, ErrPCRChanged
 	}
 
+	return unseal(t, s, func(sess tpm2.Session) error {
+		if _, err := (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: s.PCRDigest}, Pcrs: selection()}).Execute(t); err != nil {
+			return fmt.Errorf("%w (%w)", ErrPCRChanged, err)
+		}
+
+		return nil
+	})
+}
+
+// unseal loads s under the storage root key and unseals it through a policy session that
+// satisfy fulfils.
+func unseal(t transport.TPM, s *Sealed, satisfy func(tpm2.Session) error) ([]byte, error) {
 	pub, err := tpm2.Unmarshal[tpm2.TPM2BPublic](s.Public)
 	if err != nil {
 		return nil, fmt.Errorf("the sealed key's public part: %w", err)
@@ -186,8 +213,8 @@ func Unseal(t transport.TPM, s *Sealed) ([]byte, error) {
 	}
 	defer closeSession() //nolint:errcheck // a session left open is flushed with the connection
 
-	if _, err = (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: s.PCRDigest}, Pcrs: selection()}).Execute(t); err != nil {
-		return nil, fmt.Errorf("%w (%w)", ErrPCRChanged, err)
+	if err = satisfy(sess); err != nil {
+		return nil, err
 	}
 
 	rsp, err := tpm2.Unseal{ItemHandle: tpm2.AuthHandle{Handle: loaded.ObjectHandle, Name: loaded.Name, Auth: sess}}.Execute(t)
