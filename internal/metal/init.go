@@ -104,6 +104,12 @@ func InitMain([]string) error {
 
 	log("kernel %s: loaded %s and, for the devices, %s", release, strings.Join(BootModules, ", "), strings.Join(loaded, ", "))
 
+	// PCR 11 as the UKI's stub left it (zero when booted otherwise): what a PCR signing key
+	// signs, predicted by the imager (imager.PredictPCR11).
+	if b, err := os.ReadFile("/sys/class/tpm/tpm0/pcr-sha256/11"); err == nil {
+		log("TPM PCR 11 at boot: %s", strings.ToLower(strings.TrimSpace(string(b))))
+	}
+
 	// A static ip= configures its link; otherwise DHCPv4 runs on every link not ignored, and the
 	// first lease's address is the node's.
 	if ip.Address.IsValid() {

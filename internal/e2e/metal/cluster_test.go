@@ -2,6 +2,7 @@ package metal
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/encryption"
+	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/provision"
@@ -303,7 +305,7 @@ func TestClusterCreateQEMUFromUKI(t *testing.T) {
 	const cidr, gateway, node = "10.5.12.0/24", "10.5.12.1", "10.5.12.2"
 
 	start := time.Now()
-	out := cli.Must(t, oneNodeCluster("qemu-uki", cidr, gateway, "--uki-path", uki, "--disk-block-size", "4096", "--disk-preallocate=false")...)
+	out := cli.Must(t, oneNodeCluster("qemu-uki", cidr, gateway, "--uki-path", uki, "--disk-block-size", "4096", "--disk-preallocate=false", "--with-tpm2")...)
 	t.Logf("created from the UKI, the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
 	if !strings.Contains(out, "maintenance mode on qemu-uki-controlplane-1 to apply its config: OK") {
@@ -318,6 +320,16 @@ func TestClusterCreateQEMUFromUKI(t *testing.T) {
 
 	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
 		t.Errorf("the node did not boot slot A from its disk after the install: /proc/cmdline %s", out)
+	}
+
+	// The stub measured the UKI's sections into PCR 11 (with --with-tpm2) as the imager predicts.
+	predicted, err := imager.PredictPCR11(uki)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if m := regexp.MustCompile(`TPM PCR 11 at boot: ([0-9a-f]{64})`).FindStringSubmatch(string(console)); m == nil || m[1] != hex.EncodeToString(predicted) {
+		t.Errorf("PCR 11 after the stub: %v, predicted %x", m, predicted)
 	}
 
 	if out := cli.Must(t, "-n", node, "read", "/sys/block/vda/queue/logical_block_size"); strings.TrimSpace(out) != "4096" {
