@@ -2,6 +2,7 @@ package imager
 
 import (
 	"bufio"
+	"crypto/rsa"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/uki"
 )
 
 // BootOptions are the inputs of the metal boot assets.
@@ -24,6 +26,9 @@ type BootOptions struct {
 	GRUBDir    string // GRUB's i386-pc modules and boot.img (Debian's grub-pc-bin)
 	GRUBEFIDir string // GRUB's x86_64-efi modules (Debian's grub-efi-amd64-bin)
 	Keys       string // PEM public keys an installed node trusts for its upgrade images (optional)
+	// PCRKey is the PCR signing key (PEM RSA) the UKI's .pcrsig is signed with (optional): a
+	// node booted from it seals its TPM disk keys to PCR 11 values this key signs.
+	PCRKey string
 	Out        string // folder for vmlinuz and initramfs.img
 }
 
@@ -185,6 +190,13 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/core.img", core, 0o644)
 	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/"+metal.GRUBEFIName, efi, 0o644)
 
+	// systemd's EFI stub: a node booted from the UKI installs a UKI of this initramfs.
+	if _, err = os.Stat(uki.Stub); err != nil {
+		return a, fmt.Errorf("no systemd EFI stub (%s): install Debian's systemd-boot-efi (apt-get install systemd-boot-efi)", uki.Stub)
+	}
+
+	w.file(strings.TrimPrefix(metal.InitramfsStub, "/"), uki.Stub, 0o644)
+
 	if opts.Keys != "" {
 		if _, err = LoadPublicKeys(opts.Keys); err != nil {
 			return a, fmt.Errorf("--keys: %w", err)
@@ -210,8 +222,15 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 		return a, err
 	}
 
+	var pcrKey *rsa.PrivateKey
+	if opts.PCRKey != "" {
+		if pcrKey, err = LoadPCRKey(opts.PCRKey); err != nil {
+			return a, fmt.Errorf("--pcr-key: %w", err)
+		}
+	}
+
 	a.UKI = filepath.Join(opts.Out, UKIName)
-	if err = buildUKI(a.Kernel, a.Initramfs, a.UKI); err != nil {
+	if err = buildUKI(a.Kernel, a.Initramfs, pcrKey, a.UKI); err != nil {
 		return a, err
 	}
 
@@ -376,7 +395,7 @@ func grubCore(dir, out string) error {
 
 // grubEFIModules are built into the UEFI GRUB: what reads BOOT and runs partition.GRUBConfig's
 // menu (the BIOS image's, with UEFI's disk access built in), and regexp for grubEFIConfig.
-var grubEFIModules = []string{"part_gpt", "xfs", "normal", "configfile", "linux", "echo", "test", "serial", "terminal", "efi_gop", "regexp"}
+var grubEFIModules = []string{"part_gpt", "xfs", "normal", "configfile", "linux", "chain", "echo", "test", "serial", "terminal", "efi_gop", "regexp"}
 
 // grubEFIConfig is built into the UEFI GRUB: BOOT is on the disk the firmware loaded GRUB from
 // ($cmdpath, its EFI partition), whichever GRUB's number for it (a USB stick or another disk
@@ -482,6 +501,7 @@ func bootMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.Rootfs, "rootfs", "", "the node image (imager rootfs)")
 	fs.StringVar(&opts.GRUBDir, "grub", DefaultGRUBDir, "GRUB's i386-pc folder (Debian's grub-pc-bin)")
 	fs.StringVar(&opts.Keys, "keys", "", "PEM public keys an installed node trusts for upgrade images (imager keygen's .pub)")
+	fs.StringVar(&opts.PCRKey, "pcr-key", "", "PEM RSA key signing the UKI's PCR 11 values (imager pcr-keygen, or talosctl gen secureboot pcr)")
 	fs.StringVar(&opts.Out, "out", "", "output folder")
 
 	if err := fs.Parse(args); err != nil {
@@ -489,7 +509,7 @@ func bootMain(args []string, stdout io.Writer) error {
 	}
 
 	if opts.KernelRoot == "" || opts.Rootfs == "" || opts.Out == "" {
-		return errors.New("usage: imager boot --kernel DIR --rootfs FILE.sqsh [--keys FILE.pub] --out DIR")
+		return errors.New("usage: imager boot --kernel DIR --rootfs FILE.sqsh [--keys FILE.pub] [--pcr-key FILE.pem] --out DIR")
 	}
 
 	a, err := BuildBoot(opts)

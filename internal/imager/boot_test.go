@@ -84,6 +84,52 @@ func cpioEntries(t *testing.T, b []byte) map[string]string {
 	}
 }
 
+// unpackCpio unpacks a newc archive under dir as the kernel does: folders, files and character
+// devices with their modes.
+func unpackCpio(t *testing.T, b []byte, dir string) {
+	t.Helper()
+
+	hex := func(s []byte) uint32 {
+		n, err := strconv.ParseUint(string(s), 16, 32)
+		if err != nil {
+			t.Fatalf("bad header field %q", s)
+		}
+
+		return uint32(n)
+	}
+	align := func(n int) int { return (n + 3) &^ 3 }
+
+	for off := 0; ; {
+		h := b[off:]
+		mode, size, nameLen := hex(h[14:22]), int(hex(h[54:62])), int(hex(h[94:102]))
+		name := string(h[110 : 110+nameLen-1])
+		data := align(off+110+nameLen) - off
+
+		if name == "TRAILER!!!" {
+			return
+		}
+
+		p := filepath.Join(dir, name)
+
+		var err error
+
+		switch mode & 0o170000 {
+		case cpioDir:
+			err = os.Mkdir(p, os.FileMode(mode&0o777))
+		case cpioFile:
+			err = os.WriteFile(p, h[data:data+size], os.FileMode(mode&0o777))
+		case cpioChr:
+			err = unix.Mknod(p, unix.S_IFCHR|(mode&0o777), int(unix.Mkdev(hex(h[78:86]), hex(h[86:94]))))
+		}
+
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		off = align(off + data + size)
+	}
+}
+
 func TestBuildBootReproducible(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(DefaultGRUBDir, "boot.img")); err != nil {
 		if os.Getenv("CI") != "" {
@@ -164,6 +210,30 @@ func TestBuildBootReproducible(t *testing.T) {
 
 	if !bytes.Equal(images[0], images[1]) {
 		t.Fatal("two builds of the same inputs differ")
+	}
+
+	// A node booted from it writes the same bytes back from the files the kernel unpacked,
+	// leaving out what its boot added (so an installed UKI measures as the built one).
+	if os.Getuid() == 0 {
+		root := t.TempDir()
+		unpackCpio(t, images[0], root)
+
+		if err := os.WriteFile(filepath.Join(root, "config.yaml"), []byte("secrets"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := os.MkdirAll(filepath.Join(root, ".extra"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		var again bytes.Buffer
+		if err := WriteInitramfs(&again, root, metal.InitramfsAdded...); err != nil {
+			t.Fatal(err)
+		}
+
+		if !bytes.Equal(again.Bytes(), images[0]) {
+			t.Error("the initramfs written back from its unpacked files differs from the built one")
+		}
 	}
 
 	// The ISO: El Torito boot with GRUB, its menu booting the kernel and initramfs with the

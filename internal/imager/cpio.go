@@ -7,22 +7,34 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // cpio writes a newc ("070701") archive, the initramfs format the kernel unpacks, with every
-// time and owner zero so that the same files give the same bytes. The first error sticks.
+// time and owner zero and the entries in the order a walk of the unpacked files visits them
+// (each folder's names sorted), so that the same files give the same bytes however they were
+// added: a node writing its initramfs back from the files the kernel unpacked writes the bytes
+// it was built as. The first error sticks.
 type cpio struct {
-	w     *bufio.Writer
-	ino   int
-	n     int64 // bytes written, for the 4-byte padding
-	err   error
-	names map[string]bool
+	w       *bufio.Writer
+	n       int64 // bytes written, for the 4-byte padding
+	err     error
+	entries map[string]cpioEntry
 }
 
-func newCpio(w *bufio.Writer) *cpio { return &cpio{w: w, names: map[string]bool{}} }
+type cpioEntry struct {
+	mode         uint32
+	major, minor uint32
+	src          string // a regular file's contents: this file's, or data
+	data         []byte
+	size         int64
+}
+
+func newCpio(w *bufio.Writer) *cpio { return &cpio{w: w, entries: map[string]cpioEntry{}} }
 
 const (
 	cpioDir  = 0o040000
@@ -30,14 +42,46 @@ const (
 	cpioChr  = 0o020000
 )
 
-func (c *cpio) header(name string, mode uint32, size int64, major, minor uint32) {
-	if c.err != nil {
+func (c *cpio) add(name string, e cpioEntry) {
+	if _, ok := c.entries[name]; ok && e.mode&cpioDir != 0 {
+		return // a folder is added once
+	}
+
+	c.entries[name] = e
+}
+
+// dir adds a folder.
+func (c *cpio) dir(name string) { c.add(name, cpioEntry{mode: cpioDir | 0o755}) }
+
+func (c *cpio) device(name string, perm, major, minor uint32) {
+	c.add(name, cpioEntry{mode: cpioChr | perm, major: major, minor: minor})
+}
+
+func (c *cpio) bytes(name string, b []byte, perm uint32) {
+	c.add(name, cpioEntry{mode: cpioFile | perm, data: b, size: int64(len(b))})
+}
+
+func (c *cpio) file(name, src string, perm uint32) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		if c.err == nil {
+			c.err = err
+		}
+
 		return
 	}
 
-	c.ino++
-	nlink := 1
+	c.add(name, cpioEntry{mode: cpioFile | perm, src: src, size: fi.Size()})
+}
 
+// walkOrder compares paths as a walk visits them: folder by folder, names sorted, a folder
+// before what it holds.
+func walkOrder(a, b string) int {
+	return slices.Compare(strings.Split(a, "/"), strings.Split(b, "/"))
+}
+
+func (c *cpio) header(ino int, name string, mode uint32, size int64, major, minor uint32) {
+	nlink := 1
 	if mode&cpioDir != 0 {
 		nlink = 2
 	}
@@ -45,7 +89,7 @@ func (c *cpio) header(name string, mode uint32, size int64, major, minor uint32)
 	// magic, ino, mode, uid, gid, nlink, mtime, filesize, devmajor, devminor, rdevmajor,
 	// rdevminor, namesize, check
 	h := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, nlink, 0, size, 0, 0, major, minor, len(name)+1, 0)
+		ino, mode, 0, 0, nlink, 0, size, 0, 0, major, minor, len(name)+1, 0)
 	c.write([]byte(h + name + "\x00"))
 	c.pad()
 }
@@ -66,32 +110,18 @@ func (c *cpio) pad() {
 	}
 }
 
-// dir adds a folder once.
-func (c *cpio) dir(name string) {
-	if c.names[name] {
-		return
-	}
-
-	c.names[name] = true
-	c.header(name, cpioDir|0o755, 0, 0, 0)
-}
-
-func (c *cpio) device(name string, perm, major, minor uint32) {
-	c.header(name, cpioChr|perm, 0, major, minor)
-}
-
-func (c *cpio) bytes(name string, b []byte, perm uint32) {
-	c.header(name, cpioFile|perm, int64(len(b)), 0, 0)
-	c.write(b)
-	c.pad()
-}
-
-func (c *cpio) file(name, src string, perm uint32) {
+func (c *cpio) contents(e cpioEntry) {
 	if c.err != nil {
 		return
 	}
 
-	f, err := os.Open(src)
+	if e.src == "" {
+		c.write(e.data)
+
+		return
+	}
+
+	f, err := os.Open(e.src)
 	if err != nil {
 		c.err = err
 
@@ -99,28 +129,35 @@ func (c *cpio) file(name, src string, perm uint32) {
 	}
 	defer f.Close()
 
-	fi, err := f.Stat()
-	if err != nil {
-		c.err = err
-
-		return
-	}
-
-	c.header(name, cpioFile|perm, fi.Size(), 0, 0)
-
-	if c.err != nil {
-		return
-	}
-
-	n, err := io.Copy(c.w, f)
+	n, err := io.Copy(c.w, io.LimitReader(f, e.size))
 	c.n += n
 	c.err = err
-	c.pad()
+
+	if err == nil && n != e.size {
+		c.err = fmt.Errorf("%s changed while it was archived", e.src)
+	}
 }
 
-// close writes the trailer and flushes.
+// close writes the entries and the trailer, and flushes.
 func (c *cpio) close() error {
-	c.header("TRAILER!!!", 0, 0, 0, 0)
+	names := make([]string, 0, len(c.entries))
+	for name := range c.entries {
+		names = append(names, name)
+	}
+
+	slices.SortFunc(names, walkOrder)
+
+	for i, name := range names {
+		e := c.entries[name]
+		c.header(i+1, name, e.mode, e.size, e.major, e.minor)
+
+		if e.mode&cpioFile != 0 {
+			c.contents(e)
+			c.pad()
+		}
+	}
+
+	c.header(len(names)+1, "TRAILER!!!", 0, 0, 0, 0)
 
 	if c.err != nil {
 		return c.err
@@ -131,8 +168,9 @@ func (c *cpio) close() error {
 
 // WriteInitramfs writes the files under root as an uncompressed newc archive: a metal node
 // writes its own initramfs to disk from the files the kernel unpacked (folders, regular files,
-// character devices; nothing else is in one).
-func WriteInitramfs(w io.Writer, root string) error {
+// character devices; nothing else is in one). Names in skip (relative to root) are left out with
+// what they hold: what the boot added to the initramfs's folder.
+func WriteInitramfs(w io.Writer, root string, skip ...string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	c := newCpio(bw)
 
@@ -144,6 +182,14 @@ func WriteInitramfs(w io.Writer, root string) error {
 		name, err := filepath.Rel(root, p)
 		if err != nil {
 			return err
+		}
+
+		if slices.Contains(skip, name) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+
+			return nil
 		}
 
 		fi, err := d.Info()

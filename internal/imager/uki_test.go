@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/uki"
 )
 
 // The unified kernel image is the stub with the kernel, initramfs, arguments and os-release in
 // sections of their own, after the stub's and aligned, the same bytes from the same inputs.
 func TestBuildUKI(t *testing.T) {
-	if _, err := os.Stat(UKIStub); err != nil {
+	if _, err := os.Stat(uki.Stub); err != nil {
 		t.Skipf("no systemd EFI stub (apt-get install systemd-boot-efi): %v", err)
 	}
 
@@ -33,7 +34,7 @@ func TestBuildUKI(t *testing.T) {
 
 	for i := range 2 {
 		out := filepath.Join(dir, "uki-"+string(rune('a'+i))+".efi")
-		if err := buildUKI(kernel, initrd, out); err != nil {
+		if err := buildUKI(kernel, initrd, nil, out); err != nil {
 			t.Fatal(err)
 		}
 

@@ -296,7 +296,7 @@ func writeSlot(boot, slot string, o Options) error {
 		return err
 	}
 
-	if err = imager.WriteInitramfs(out, o.Initramfs); err != nil {
+	if err = imager.WriteInitramfs(out, o.Initramfs, metal.InitramfsAdded...); err != nil {
 		out.Close()
 
 		return fmt.Errorf("writing the initramfs: %w", err)

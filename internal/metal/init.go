@@ -31,10 +31,16 @@ const (
 	InitramfsKernel  = "/boot/vmlinuz"           // the kernel, installed to disk with the initramfs
 	InitramfsGRUB    = "/boot/grub"              // GRUB's boot.img, core.img and GRUBEFIName, installed to disk
 	InitramfsKeys    = "/boot/image-signing.pub" // the image keys an installed node trusts
+	InitramfsStub    = "/boot/uki-stub.efi"      // systemd's EFI stub, for the UKI a node booted from one installs
 	GRUBEFIName      = "bootx64.efi"             // GRUB for UEFI, in InitramfsGRUB
 	diskDir          = "/disk"                   // a tmpfs standing for the node's disk until it installs
 	downloadedConfig = "/config.yaml"            // talos.config's download, copied into the node's root
 )
+
+// InitramfsAdded are what the boot adds to the initramfs's folder (relative names): not the
+// initramfs's own files, left out when a node writes its initramfs back (the downloaded config
+// holds the machine's secrets, and BOOT is not encrypted).
+var InitramfsAdded = []string{strings.TrimPrefix(downloadedConfig, "/"), ".extra"}
 
 // BootModules are loaded on every boot, before the devices' own: the node image's
 // filesystems and loop devices, and the virtio transport the devices of QEMU are on.

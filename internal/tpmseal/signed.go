@@ -21,8 +21,8 @@ const PCRSigned = 11
 // signature of it (RSASSA-PKCS1-v1_5, SHA-256 over the digest and the empty policy reference),
 // as systemd-measure writes them into a UKI's .pcrsig.
 type SignedPolicy struct {
-	Policy    []byte `json:"pol"`
-	Signature []byte `json:"sig"`
+	Policy    []byte
+	Signature []byte
 }
 
 // PolicyPCRDigest is the policy digest TPM2_PolicyPCR makes from an empty policy for one SHA-256
