@@ -16,7 +16,7 @@ else
 fi
 
 # GRUB's BIOS and UEFI images and grub-mkimage, for the disk an installed node boots from;
-# xorriso and mtools for grub-mkrescue's ISO; systemd's EFI stub and objcopy for the UKI.
+# xorriso and mtools for grub-mkrescue's ISO; systemd's EFI stub for the UKI.
 if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso, mtools, systemd-boot-efi or binutils is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils as root" >&2
@@ -63,5 +63,12 @@ IMAGE_KEY=${IMAGE_KEY:-$OUT/image-signing.key}
 if [ ! -f "$IMAGE_KEY" ]; then
 	"$OUT/imager" keygen --out "$(dirname "$IMAGE_KEY")"
 fi
+# The UKI's PCR 11 values are signed with the PCR signing key (a node booted from it seals its
+# TPM disk keys to them); made, mode 0600, when missing. `talosctl gen secureboot pcr`'s
+# pcr-signing-key.pem works as well.
+PCR_KEY=${PCR_KEY:-$OUT/pcr-signing-key.pem}
+if [ ! -f "$PCR_KEY" ]; then
+	"$OUT/imager" pcr-keygen --out "$PCR_KEY"
+fi
 "$OUT/imager" boot --kernel "$kdir" --rootfs "$OUT/rootfs.sqsh" \
-	--keys "${IMAGE_KEY%.key}.pub" --out "$OUT/boot"
+	--keys "${IMAGE_KEY%.key}.pub" --pcr-key "$PCR_KEY" --out "$OUT/boot"

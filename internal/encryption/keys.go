@@ -3,6 +3,7 @@ package encryption
 import (
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"strconv"
@@ -24,6 +25,11 @@ type Env struct {
 	TPM func() (transport.TPMCloser, error)
 	// SecureBoot tells whether the firmware booted with Secure Boot; nil: tpmseal.SecureBootEnabled.
 	SecureBoot func() bool
+	// PCRSigning gives the PCR signing key and the PCR 11 policies of the UKI this machine booted
+	// (uki.Booted; ok false: not booted from a signed UKI). When set, new TPM keys are sealed to
+	// PCR 7 and the PCR 11 values that key signs, as upstream's are; keys sealed so unseal with
+	// it. nil: keys are sealed to PCR 7 only.
+	PCRSigning func() (key *rsa.PublicKey, policies []tpmseal.SignedPolicy, ok bool, err error)
 }
 
 // Sealer is a KMS: it seals and unseals data for a node.
@@ -115,12 +121,51 @@ func (e Env) sealTPM(k Key, key []byte) (*tpmseal.Sealed, error) {
 	}
 	defer tpm.Close()
 
-	sealed, err := tpmseal.Seal(tpm, key)
+	var sealed *tpmseal.Sealed
+
+	if e.PCRSigning != nil {
+		pcrKey, _, ok, err := e.PCRSigning()
+		if err != nil {
+			return nil, fmt.Errorf("%s key slot %d (tpm): the booted UKI's PCR signing key: %w", e.Label, k.Slot, err)
+		}
+
+		if !ok {
+			return nil, fmt.Errorf("%s key slot %d (tpm): this boot is not of a UKI with a PCR signature", e.Label, k.Slot)
+		}
+
+		sealed, err = tpmseal.SealSigned(tpm, key, pcrKey)
+	} else {
+		sealed, err = tpmseal.Seal(tpm, key)
+	}
+
 	if err != nil {
 		return nil, fmt.Errorf("%s key slot %d (tpm): %w", e.Label, k.Slot, err)
 	}
 
 	return sealed, nil
+}
+
+// unsealTPM unseals a TPM key: with the booted UKI's signed PCR 11 policies when it was sealed
+// to them.
+func (e Env) unsealTPM(tpm transport.TPM, s *tpmseal.Sealed) ([]byte, error) {
+	if s.SignedPCR == 0 {
+		return tpmseal.Unseal(tpm, s)
+	}
+
+	if e.PCRSigning == nil {
+		return nil, fmt.Errorf("the key is sealed to PCR %d values a PCR signing key approves: only the boot stage of a signed UKI opens it", s.SignedPCR)
+	}
+
+	pcrKey, policies, ok, err := e.PCRSigning()
+	if err != nil {
+		return nil, fmt.Errorf("the booted UKI's PCR signature: %w", err)
+	}
+
+	if !ok {
+		return nil, fmt.Errorf("the key is sealed to PCR %d values a PCR signing key approves, and this boot is not of a UKI with a PCR signature: boot the node's UKI (its GRUB menu entry on UEFI)", s.SignedPCR)
+	}
+
+	return tpmseal.UnsealSigned(tpm, s, pcrKey, policies)
 }
 
 func (e Env) openTPM() (transport.TPMCloser, error) {
@@ -174,7 +219,7 @@ func (e Env) passphrase(ctx context.Context, k Key, tok *Token) ([]byte, error) 
 		}
 		defer tpm.Close()
 
-		key, err := tpmseal.Unseal(tpm, tok.TPM)
+		key, err := e.unsealTPM(tpm, tok.TPM)
 		if err != nil {
 			return nil, fmt.Errorf("%s key slot %d (tpm): %w", e.Label, k.Slot, err)
 		}

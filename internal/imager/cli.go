@@ -33,7 +33,7 @@ type Options struct {
 	Image    string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
+var errUsage = errors.New("usage: imager keygen --out DIR | pcr-keygen --out FILE.pem | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
 
 // Main is the imager command: keygen, pubkey, build, verify, rootfs, boot.
 func Main(args []string, stdout io.Writer) error {
@@ -75,6 +75,8 @@ func parseArgs(args []string) (Options, error) {
 		fs.StringVar(&opts.Initrd, "initramfs", "", "metal image: the initramfs (make boot's _out/boot/initramfs.img)")
 		fs.StringVar(&opts.Out, "out", "", "image file to write")
 		fs.BoolVar(&opts.Gzip, "gzip", true, "compress the image")
+	case "pcr-keygen":
+		fs.StringVar(&opts.Out, "out", "", "file for the PCR signing key (RSA 2048, PEM, 0600), e.g. _out/pcr-signing-key.pem")
 	case "pubkey":
 		// Prints the public keys of a PEM file as the comma-separated base64 that TrustedKeys
 		// takes, for -ldflags "-X github.com/talos-go/talos/internal/imager.TrustedKeys=...".
@@ -106,6 +108,10 @@ func parseArgs(args []string) (Options, error) {
 			(metal && (opts.Vmlinuz == "" || opts.Initrd == "")) || (!metal && (opts.Machined == "" || opts.Etcd == "")) {
 			return opts, errors.New("build needs --key, --version, --out and either --machined and --etcd, or --vmlinuz and --initramfs (metal)")
 		}
+	case "pcr-keygen":
+		if opts.Out == "" {
+			return opts, errors.New("pcr-keygen needs --out FILE.pem")
+		}
 	case "verify":
 		if opts.Pub == "" || fs.NArg() != 1 {
 			return opts, errors.New("verify needs --pub FILE and one image")
@@ -122,6 +128,14 @@ func run(_ context.Context, stdout io.Writer, opts Options) error {
 	switch opts.Command {
 	case "keygen":
 		return cmdKeygen(stdout, opts)
+	case "pcr-keygen":
+		if err := GeneratePCRKey(opts.Out); err != nil {
+			return err
+		}
+
+		fmt.Fprintf(stdout, "PCR signing key %s (keep it secret: it approves what may unseal TPM disk keys)\n", opts.Out)
+
+		return nil
 	case "build":
 		return cmdBuild(stdout, opts)
 	case "pubkey":

@@ -1,6 +1,7 @@
 package imager
 
 import (
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
@@ -71,4 +72,19 @@ func LoadPCRKey(path string) (*rsa.PrivateKey, error) {
 	}
 
 	return rk, nil
+}
+
+// GeneratePCRKey writes a new PCR signing key to path: RSA 2048 (what TPMs verify), PKCS#1
+// PEM, mode 0600. It refuses to overwrite a key.
+func GeneratePCRKey(path string) error {
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%s already exists: keys are never overwritten; remove it or choose another --out", path)
+	}
+
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+
+	return writeNew(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}), 0o600)
 }

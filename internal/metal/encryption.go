@@ -45,7 +45,7 @@ func openEncrypted(mods *Modules, label, dev, metaDev string) (string, error) {
 
 	var spec *encryption.Spec
 
-	env := encryption.Env{Label: label, NodeUUID: SystemUUID()}
+	env := encryption.Env{Label: label, NodeUUID: SystemUUID(), PCRSigning: bootedPCRSigning}
 
 	switch label {
 	case partition.State:

@@ -21,6 +21,7 @@ import (
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/slots"
+	"github.com/talos-go/talos/internal/uki"
 	"github.com/talos-go/talos/internal/udev"
 )
 
@@ -110,11 +111,7 @@ func InitMain([]string) error {
 
 	log("kernel %s: loaded %s and, for the devices, %s", release, strings.Join(BootModules, ", "), strings.Join(loaded, ", "))
 
-	// PCR 11 as the UKI's stub left it (zero when booted otherwise): what a PCR signing key
-	// signs, predicted by the imager (imager.PredictPCR11).
-	if b, err := os.ReadFile("/sys/class/tpm/tpm0/pcr-sha256/11"); err == nil {
-		log("TPM PCR 11 at boot: %s", strings.ToLower(strings.TrimSpace(string(b))))
-	}
+	phases := startPhases()
 
 	// A static ip= configures its link; otherwise DHCPv4 runs on every link not ignored, and the
 	// first lease's address is the node's.
@@ -137,10 +134,16 @@ func InitMain([]string) error {
 		return err
 	}
 
+	// The disks are opened in the phase a UKI's PCR signature approves, and the boot moves past
+	// it once they are: nothing after the boot stage unseals their keys.
+	phases.extend(uki.LeaveInitrd, uki.EnterMachined)
+
 	installed, err := mountDisk(mods)
 	if err != nil {
 		return err
 	}
+
+	phases.extend(uki.StartTheWorld)
 
 	var env []string
 

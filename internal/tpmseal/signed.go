@@ -185,3 +185,29 @@ func signedSelection() tpm2.TPMLPCRSelection {
 		{Hash: tpm2.TPMAlgSHA256, PCRSelect: tpm2.PCClientCompatible.PCRs(PCRSigned)},
 	}}
 }
+
+// ExtendPhase extends PCR 11's SHA-256 bank with a boot phase (the SHA-256 of its name), as
+// systemd-pcrphase does: a later phase moves PCR 11 past the values signed for an earlier one.
+func ExtendPhase(t transport.TPM, phase string) error {
+	d := sha256.Sum256([]byte(phase))
+
+	_, err := tpm2.PCRExtend{
+		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(PCRSigned), Auth: tpm2.PasswordAuth(nil)},
+		Digests:   tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: d[:]}}},
+	}.Execute(t)
+	if err != nil {
+		return fmt.Errorf("extending PCR %d with %s: %w", PCRSigned, phase, err)
+	}
+
+	return nil
+}
+
+// ReadSigned reads PCR 11's SHA-256 value.
+func ReadSigned(t transport.TPM) ([]byte, error) {
+	rsp, err := tpm2.PCRRead{PCRSelectionIn: signedSelection()}.Execute(t)
+	if err != nil || len(rsp.PCRValues.Digests) != 1 {
+		return nil, fmt.Errorf("reading PCR %d: %v", PCRSigned, err)
+	}
+
+	return rsp.PCRValues.Digests[0].Buffer, nil
+}
