@@ -15,5 +15,13 @@ if [ ! -f "$OUT/boot/vmlinuz" ] || [ ! -f "$OUT/boot/initramfs.img" ] || [ ! -f 
 fi
 
 go build -o "$OUT/imager" ./cmd/imager
-"$OUT/imager" build --key "$IMAGE_KEY" --version "$VERSION" --gzip=false \
+# Nodes booting the signed UKI build the UKI of the new kernel and initramfs with the signature
+# of its PCR 11 values the image carries.
+PCR_KEY=${PCR_KEY:-$OUT/pcr-signing-key.pem}
+pcr=""
+if [ -f "$PCR_KEY" ]; then
+	pcr="--pcr-key $PCR_KEY"
+fi
+# shellcheck disable=SC2086 # $pcr is one flag and its value, or nothing
+"$OUT/imager" build --key "$IMAGE_KEY" --version "$VERSION" --gzip=false $pcr \
 	--vmlinuz "$OUT/boot/vmlinuz" --initramfs "$OUT/boot/initramfs.img" --out "$OUT/talos-metal-$VERSION.img"

@@ -29,7 +29,7 @@ type BootOptions struct {
 	// PCRKey is the PCR signing key (PEM RSA) the UKI's .pcrsig is signed with (optional): a
 	// node booted from it seals its TPM disk keys to PCR 11 values this key signs.
 	PCRKey string
-	Out        string // folder for vmlinuz and initramfs.img
+	Out    string // folder for vmlinuz and initramfs.img
 }
 
 // Where Debian's grub-pc-bin and grub-efi-amd64-bin put GRUB's BIOS and UEFI modules.

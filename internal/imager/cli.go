@@ -28,6 +28,7 @@ type Options struct {
 	Rootfs   string // build: the node rootfs squashfs to carry, optional
 	Vmlinuz  string // build (metal): the kernel
 	Initrd   string // build (metal): the initramfs
+	PCRKey   string // build (metal): the PCR signing key, for nodes booting signed UKIs (optional)
 	Gzip     bool   // build: compress the image
 	Pub      string // verify: trusted public key(s); pubkey: the PEM file to print
 	Image    string // verify: the image file
@@ -73,6 +74,7 @@ func parseArgs(args []string) (Options, error) {
 		fs.StringVar(&opts.Rootfs, "rootfs", "", "node rootfs squashfs (imager rootfs) to carry as "+RootfsName)
 		fs.StringVar(&opts.Vmlinuz, "vmlinuz", "", "metal image: the kernel (make boot's _out/boot/vmlinuz)")
 		fs.StringVar(&opts.Initrd, "initramfs", "", "metal image: the initramfs (make boot's _out/boot/initramfs.img)")
+		fs.StringVar(&opts.PCRKey, "pcr-key", "", "metal image: the PCR signing key of the boot assets' UKI, so that nodes booting it can upgrade (make boot's _out/pcr-signing-key.pem)")
 		fs.StringVar(&opts.Out, "out", "", "image file to write")
 		fs.BoolVar(&opts.Gzip, "gzip", true, "compress the image")
 	case "pcr-keygen":
@@ -169,6 +171,24 @@ func cmdBuild(stdout io.Writer, opts Options) error {
 	files := map[string]string{MachinedName: opts.Machined, EtcdName: opts.Etcd}
 	if opts.Vmlinuz != "" {
 		files = map[string]string{VmlinuzName: opts.Vmlinuz, InitramfsName: opts.Initrd}
+	}
+
+	if opts.PCRKey != "" {
+		if opts.Vmlinuz == "" {
+			return errors.New("build: --pcr-key is for metal images (--vmlinuz, --initramfs)")
+		}
+
+		dir, err := os.MkdirTemp("", "imager-pcr-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+
+		if err = writePCRSignature(opts.PCRKey, opts.Vmlinuz, opts.Initrd, dir); err != nil {
+			return err
+		}
+
+		files[PCRPublicKeyName], files[PCRSignatureName] = filepath.Join(dir, PCRPublicKeyName), filepath.Join(dir, PCRSignatureName)
 	}
 
 	if opts.Rootfs != "" {

@@ -51,7 +51,7 @@ func buildDiskImage(in diskImageInputs, out string) error {
 
 	// BOOT: slot A and GRUB's menu, with the default kernel arguments.
 	cfg := filepath.Join(tmp, "grub.cfg")
-	if err = os.WriteFile(cfg, []byte(partition.GRUBConfig("A", []string{"A"}, strings.Join(metal.DefaultKernelArgs, " "))), 0o600); err != nil {
+	if err = os.WriteFile(cfg, []byte(partition.GRUBConfig("A", []partition.GRUBSlot{{Name: "A"}}, strings.Join(metal.DefaultKernelArgs, " "))), 0o600); err != nil {
 		return err
 	}
 

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/talos-go/talos/internal/metal"
@@ -42,6 +43,58 @@ func buildUKI(kernel, initramfs string, pcrKey *rsa.PrivateKey, out string) erro
 	}
 
 	return uki.Build(uki.Stub, sections, out)
+}
+
+// A metal image for nodes booting signed UKIs carries the .pcrpkey and .pcrsig of the UKI of its
+// kernel and initramfs: such a node builds that UKI into its new slot.
+const (
+	PCRPublicKeyName = "pcr-public-key.pem"
+	PCRSignatureName = "pcr-signature.json"
+)
+
+// writePCRSignature writes PCRPublicKeyName and PCRSignatureName for the UKI of kernel and
+// initramfs into dir.
+func writePCRSignature(keyPath, kernel, initramfs, dir string) error {
+	key, err := LoadPCRKey(keyPath)
+	if err != nil {
+		return fmt.Errorf("--pcr-key: %w", err)
+	}
+
+	k, err := uki.FileSection(".linux", kernel)
+	if err != nil {
+		return err
+	}
+
+	i, err := uki.FileSection(".initrd", initramfs)
+	if err != nil {
+		return err
+	}
+
+	signed, err := uki.Sign(key, uki.Sections(strings.Join(metal.DefaultKernelArgs, " "), k, i))
+	if err != nil {
+		return err
+	}
+
+	for _, s := range signed {
+		name := map[string]string{".pcrpkey": PCRPublicKeyName, ".pcrsig": PCRSignatureName}[s.Name]
+
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+
+		if err = s.Write(f); err != nil {
+			f.Close()
+
+			return err
+		}
+
+		if err = f.Close(); err != nil {
+			return err
+		}
+	}
+
+	return nil
 }
 
 // LoadPCRKey reads a PCR signing key: an RSA private key in PEM, PKCS#1 (`talosctl gen

@@ -5,6 +5,7 @@ package install
 import (
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,9 @@ import (
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/slots"
+	"github.com/talos-go/talos/internal/tpmseal"
+	"github.com/talos-go/talos/internal/uki"
 )
 
 // Options are an install's inputs.
@@ -110,10 +114,19 @@ func ToDisk(ctx context.Context, o Options) error {
 		return err
 	}
 
+	signed, err := o.bootedUKI()
+	if err != nil {
+		if o.tpmKeys() {
+			return err
+		}
+
+		o.Log("%v: installing the kernel and initramfs instead", err)
+	}
+
 	// What the filesystems are made on: the partitions, or the LUKS2 volumes on them.
 	targets := map[string]string{}
 
-	salt, err := o.encrypt(ctx, devs, targets)
+	salt, err := o.encrypt(ctx, devs, targets, signed)
 	if err != nil {
 		return err
 	}
@@ -197,10 +210,15 @@ func ToDisk(ctx context.Context, o Options) error {
 		return err
 	}
 
-	o.Log("writing slot A to BOOT: kernel, initramfs, GRUB's menu")
+	what := "kernel, initramfs"
+	if signed != nil {
+		what = "the unified kernel image (its PCR signature approves it)"
+	}
+
+	o.Log("writing slot A to BOOT: %s, GRUB's menu", what)
 
 	err = onPartition(partition.Boot, targets[partition.Boot], "xfs", func(dir string) error {
-		return writeSlot(dir, "A", o)
+		return writeSlot(dir, "A", o, signed)
 	})
 	if err != nil {
 		return err
@@ -223,7 +241,7 @@ func ToDisk(ctx context.Context, o Options) error {
 // filesystems go on the opened volumes), records STATE's encryption in META for the boot stage,
 // and returns STATE's new salt for keys locked to it (nil without encryption). targets gets the
 // device each filesystem is made on.
-func (o Options) encrypt(ctx context.Context, devs map[string]partition.Device, targets map[string]string) ([]byte, error) {
+func (o Options) encrypt(ctx context.Context, devs map[string]partition.Device, targets map[string]string, signed []uki.Section) ([]byte, error) {
 	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
 		targets[name] = devs[name].Path()
 	}
@@ -257,6 +275,11 @@ func (o Options) encrypt(ctx context.Context, devs map[string]partition.Device, 
 		o.Log("encrypting %s (%s) with LUKS2, keys %s", name, devs[name].Path(), strings.Join(kinds, ", "))
 
 		env := encryption.Env{Label: name, NodeUUID: o.NodeUUID, Salt: salt}
+		if signed != nil {
+			// The node boots a signed UKI: its TPM keys are bound to what the PCR key signs.
+			env.PCRSigning = func() (*rsa.PublicKey, []tpmseal.SignedPolicy, bool, error) { return uki.Booted(o.Initramfs) }
+		}
+
 		if err := (encryption.Cryptsetup{}).Format(ctx, devs[name].Path(), spec, env); err != nil {
 			return nil, fmt.Errorf("encrypting %s: %w", name, err)
 		}
@@ -278,13 +301,22 @@ func (o Options) encrypt(ctx context.Context, devs map[string]partition.Device, 
 	return salt, nil
 }
 
-// writeSlot writes a slot's kernel and initramfs and GRUB's menu on BOOT.
-func writeSlot(boot, slot string, o Options) error {
+// writeSlot writes a slot's kernel and initramfs, or its unified kernel image (signed: its
+// sections), and GRUB's menu on BOOT.
+func writeSlot(boot, slot string, o Options, signed []uki.Section) error {
 	dir := filepath.Join(boot, slot)
 	for _, d := range []string{dir, filepath.Join(boot, "grub")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
+	}
+
+	if signed != nil {
+		if err := uki.Build(filepath.Join(o.Initramfs, metal.InitramfsStub), signed, filepath.Join(dir, slots.SlotUKI)); err != nil {
+			return fmt.Errorf("writing the unified kernel image: %w", err)
+		}
+
+		return o.writeMenu(boot, partition.GRUBSlot{Name: slot, UKI: true})
 	}
 
 	if err := copyFile(filepath.Join(o.Initramfs, metal.InitramfsKernel), filepath.Join(dir, "vmlinuz"), 0o600); err != nil {
@@ -306,16 +338,72 @@ func writeSlot(boot, slot string, o Options) error {
 		return err
 	}
 
-	// The keys upgrade images must be signed with, when the boot assets carry them.
+	return o.writeMenu(boot, partition.GRUBSlot{Name: slot})
+}
+
+// writeMenu writes GRUB's menu on BOOT, booting slot; the keys upgrade images must be signed
+// with go beside it when the boot assets carry them.
+func (o Options) writeMenu(boot string, slot partition.GRUBSlot) error {
 	if keys := filepath.Join(o.Initramfs, metal.InitramfsKeys); regularFile(keys) {
-		if err = copyFile(keys, filepath.Join(boot, filepath.Base(metal.InitramfsKeys)), 0o644); err != nil {
+		if err := copyFile(keys, filepath.Join(boot, filepath.Base(metal.InitramfsKeys)), 0o644); err != nil {
 			return err
 		}
 	}
 
-	cfg := partition.GRUBConfig(slot, []string{slot}, strings.Join(o.Cmdline, " "))
+	cfg := partition.GRUBConfig(slot.Name, []partition.GRUBSlot{slot}, strings.Join(o.Cmdline, " "))
 
 	return os.WriteFile(filepath.Join(boot, "grub", "grub.cfg"), []byte(cfg), 0o600)
+}
+
+// bootedUKI is the UKI this node installs when it booted from a UKI with a PCR signature: its
+// sections, of the kernel and initramfs this node booted and the stub's signature (checked to
+// approve them); nil when the boot was of a kernel and initramfs, or unsigned.
+func (o Options) bootedUKI() ([]uki.Section, error) {
+	pkey, err := os.ReadFile(filepath.Join(o.Initramfs, uki.PublicKeyFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+
+	sig, err := os.ReadFile(filepath.Join(o.Initramfs, uki.SignatureFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+
+	kernel, err := uki.FileSection(".linux", filepath.Join(o.Initramfs, metal.InitramfsKernel))
+	if err != nil {
+		return nil, err
+	}
+
+	initrd, err := uki.StreamSection(".initrd", func(w io.Writer) error {
+		return imager.WriteInitramfs(w, o.Initramfs, metal.InitramfsAdded...)
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	sections, err := uki.Signed(strings.Join(metal.DefaultKernelArgs, " "), kernel, initrd, pkey, sig)
+	if err != nil {
+		return nil, fmt.Errorf("this node booted a signed UKI, and its own UKI does not match the signature: %w", err)
+	}
+
+	return sections, nil
+}
+
+// tpmKeys reports whether the config seals a system volume's key to the TPM.
+func (o Options) tpmKeys() bool {
+	for _, spec := range o.Encryption {
+		for _, k := range spec.Keys {
+			if k.TPM {
+				return true
+			}
+		}
+	}
+
+	return false
 }
 
 // onPartition mounts a partition's device (filesystem fstype) in a temporary folder for fn,

@@ -21,8 +21,8 @@ import (
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/slots"
-	"github.com/talos-go/talos/internal/uki"
 	"github.com/talos-go/talos/internal/udev"
+	"github.com/talos-go/talos/internal/uki"
 )
 
 // Paths inside the initramfs, as `imager boot` lays it out.

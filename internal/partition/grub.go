@@ -63,16 +63,30 @@ func InstallGRUB(disk interface {
 // GRUBPrefix is where core.img finds its config: BOOT is the third GPT partition.
 const GRUBPrefix = "(hd0,gpt3)/grub"
 
-// GRUBConfig is grub/grub.cfg on BOOT: a menu of the slots (A and B, each a folder with vmlinuz
-// and initramfs.img) booting the default one, on the serial console and the screen.
-func GRUBConfig(def string, slots []string, cmdline string) string {
+// GRUBSlot is a slot in GRUB's menu: a folder on BOOT with vmlinuz and initramfs.img, or with
+// uki.efi (UKI), a unified kernel image GRUB starts on UEFI (its stub measures it into PCR 11;
+// the kernel arguments GRUB passes it replace its own, and name the slot as BOOT_IMAGE).
+type GRUBSlot struct {
+	Name string
+	UKI  bool
+}
+
+// GRUBConfig is grub/grub.cfg on BOOT: a menu of the slots booting the default one, on the
+// serial console and the screen.
+func GRUBConfig(def string, slots []GRUBSlot, cmdline string) string {
 	var b strings.Builder
 
 	fmt.Fprintf(&b, "set default=%q\nset timeout=0\n", def)
 	b.WriteString("serial --unit=0 --speed=115200\nterminal_input console serial\nterminal_output console serial\n")
 
 	for _, s := range slots {
-		fmt.Fprintf(&b, "\nmenuentry %q {\n\techo \"Loading slot %s\"\n\tlinux /%s/vmlinuz %s\n\tinitrd /%s/initramfs.img\n}\n", s, s, s, cmdline, s)
+		fmt.Fprintf(&b, "\nmenuentry %q {\n\techo \"Loading slot %s\"\n", s.Name, s.Name)
+
+		if s.UKI {
+			fmt.Fprintf(&b, "\tchainloader /%s/uki.efi BOOT_IMAGE=/%s/uki.efi %s\n}\n", s.Name, s.Name, cmdline)
+		} else {
+			fmt.Fprintf(&b, "\tlinux /%s/vmlinuz %s\n\tinitrd /%s/initramfs.img\n}\n", s.Name, cmdline, s.Name)
+		}
 	}
 
 	return b.String()

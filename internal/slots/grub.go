@@ -19,28 +19,33 @@ import (
 // stage does and points GRUB's default back at the active slot while a slot is tried, so a
 // trial that hangs or crashes boots the previous slot on the next reset (GRUB's boot-once).
 
-// Files of a metal slot: what GRUB loads.
+// Files of a metal slot: what GRUB loads, a kernel and initramfs, or a unified kernel image.
 const (
 	SlotKernel    = "vmlinuz"
 	SlotInitramfs = "initramfs.img"
+	SlotUKI       = "uki.efi"
 )
 
 // GRUBConfigPath is GRUB's menu on BOOT.
 func GRUBConfigPath(bootDir string) string { return filepath.Join(bootDir, "grub", "grub.cfg") }
 
-// KernelSlotInstalled reports whether a metal slot holds a kernel and an initramfs.
+// KernelSlotInstalled reports whether a metal slot holds a kernel and an initramfs, or a
+// unified kernel image.
 func KernelSlotInstalled(bootDir, slot string) bool {
-	for _, name := range []string{SlotKernel, SlotInitramfs} {
-		fi, err := os.Stat(filepath.Join(Dir(bootDir, slot), name))
-		if err != nil || !fi.Mode().IsRegular() {
-			return false
-		}
-	}
-
-	return true
+	return UKISlot(bootDir, slot) || (regular(filepath.Join(Dir(bootDir, slot), SlotKernel)) && regular(filepath.Join(Dir(bootDir, slot), SlotInitramfs)))
 }
 
-var grubLinuxRE = regexp.MustCompile(`(?m)^\s*linux /[AB]/vmlinuz ?(.*)$`)
+// UKISlot reports whether a metal slot holds a unified kernel image.
+func UKISlot(bootDir, slot string) bool { return regular(filepath.Join(Dir(bootDir, slot), SlotUKI)) }
+
+func regular(path string) bool {
+	fi, err := os.Stat(path)
+
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// grubLinuxRE finds the kernel arguments of a menu entry.
+var grubLinuxRE = regexp.MustCompile(`(?m)^\s*(?:linux /[AB]/vmlinuz|chainloader /[AB]/uki\.efi BOOT_IMAGE=/[AB]/uki\.efi) ?(.*)$`)
 
 // SetGRUBDefault rewrites GRUB's menu on BOOT: an entry per installed slot, def booted by
 // default, with the kernel arguments the menu has now. BOOT is frozen and thawed after the
@@ -63,16 +68,16 @@ func SetGRUBDefault(bootDir, def string) error {
 		return fmt.Errorf("GRUB's menu %s has no slot entry: reinstall the node", path)
 	}
 
-	var entries []string
+	var entries []partition.GRUBSlot
 
 	for _, s := range []string{A, B} {
 		if KernelSlotInstalled(bootDir, s) {
-			entries = append(entries, s)
+			entries = append(entries, partition.GRUBSlot{Name: s, UKI: UKISlot(bootDir, s)})
 		}
 	}
 
 	if !KernelSlotInstalled(bootDir, def) {
-		return fmt.Errorf("GRUB default: slot %s holds no kernel and initramfs", def)
+		return fmt.Errorf("GRUB default: slot %s holds no kernel and initramfs, nor a unified kernel image", def)
 	}
 
 	cfg := partition.GRUBConfig(def, entries, strings.TrimSpace(string(m[1])))

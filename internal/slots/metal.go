@@ -15,7 +15,7 @@ type MetalBoot struct {
 	ResetWipe     []string // partitions a reset began wiping and did not finish (cleared by the caller once wiped)
 }
 
-var bootImageRE = regexp.MustCompile(`(?:^|\s)BOOT_IMAGE=/?([AB])/vmlinuz(?:\s|$)`)
+var bootImageRE = regexp.MustCompile(`(?:^|\s)BOOT_IMAGE=/?([AB])/(?:vmlinuz|uki\.efi)(?:\s|$)`)
 
 // Booted is the slot GRUB booted, from the kernel's command line ("" when it names none).
 func Booted(cmdline string) string {

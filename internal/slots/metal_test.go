@@ -34,7 +34,7 @@ func bootFolder(t *testing.T, installed ...string) string {
 		t.Fatal(err)
 	}
 
-	if err := os.WriteFile(GRUBConfigPath(boot), []byte(partition.GRUBConfig(A, []string{A}, testCmdline)), 0o600); err != nil {
+	if err := os.WriteFile(GRUBConfigPath(boot), []byte(partition.GRUBConfig(A, []partition.GRUBSlot{{Name: A}}, testCmdline)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -88,13 +88,56 @@ func TestSetGRUBDefault(t *testing.T) {
 	}
 }
 
+// Slots holding a unified kernel image are chainloaded, with the kernel arguments and the slot
+// as BOOT_IMAGE; the menu's arguments are read back from such an entry too.
+func TestSetGRUBDefaultUKI(t *testing.T) {
+	boot := bootFolder(t, A)
+
+	if err := os.MkdirAll(Dir(boot, B), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(filepath.Join(Dir(boot, B), SlotUKI), []byte("uki"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if !KernelSlotInstalled(boot, B) || !UKISlot(boot, B) || UKISlot(boot, A) {
+		t.Fatal("slot B holds a UKI: installed, a UKI slot; A is not")
+	}
+
+	if err := SetGRUBDefault(boot, B); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, _ := os.ReadFile(GRUBConfigPath(boot))
+	if !strings.Contains(string(cfg), "linux /A/vmlinuz "+testCmdline+"\n") {
+		t.Errorf("menu lost slot A:\n%s", cfg)
+	}
+
+	os.RemoveAll(Dir(boot, A))
+
+	// The last write reads the arguments back from the chainloader entry, the only one left.
+	for range 2 {
+		if err := SetGRUBDefault(boot, B); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg, _ = os.ReadFile(GRUBConfigPath(boot))
+	if want := "chainloader /B/uki.efi BOOT_IMAGE=/B/uki.efi " + testCmdline + "\n"; !strings.Contains(string(cfg), want) || strings.Count(string(cfg), testCmdline) != 1 {
+		t.Errorf("menu has no %q (once):\n%s", want, cfg)
+	}
+}
+
 func TestBooted(t *testing.T) {
 	for cmdline, want := range map[string]string{
-		"BOOT_IMAGE=/A/vmlinuz talos.platform=metal": A,
-		"talos.platform=metal BOOT_IMAGE=/B/vmlinuz": B,
-		"talos.platform=metal":                       "",
-		"BOOT_IMAGE=/C/vmlinuz":                      "",
-		"XBOOT_IMAGE=/B/vmlinuz":                     "",
+		"BOOT_IMAGE=/A/vmlinuz talos.platform=metal":  A,
+		"talos.platform=metal BOOT_IMAGE=/B/vmlinuz":  B,
+		"talos.platform=metal":                        "",
+		"BOOT_IMAGE=/C/vmlinuz":                       "",
+		"XBOOT_IMAGE=/B/vmlinuz":                      "",
+		" BOOT_IMAGE=/B/uki.efi talos.platform=metal": B,
+		"BOOT_IMAGE=/A/uki.efix":                      "",
 	} {
 		if got := Booted(cmdline); got != want {
 			t.Errorf("Booted(%q) = %q, want %q", cmdline, got, want)

@@ -260,3 +260,26 @@ func Approves(policies []tpmseal.SignedPolicy, pcr []byte) bool {
 
 	return false
 }
+
+// Signed is a signed Talos UKI's sections: Sections with the .pcrpkey and .pcrsig given (a
+// signed UKI's, or a signed upgrade image's), checked first: the signature must approve PCR 11
+// as this UKI's boot leaves it when the disks are opened, or the UKI would not open them.
+func Signed(cmdline string, kernel, initrd Section, pcrpkey, pcrsig []byte) ([]Section, error) {
+	key, err := ParsePublicKey(pcrpkey)
+	if err != nil {
+		return nil, err
+	}
+
+	policies, err := ParseSignature(pcrsig, key)
+	if err != nil {
+		return nil, err
+	}
+
+	sections := append(Sections(cmdline, kernel, initrd), BytesSection(".pcrpkey", pcrpkey))
+
+	if pcr := PredictPCR11(sections, SignedPhases...); !Approves(policies, pcr) {
+		return nil, fmt.Errorf("the PCR signature does not approve this kernel and initramfs (PCR 11 at %s would be %x): they are not the ones it was made for", EnterMachined, pcr)
+	}
+
+	return append(sections, BytesSection(".pcrsig", pcrsig)), nil
+}

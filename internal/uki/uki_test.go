@@ -7,6 +7,7 @@ import (
 	"debug/pe"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -110,5 +111,53 @@ func TestSignedUKI(t *testing.T) {
 
 	if !bytes.Equal(a, b) {
 		t.Error("two writes of the same sections differ")
+	}
+}
+
+// Signed rebuilds a signed UKI's sections from the kernel, the initramfs and the signature, and
+// refuses an initramfs the signature was not made for.
+func TestSigned(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	kernel, initrd := BytesSection("", []byte("kernel")), BytesSection("", []byte("initramfs"))
+
+	signed, err := Sign(key, Sections("console=ttyS0", kernel, initrd))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var pkey, sig []byte
+
+	for _, s := range signed {
+		var b bytes.Buffer
+		if err = s.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+
+		if s.Name == ".pcrpkey" {
+			pkey = b.Bytes()
+		} else {
+			sig = b.Bytes()
+		}
+	}
+
+	sections, err := Signed("console=ttyS0", kernel, initrd, pkey, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(sections) != 6 || sections[4].Name != ".pcrpkey" || sections[5].Name != ".pcrsig" {
+		t.Errorf("sections %v", sections)
+	}
+
+	if _, err = Signed("console=ttyS0", kernel, BytesSection("", []byte("another")), pkey, sig); err == nil || !strings.Contains(err.Error(), "does not approve") {
+		t.Errorf("another initramfs: %v", err)
+	}
+
+	if _, err = Signed("quiet", kernel, initrd, pkey, sig); err == nil {
+		t.Error("other default kernel arguments: accepted")
 	}
 }

@@ -77,6 +77,16 @@ func (in *install) WriteSlot(context.Context) error {
 		return err
 	}
 
+	if in.m.bootsUKI() {
+		in.log.Info("building the unified kernel image of the new kernel and initramfs")
+
+		if err := toUKI(slots.Dir(in.m.R.Paths.Boot(), in.target)); err != nil {
+			os.RemoveAll(slots.Dir(in.m.R.Paths.Boot(), in.target)) // a kernel slot would not open this node's disks
+
+			return fmt.Errorf("slot %s: %w", in.target, err)
+		}
+	}
+
 	// A metal slot's files were checked as they arrived and synced (imager.ExtractFrom): reading
 	// its 230 MB back would hash them again from the page cache, a minute under emulation.
 	if in.m.metal() {

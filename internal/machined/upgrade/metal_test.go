@@ -33,7 +33,7 @@ func metalEnv(t *testing.T) (*env, string) {
 	for path, content := range map[string]string{
 		filepath.Join(boot, "A", slots.SlotKernel):    "old kernel",
 		filepath.Join(boot, "A", slots.SlotInitramfs): "old initramfs",
-		slots.GRUBConfigPath(boot):                    partition.GRUBConfig(slots.A, []string{slots.A}, "talos.platform=metal"),
+		slots.GRUBConfigPath(boot):                    partition.GRUBConfig(slots.A, []partition.GRUBSlot{{Name: slots.A}}, "talos.platform=metal"),
 	} {
 		os.MkdirAll(filepath.Dir(path), 0o700)
 

@@ -270,6 +270,12 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 			map[bool]string{true: "metal", false: "process"}[man.Metal()], m.R.Platform, map[bool]string{true: "metal-image", false: "image"}[m.metal()])
 	}
 
+	if err == nil && m.bootsUKI() {
+		if err = m.checkPCRSignature(staging); err != nil {
+			os.RemoveAll(staging)
+		}
+	}
+
 	if err != nil {
 		kind := errkind.Invalid
 		if errors.Is(err, os.ErrNotExist) {
