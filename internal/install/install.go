@@ -274,6 +274,10 @@ func (o Options) encrypt(ctx context.Context, devs map[string]partition.Device, 
 
 		o.Log("encrypting %s (%s) with LUKS2, keys %s", name, devs[name].Path(), strings.Join(kinds, ", "))
 
+		if signed != nil && o.tpmKeys() {
+			o.Log("%s: TPM keys are sealed to PCR 7 and the PCR 11 values the UKI's PCR signing key signs", name)
+		}
+
 		env := encryption.Env{Label: name, NodeUUID: o.NodeUUID, Salt: salt}
 		if signed != nil {
 			// The node boots a signed UKI: its TPM keys are bound to what the PCR key signs.

@@ -108,7 +108,7 @@ func openEncrypted(mods *Modules, label, dev, metaDev string) (string, error) {
 // withImage runs fn with the node image mounted at a folder, with /dev, /proc and /sys in it:
 // the boot stage runs the image's programs (cryptsetup) chrooted there.
 func withImage(fn func(root string) error) error {
-	root := "/image"
+	root := "/image" // in InitramfsAdded
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}

@@ -40,8 +40,13 @@ const (
 
 // InitramfsAdded are what the boot adds to the initramfs's folder (relative names): not the
 // initramfs's own files, left out when a node writes its initramfs back (the downloaded config
-// holds the machine's secrets, and BOOT is not encrypted).
-var InitramfsAdded = []string{strings.TrimPrefix(downloadedConfig, "/"), ".extra"}
+// holds the machine's secrets, and BOOT is not encrypted). The stub's /.extra; the folders the
+// boot mounts things on (an installed disk's partitions are mounted under /disk, which is a
+// tmpfs otherwise).
+var InitramfsAdded = []string{
+	strings.TrimPrefix(downloadedConfig, "/"), ".extra", "image", "metal-iso",
+	"disk/" + partition.Boot, "disk/" + partition.Meta, "disk/" + partition.State, "disk/" + partition.Ephemeral, "disk/rootfs",
+}
 
 // BootModules are loaded on every boot, before the devices' own: the node image's
 // filesystems and loop devices, and the virtio transport the devices of QEMU are on.
@@ -215,7 +220,7 @@ func configFromISO(mods *Modules, dst string) (string, error) {
 			return "", err
 		}
 
-		const dir = "/metal-iso"
+		const dir = "/metal-iso" // in InitramfsAdded
 		if err = os.MkdirAll(dir, 0o700); err != nil {
 			return "", err
 		}

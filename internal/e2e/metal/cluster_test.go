@@ -19,11 +19,12 @@ import (
 
 	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/encryption"
-	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/testenv"
+	ukipkg "github.com/talos-go/talos/internal/uki"
 )
 
 // `talosctl cluster create --provisioner qemu` boots a node from the boot assets on a bridge of
@@ -296,49 +297,98 @@ func TestClusterCreateQEMUFromDiskImage(t *testing.T) {
 }
 
 // With --uki-path the node boots the unified kernel image with UEFI (OVMF starts its stub,
-// which boots the kernel and initramfs in it with the arguments in it), gets its config
-// through the maintenance API, installs itself and boots its disk with GRUB. The disk has
-// 4096-byte sectors (--disk-block-size): its partition table is in them.
+// which measures the UKI into PCR 11 and boots the kernel and initramfs in it with the arguments
+// in it), gets its config through the maintenance API and installs itself: the UKI carries a
+// PCR signature, so the node installs a UKI of its own kernel and initramfs with it, which GRUB
+// chainloads, and its TPM disk keys are sealed to PCR 7 and the PCR 11 values the signature
+// approves. The installed UKI measures as the built one, and opens the disks at each boot. An
+// upgrade needs an image carrying the PCR signature of its kernel and initramfs; the node boots
+// the UKI built from it. The disk has 4096-byte sectors (--disk-block-size).
 func TestClusterCreateQEMUFromUKI(t *testing.T) {
 	_, cli, dir := qemuCluster(t, "qemu-uki")
 
 	const cidr, gateway, node = "10.5.12.0/24", "10.5.12.1", "10.5.12.2"
 
 	start := time.Now()
-	out := cli.Must(t, oneNodeCluster("qemu-uki", cidr, gateway, "--uki-path", uki, "--disk-block-size", "4096", "--disk-preallocate=false", "--with-tpm2")...)
-	t.Logf("created from the UKI, the config applied in maintenance mode, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
+	out := cli.Must(t, oneNodeCluster("qemu-uki", cidr, gateway, "--uki-path", uki, "--disk-block-size", "4096", "--disk-preallocate=false", "--with-tpm2",
+		"--encrypt-state", "--encrypt-ephemeral", "--disk-encryption-key-types", "tpm")...)
+	t.Logf("created from the UKI, the config applied in maintenance mode, installed, etcd bootstrapped in %s", time.Since(start).Round(100*time.Millisecond))
 
 	if !strings.Contains(out, "maintenance mode on qemu-uki-controlplane-1 to apply its config: OK") {
 		t.Errorf("create did not apply the node's config:\n%s", out)
 	}
 
-	console, _ := os.ReadFile(filepath.Join(dir, "qemu-uki-controlplane-1.log"))
+	consolePath := filepath.Join(dir, "qemu-uki-controlplane-1.log")
+	console, _ := os.ReadFile(consolePath)
+
 	if !strings.Contains(string(console), "from the unified kernel image "+uki) ||
 		!strings.Contains(string(console), "Kernel command line: "+strings.Join(metal.DefaultKernelArgs, " ")) {
 		t.Errorf("the node did not boot the UKI (its own kernel arguments) first")
 	}
 
-	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, "BOOT_IMAGE=/A/vmlinuz") {
-		t.Errorf("the node did not boot slot A from its disk after the install: /proc/cmdline %s", out)
-	}
+	waitBootedSlot(t, cli, node, "A", slots.SlotUKI)
 
-	// The stub measured the UKI's sections into PCR 11 (with --with-tpm2) as the imager predicts.
-	predicted, err := imager.PredictPCR11(uki)
+	sections, err := ukipkg.FileSections(uki)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if m := regexp.MustCompile(`TPM PCR 11 at boot: ([0-9a-f]{64})`).FindStringSubmatch(string(console)); m == nil || m[1] != hex.EncodeToString(predicted) {
-		t.Errorf("PCR 11 after the stub: %v, predicted %x", m, predicted)
+	// The stub measured the built UKI and then the installed one into PCR 11 as predicted: the
+	// node rebuilt its UKI to the same measured bytes.
+	measured := "TPM PCR 11 at boot: " + hex.EncodeToString(ukipkg.PredictPCR11(sections)) + " "
+	console, _ = os.ReadFile(consolePath)
+
+	if n := strings.Count(string(console), measured); n < 2 {
+		t.Errorf("the console shows %q %d times, want 2 (the built UKI, the installed one):\n%s", measured, n, grepLines(console, "PCR 11"))
+	}
+
+	for _, want := range []string{"sealed to PCR 7 and the PCR 11 values the UKI's PCR signing key signs", "STATE: LUKS2 volume opened with key slot 0 (tpm)", "EPHEMERAL: LUKS2 volume opened with key slot 0 (tpm)"} {
+		if !strings.Contains(string(console), want) {
+			t.Errorf("the console shows no %q", want)
+		}
 	}
 
 	if out := cli.Must(t, "-n", node, "read", "/sys/block/vda/queue/logical_block_size"); strings.TrimSpace(out) != "4096" {
 		t.Errorf("the disk's sectors: %q, want 4096", out)
 	}
 
-	if out := cli.Must(t, "-n", node, "mounts"); !regexp.MustCompile(`(?m)/dev/vda5\s.*\s/system/state\s*$`).MatchString(out) {
-		t.Errorf("mounts: STATE is not the 4Kn disk's:\n%s", out)
+	if out := cli.Must(t, "-n", node, "mounts"); !regexp.MustCompile(`(?m)/dev/mapper/luks2-STATE\s.*\s/system/state\s*$`).MatchString(out) {
+		t.Errorf("mounts: STATE is not the encrypted volume:\n%s", out)
 	}
+
+	// An image without the PCR signature is refused before anything changes.
+	unsigned := serveMetalImage(t, gateway)
+	if _, errOut, code := cli.Run(t, "-n", node, "upgrade", "--image", unsigned, "--wait=false"); code == 0 || !strings.Contains(errOut, "carries no PCR signature") {
+		t.Errorf("upgrade to an image without the PCR signature: exit %d: %s", code, errOut)
+	}
+
+	pcrKey, err := filepath.Abs("../../../_out/pcr-signing-key.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start = time.Now()
+	cli.Must(t, "-n", node, "upgrade", "--image", serveMetalImage(t, gateway, "--pcr-key", pcrKey), "--wait=false")
+	waitBootedSlot(t, cli, node, "B", slots.SlotUKI)
+	t.Logf("upgrade: the node runs slot B's UKI %s after the request", time.Since(start).Round(100*time.Millisecond))
+
+	console, _ = os.ReadFile(consolePath)
+	if n := strings.Count(string(console), "STATE: LUKS2 volume opened with key slot 0 (tpm)"); n < 2 {
+		t.Errorf("STATE opened %d times with its TPM key, want 2 (slot A, slot B)", n)
+	}
+}
+
+// grepLines are the lines of b holding s.
+func grepLines(b []byte, s string) string {
+	var out []string
+
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+
+	return strings.Join(out, "\n")
 }
 
 // --wireguard-cidr links the nodes with WireGuard: each has wg0 with its address in the network
@@ -486,49 +536,14 @@ func TestClusterCreateQEMUConfigISO(t *testing.T) {
 func upgradeAndRollBack(t *testing.T, cli testenv.CLI, console, node, gateway string) {
 	t.Helper()
 
-	key, err := filepath.Abs("../../../_out/image-signing.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	if _, err = os.Stat(key); err != nil {
-		t.Fatalf("no image signing key beside the boot assets (the key their nodes trust): rebuild them with `make boot`: %v", err)
-	}
-
-	img := filepath.Join(t.TempDir(), "talos-metal-v1.99.0.img")
-	if out, err := exec.Command(filepath.Join(binDir, "imager"), "build", "--key", key, "--version", "v1.99.0", "--gzip=false",
-		"--vmlinuz", kernel, "--initramfs", initramfs, "--out", img).CombinedOutput(); err != nil {
-		t.Fatalf("building the metal image: %v\n%s", err, out)
-	}
-
-	l, err := net.Listen("tcp", gateway+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	srv := &http.Server{Handler: http.FileServer(http.Dir(filepath.Dir(img))), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-
-	url := "http://" + l.Addr().String() + "/" + filepath.Base(img)
+	url := serveMetalImage(t, gateway)
 
 	// An image that is not there is refused before anything changes.
 	if _, errOut, code := cli.Run(t, "-n", node, "upgrade", "--image", url+".missing", "--wait=false"); code == 0 || !strings.Contains(errOut, "404") {
 		t.Errorf("upgrade from a missing image: exit %d: %s", code, errOut)
 	}
 
-	bootedSlot := func(slot string) {
-		t.Helper()
-
-		testenv.WaitFor(t, "the node booted from slot "+slot, 5*time.Minute, func() error {
-			out, errOut, code := cli.Run(t, "-n", node, "read", "/proc/cmdline")
-			if code != 0 || !strings.Contains(out, "BOOT_IMAGE=/"+slot+"/vmlinuz") {
-				return fmt.Errorf("exit %d: %s%s", code, out, errOut)
-			}
-
-			return nil
-		})
-	}
+	bootedSlot := func(slot string) { waitBootedSlot(t, cli, node, slot, "vmlinuz") }
 
 	start := time.Now()
 	cli.Must(t, "-n", node, "upgrade", "--image", url, "--wait=false")
@@ -577,6 +592,54 @@ func upgradeAndRollBack(t *testing.T, cli testenv.CLI, console, node, gateway st
 	if b, _ := os.ReadFile(console); !strings.Contains(string(b), "reset: wiped STATE, EPHEMERAL") || strings.Count(string(b), "booting the installed disk vda") < 5 {
 		t.Errorf("the console shows no reset wipe from the installed disk")
 	}
+}
+
+// serveMetalImage builds a metal upgrade image (v1.99.0) of the boot assets under test with
+// imager build's flags added, and serves it over HTTP on the cluster's bridge (gateway): it
+// returns its URL.
+func serveMetalImage(t *testing.T, gateway string, flags ...string) string {
+	t.Helper()
+
+	key, err := filepath.Abs("../../../_out/image-signing.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = os.Stat(key); err != nil {
+		t.Fatalf("no image signing key beside the boot assets (the key their nodes trust): rebuild them with `make boot`: %v", err)
+	}
+
+	img := filepath.Join(t.TempDir(), "talos-metal-v1.99.0.img")
+	args := append([]string{"build", "--key", key, "--version", "v1.99.0", "--gzip=false", "--vmlinuz", kernel, "--initramfs", initramfs, "--out", img}, flags...)
+
+	if out, err := exec.Command(filepath.Join(binDir, "imager"), args...).CombinedOutput(); err != nil {
+		t.Fatalf("building the metal image: %v\n%s", err, out)
+	}
+
+	l, err := net.Listen("tcp", gateway+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := &http.Server{Handler: http.FileServer(http.Dir(filepath.Dir(img))), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	return "http://" + l.Addr().String() + "/" + filepath.Base(img)
+}
+
+// waitBootedSlot waits for the node to run from slot's file (vmlinuz, or uki.efi) on its disk.
+func waitBootedSlot(t *testing.T, cli testenv.CLI, node, slot, file string) {
+	t.Helper()
+
+	testenv.WaitFor(t, "the node booted from slot "+slot, 5*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", node, "read", "/proc/cmdline")
+		if code != 0 || !strings.Contains(out, "BOOT_IMAGE=/"+slot+"/"+file) {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		return nil
+	})
 }
 
 // waitTimeSynced waits for the node's time status to say synced.
