@@ -3,6 +3,10 @@ package encryption
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"strings"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 
+	"github.com/talos-go/talos/internal/tpmseal"
 	"github.com/talos-go/talos/internal/tpmseal/swtpm"
 )
 
@@ -227,6 +232,73 @@ func TestPassphrases(t *testing.T) {
 
 	if s, _ := env.passphrase(ctx, Key{Static: []byte("pw")}, nil); string(s) != "pw" {
 		t.Fatalf("static key %q", s)
+	}
+
+	testSignedTPMKey(t, env)
+}
+
+// On a node booted from a signed UKI, a TPM key is sealed to PCR 7 and the PCR 11 values the
+// UKI's PCR signing key signs: it unseals while PCR 11 holds the signed value, not once the boot
+// moved past it, and not without the UKI's signature.
+func testSignedTPMKey(t *testing.T, env Env) {
+	ctx := context.Background()
+	tpm := swtpm.Start(t, t.TempDir())
+
+	phase := func(name string) []byte {
+		tp, err := tpm.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tp.Close()
+
+		if err = tpmseal.ExtendPhase(tp, name); err != nil {
+			t.Fatal(err)
+		}
+
+		v, err := tpmseal.ReadSigned(tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return v
+	}
+
+	pcrKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pol := tpmseal.PolicyPCRDigest(tpmseal.PCRSigned, phase("enter-machined"))
+	aHash := sha256.Sum256(pol)
+
+	sig, err := rsa.SignPKCS1v15(rand.Reader, pcrKey, crypto.SHA256, aHash[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	env.TPM = tpm.Open
+	unsigned := env
+	env.PCRSigning = func() (*rsa.PublicKey, []tpmseal.SignedPolicy, bool, error) {
+		return &pcrKey.PublicKey, []tpmseal.SignedPolicy{{Policy: pol, Signature: sig}}, true, nil
+	}
+
+	p, tok, err := env.newPassphrase(ctx, Key{Slot: 4, TPM: true})
+	if err != nil || tok.TPM == nil || tok.TPM.SignedPCR != tpmseal.PCRSigned {
+		t.Fatalf("signed tpm key: %+v %v", tok, err)
+	}
+
+	if q, err := env.passphrase(ctx, Key{Slot: 4, TPM: true}, tok); err != nil || !bytes.Equal(p, q) {
+		t.Fatalf("signed tpm key again: %v", err)
+	}
+
+	if _, err = unsigned.passphrase(ctx, Key{Slot: 4, TPM: true}, tok); err == nil || !strings.Contains(err.Error(), "signed UKI") {
+		t.Errorf("signed tpm key without the UKI's signature: %v", err)
+	}
+
+	phase("start-the-world")
+
+	if _, err = env.passphrase(ctx, Key{Slot: 4, TPM: true}, tok); !errors.Is(err, tpmseal.ErrNotSigned) {
+		t.Errorf("signed tpm key after start-the-world: %v", err)
 	}
 }
 

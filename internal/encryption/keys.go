@@ -121,28 +121,31 @@ func (e Env) sealTPM(k Key, key []byte) (*tpmseal.Sealed, error) {
 	}
 	defer tpm.Close()
 
-	var sealed *tpmseal.Sealed
-
-	if e.PCRSigning != nil {
-		pcrKey, _, ok, err := e.PCRSigning()
-		if err != nil {
-			return nil, fmt.Errorf("%s key slot %d (tpm): the booted UKI's PCR signing key: %w", e.Label, k.Slot, err)
-		}
-
-		if !ok {
-			return nil, fmt.Errorf("%s key slot %d (tpm): this boot is not of a UKI with a PCR signature", e.Label, k.Slot)
-		}
-
-		sealed, err = tpmseal.SealSigned(tpm, key, pcrKey)
-	} else {
-		sealed, err = tpmseal.Seal(tpm, key)
-	}
-
+	sealed, err := e.seal(tpm, key)
 	if err != nil {
 		return nil, fmt.Errorf("%s key slot %d (tpm): %w", e.Label, k.Slot, err)
 	}
 
 	return sealed, nil
+}
+
+// seal seals key to the TPM: to PCR 7, and to the PCR 11 values the booted UKI's PCR signing
+// key signs when the node boots one.
+func (e Env) seal(tpm transport.TPM, key []byte) (*tpmseal.Sealed, error) {
+	if e.PCRSigning == nil {
+		return tpmseal.Seal(tpm, key)
+	}
+
+	pcrKey, _, ok, err := e.PCRSigning()
+	if err != nil {
+		return nil, fmt.Errorf("the booted UKI's PCR signing key: %w", err)
+	}
+
+	if !ok {
+		return nil, errors.New("this boot is not of a UKI with a PCR signature")
+	}
+
+	return tpmseal.SealSigned(tpm, key, pcrKey)
 }
 
 // unsealTPM unseals a TPM key: with the booted UKI's signed PCR 11 policies when it was sealed

@@ -391,7 +391,7 @@ func (o Options) bootedUKI() ([]uki.Section, error) {
 
 	sections, err := uki.Signed(strings.Join(metal.DefaultKernelArgs, " "), kernel, initrd, pkey, sig)
 	if err != nil {
-		return nil, fmt.Errorf("this node booted a signed UKI, and its own UKI does not match the signature: %w", err)
+		return nil, fmt.Errorf("this node booted a signed UKI, and its own UKI does not match the signature (the kernel's sha256 %x, the initramfs written back %d bytes, sha256 %x): %w", kernel.Digest, initrd.Size, initrd.Digest, err)
 	}
 
 	return sections, nil

@@ -1,13 +1,21 @@
 package install
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/uki"
 )
 
 func TestCmdline(t *testing.T) {
@@ -94,5 +102,81 @@ func TestCopyTree(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dst, "a/b/config.yaml"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("copied file: %v, %v", fi, err)
+	}
+}
+
+// A node booted from a signed UKI installs the UKI of its own kernel and initramfs (written back
+// without what the boot added) when the stub's signature approves it; an initramfs that changed
+// is refused; a boot without the stub's files installs a kernel and initramfs.
+func TestBootedUKI(t *testing.T) {
+	root := t.TempDir()
+
+	for name, content := range map[string]string{"init": "init", "boot/vmlinuz": "kernel", "rootfs.sqsh": "image"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	o := Options{Initramfs: root}
+
+	if sections, err := o.bootedUKI(); sections != nil || err != nil {
+		t.Fatalf("no stub files: %v, %v", sections, err)
+	}
+
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	kernel, err := uki.FileSection("", filepath.Join(root, "boot/vmlinuz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	initrd, err := uki.StreamSection("", func(w io.Writer) error { return imager.WriteInitramfs(w, root) })
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	signed, err := uki.Sign(key, uki.Sections(strings.Join(metal.DefaultKernelArgs, " "), kernel, initrd))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// What the boot adds after the kernel unpacked the initramfs: the stub's files, the config.
+	for i, name := range []string{uki.PublicKeyFile, uki.SignatureFile} {
+		var b bytes.Buffer
+		if err = signed[i].Write(&b); err != nil {
+			t.Fatal(err)
+		}
+
+		if err = os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		if err = os.WriteFile(filepath.Join(root, name), b.Bytes(), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if err = os.WriteFile(filepath.Join(root, "config.yaml"), []byte("secrets"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	sections, err := o.bootedUKI()
+	if err != nil || len(sections) != 6 || sections[3].Name != ".initrd" || !bytes.Equal(sections[3].Digest, initrd.Digest) {
+		t.Fatalf("booted from a signed UKI: %v, %v", sections, err)
+	}
+
+	if err = os.WriteFile(filepath.Join(root, "init"), []byte("another init"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = o.bootedUKI(); err == nil || !strings.Contains(err.Error(), "does not approve") {
+		t.Errorf("a changed initramfs: %v", err)
 	}
 }

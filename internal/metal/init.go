@@ -40,11 +40,11 @@ const (
 
 // InitramfsAdded are what the boot adds to the initramfs's folder (relative names): not the
 // initramfs's own files, left out when a node writes its initramfs back (the downloaded config
-// holds the machine's secrets, and BOOT is not encrypted). The stub's /.extra; the folders the
-// boot mounts things on (an installed disk's partitions are mounted under /disk, which is a
-// tmpfs otherwise).
+// holds the machine's secrets, and BOOT is not encrypted). The stub's /.extra; the kernel's /root;
+// the folders the boot mounts things on (an installed disk's partitions are mounted under /disk,
+// which is a tmpfs otherwise).
 var InitramfsAdded = []string{
-	strings.TrimPrefix(downloadedConfig, "/"), ".extra", "image", "metal-iso",
+	strings.TrimPrefix(downloadedConfig, "/"), ".extra", "root", "image", "metal-iso",
 	"disk/" + partition.Boot, "disk/" + partition.Meta, "disk/" + partition.State, "disk/" + partition.Ephemeral, "disk/rootfs",
 }
 

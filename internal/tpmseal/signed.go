@@ -205,8 +205,12 @@ func ExtendPhase(t transport.TPM, phase string) error {
 // ReadSigned reads PCR 11's SHA-256 value.
 func ReadSigned(t transport.TPM) ([]byte, error) {
 	rsp, err := tpm2.PCRRead{PCRSelectionIn: signedSelection()}.Execute(t)
-	if err != nil || len(rsp.PCRValues.Digests) != 1 {
-		return nil, fmt.Errorf("reading PCR %d: %v", PCRSigned, err)
+	if err != nil {
+		return nil, fmt.Errorf("reading PCR %d: %w", PCRSigned, err)
+	}
+
+	if len(rsp.PCRValues.Digests) != 1 {
+		return nil, fmt.Errorf("reading PCR %d: the TPM has no SHA-256 bank", PCRSigned)
 	}
 
 	return rsp.PCRValues.Digests[0].Buffer, nil
