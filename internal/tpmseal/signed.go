@@ -75,47 +75,29 @@ func loadPCRKey(t transport.TPM, key *rsa.PublicKey) (*tpm2.LoadExternalResponse
 // SealSigned seals secret to this TPM under a policy that any PCR 11 value key signs satisfies,
 // and PCR 7's current value.
 func SealSigned(t transport.TPM, secret []byte, key *rsa.PublicKey) (*Sealed, error) {
-	digest, err := pcrDigest(t)
-	if err != nil {
-		return nil, err
-	}
-
 	pk, flushKey, err := loadPCRKey(t, key)
 	if err != nil {
 		return nil, err
 	}
 	defer flushKey()
 
-	sess, closeSession, err := tpm2.PolicySession(t, tpm2.TPMAlgSHA256, 16, tpm2.Trial())
-	if err != nil {
-		return nil, fmt.Errorf("starting a TPM trial session: %w", err)
-	}
-	defer closeSession() //nolint:errcheck // a session left open is flushed with the connection
-
 	// A trial session checks no ticket: the policy is "what key approves", then PCR 7.
-	if _, err = (tpm2.PolicyAuthorize{
-		PolicySession: sess.Handle(), KeySign: pk.Name,
-		CheckTicket: tpm2.TPMTTKVerified{Tag: tpm2.TPMSTVerified, Hierarchy: tpm2.TPMRHNull},
-	}).Execute(t); err != nil {
-		return nil, fmt.Errorf("computing the signed PCR policy: %w", err)
-	}
+	sealed, err := sealWithPolicy(t, secret, func(sess tpm2.Session) error {
+		_, err := (tpm2.PolicyAuthorize{
+			PolicySession: sess.Handle(), KeySign: pk.Name,
+			CheckTicket: tpm2.TPMTTKVerified{Tag: tpm2.TPMSTVerified, Hierarchy: tpm2.TPMRHNull},
+		}).Execute(t)
+		if err != nil {
+			return fmt.Errorf("computing the signed PCR policy: %w", err)
+		}
 
-	if _, err = (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: digest}, Pcrs: selection()}).Execute(t); err != nil {
-		return nil, fmt.Errorf("computing the PCR policy: %w", err)
-	}
-
-	policy, err := tpm2.PolicyGetDigest{PolicySession: sess.Handle()}.Execute(t)
-	if err != nil {
-		return nil, fmt.Errorf("computing the PCR policy: %w", err)
-	}
-
-	sealed, err := create(t, secret, policy.PolicyDigest.Buffer)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 
-	sealed.PCRDigest, sealed.SignedPCR = digest, PCRSigned
-	sealed.PCRKeyName = pk.Name.Buffer
+	sealed.SignedPCR, sealed.PCRKeyName = PCRSigned, pk.Name.Buffer
 
 	return sealed, nil
 }

@@ -81,6 +81,12 @@ func srk(t transport.TPM) (*tpm2.CreatePrimaryResponse, func(), error) {
 
 // Seal seals secret to this TPM and PCR 7's current value.
 func Seal(t transport.TPM, secret []byte) (*Sealed, error) {
+	return sealWithPolicy(t, secret, nil)
+}
+
+// sealWithPolicy seals secret under the policy first adds to (nil: nothing), then PCR 7 holding
+// its current value, computed in a trial session.
+func sealWithPolicy(t transport.TPM, secret []byte, first func(tpm2.Session) error) (*Sealed, error) {
 	digest, err := pcrDigest(t)
 	if err != nil {
 		return nil, err
@@ -91,6 +97,12 @@ func Seal(t transport.TPM, secret []byte) (*Sealed, error) {
 		return nil, fmt.Errorf("starting a TPM trial session: %w", err)
 	}
 	defer closeSession() //nolint:errcheck // a session left open is flushed with the connection
+
+	if first != nil {
+		if err = first(sess); err != nil {
+			return nil, err
+		}
+	}
 
 	if _, err = (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: digest}, Pcrs: selection()}).Execute(t); err != nil {
 		return nil, fmt.Errorf("computing the PCR policy: %w", err)

@@ -368,7 +368,7 @@ func TestClusterCreateQEMUFromUKI(t *testing.T) {
 	}
 
 	start = time.Now()
-	cli.Must(t, "-n", node, "upgrade", "--image", serveMetalImage(t, gateway, "--pcr-key", pcrKey), "--wait=false")
+	cli.Must(t, "-n", node, "upgrade", "--image", serveMetalImage(t, gateway, "--pcr-key", pcrKey), "--preserve", "--wait=false")
 	waitBootedSlot(t, cli, node, "B", slots.SlotUKI)
 	t.Logf("upgrade: the node runs slot B's UKI %s after the request", time.Since(start).Round(100*time.Millisecond))
 
