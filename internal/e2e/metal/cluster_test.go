@@ -367,8 +367,9 @@ func TestClusterCreateQEMUFromUKI(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// --force: under emulation the API server may not answer the drain yet.
 	start = time.Now()
-	cli.Must(t, "-n", node, "upgrade", "--image", serveMetalImage(t, gateway, "--pcr-key", pcrKey), "--preserve", "--wait=false")
+	cli.Must(t, "-n", node, "upgrade", "--image", serveMetalImage(t, gateway, "--pcr-key", pcrKey), "--preserve", "--force", "--wait=false")
 	waitBootedSlot(t, cli, node, "B", slots.SlotUKI)
 	t.Logf("upgrade: the node runs slot B's UKI %s after the request", time.Since(start).Round(100*time.Millisecond))
 

@@ -59,11 +59,7 @@ func (m *Manager) cordonAndDrain(ctx context.Context, log *zap.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
 	defer cancel()
 
-	if err = drain.Node(ctx, cfg, nodename.TypedSpec().Nodename, log); err != nil {
-		return fmt.Errorf("%w (use --graceful=false to skip the drain)", err)
-	}
-
-	return nil
+	return drain.Node(ctx, cfg, nodename.TypedSpec().Nodename, log)
 }
 
 // kubeletClientCert is kubelet's client certificate and key in one file, on /var: the node's

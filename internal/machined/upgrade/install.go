@@ -67,7 +67,18 @@ func (in *install) LockEtcd(ctx context.Context) error {
 
 // CordonAndDrain implements sequencer.Upgrader.
 func (in *install) CordonAndDrain(ctx context.Context) error {
-	return in.m.cordonAndDrain(ctx, in.log)
+	err := in.m.cordonAndDrain(ctx, in.log)
+	if err != nil && in.req.Force {
+		in.log.Warn("upgrading without draining the node (--force)", zap.Error(err))
+
+		return nil
+	}
+
+	if err != nil {
+		return fmt.Errorf("%w (retry once the Kubernetes API answers, or upgrade with --force to skip the drain)", err)
+	}
+
+	return nil
 }
 
 // WriteSlot writes the verified image to the inactive slot and checks it there, while the

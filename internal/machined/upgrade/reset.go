@@ -121,7 +121,11 @@ var _ sequencer.Resetter = (*resetRun)(nil)
 
 // CordonAndDrain implements sequencer.Resetter.
 func (rr *resetRun) CordonAndDrain(ctx context.Context) error {
-	return rr.m.cordonAndDrain(ctx, rr.log)
+	if err := rr.m.cordonAndDrain(ctx, rr.log); err != nil {
+		return fmt.Errorf("%w (use --graceful=false to skip the drain)", err)
+	}
+
+	return nil
 }
 
 // LeaveEtcd implements sequencer.Resetter.
