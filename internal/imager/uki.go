@@ -21,28 +21,36 @@ const UKIName = "metal-amd64-uki.efi"
 // arguments, and, with a PCR signing key, its public half (.pcrpkey) and its signature of PCR 11
 // as this UKI's boot leaves it when the disks are opened (.pcrsig).
 func buildUKI(kernel, initramfs string, pcrKey *rsa.PrivateKey, out string) error {
-	k, err := uki.FileSection(".linux", kernel)
+	sections, signed, err := ukiSections(kernel, initramfs, pcrKey)
 	if err != nil {
 		return err
+	}
+
+	return uki.Build(uki.Stub, append(sections, signed...), out)
+}
+
+// ukiSections are the sections of the UKI of kernel and initramfs and, with a PCR signing key,
+// its .pcrpkey and .pcrsig (signed).
+func ukiSections(kernel, initramfs string, pcrKey *rsa.PrivateKey) (sections, signed []uki.Section, err error) {
+	k, err := uki.FileSection(".linux", kernel)
+	if err != nil {
+		return nil, nil, err
 	}
 
 	i, err := uki.FileSection(".initrd", initramfs)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 
-	sections := uki.Sections(strings.Join(metal.DefaultKernelArgs, " "), k, i)
+	sections = uki.Sections(strings.Join(metal.DefaultKernelArgs, " "), k, i)
 
 	if pcrKey != nil {
-		signed, err := uki.Sign(pcrKey, sections)
-		if err != nil {
-			return fmt.Errorf("signing the UKI's PCR 11 values: %w", err)
+		if signed, err = uki.Sign(pcrKey, sections); err != nil {
+			return nil, nil, fmt.Errorf("signing the UKI's PCR 11 values: %w", err)
 		}
-
-		sections = append(sections, signed...)
 	}
 
-	return uki.Build(uki.Stub, sections, out)
+	return sections, signed, nil
 }
 
 // A metal image for nodes booting signed UKIs carries the .pcrpkey and .pcrsig of the UKI of its
@@ -60,17 +68,7 @@ func writePCRSignature(keyPath, kernel, initramfs, dir string) error {
 		return fmt.Errorf("--pcr-key: %w", err)
 	}
 
-	k, err := uki.FileSection(".linux", kernel)
-	if err != nil {
-		return err
-	}
-
-	i, err := uki.FileSection(".initrd", initramfs)
-	if err != nil {
-		return err
-	}
-
-	signed, err := uki.Sign(key, uki.Sections(strings.Join(metal.DefaultKernelArgs, " "), k, i))
+	_, signed, err := ukiSections(kernel, initramfs, key)
 	if err != nil {
 		return err
 	}

@@ -88,3 +88,66 @@ func TestBuildUKI(t *testing.T) {
 		t.Errorf("sections missing: %v", want)
 	}
 }
+
+// A metal image built with --pcr-key carries the PCR signature of the UKI of its kernel and
+// initramfs (which a node booting a signed UKI builds its next slot from); pcr-keygen never
+// overwrites a key, and writes it 0600.
+func TestMetalImagePCRSignature(t *testing.T) {
+	dir := t.TempDir()
+	kernel, initrd, pcrKey := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.img"), filepath.Join(dir, "pcr-signing-key.pem")
+
+	for p, content := range map[string]string{kernel: "kernel", initrd: "initramfs"} {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var out bytes.Buffer
+
+	for _, args := range [][]string{{"keygen", "--out", dir}, {"pcr-keygen", "--out", pcrKey}} {
+		if err := Main(args, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if fi, err := os.Stat(pcrKey); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the PCR signing key: %v %v", fi, err)
+	}
+
+	if err := Main([]string{"pcr-keygen", "--out", pcrKey}, &out); err == nil || !strings.Contains(err.Error(), "never overwritten") {
+		t.Errorf("pcr-keygen over a key: %v", err)
+	}
+
+	img, files := filepath.Join(dir, "metal.img"), filepath.Join(dir, "files")
+	if err := Main([]string{"build", "--key", filepath.Join(dir, "image-signing.key"), "--version", "v1.2.3", "--gzip=false",
+		"--vmlinuz", kernel, "--initramfs", initrd, "--pcr-key", pcrKey, "--out", img}, &out); err != nil {
+		t.Fatal(err)
+	}
+
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	keys, err := LoadPublicKeys(filepath.Join(dir, "image-signing.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = ExtractFrom(f, keys, files); err != nil {
+		t.Fatal(err)
+	}
+
+	pkey, _ := os.ReadFile(filepath.Join(files, PCRPublicKeyName))
+	sig, _ := os.ReadFile(filepath.Join(files, PCRSignatureName))
+	section := func(s string) uki.Section { return uki.BytesSection("", []byte(s)) }
+
+	if _, err = uki.Signed(strings.Join(metal.DefaultKernelArgs, " "), section("kernel"), section("initramfs"), pkey, sig); err != nil {
+		t.Errorf("the image's PCR signature for its kernel and initramfs: %v", err)
+	}
+
+	if _, err = uki.Signed(strings.Join(metal.DefaultKernelArgs, " "), section("kernel"), section("another"), pkey, sig); err == nil {
+		t.Error("the image's PCR signature approves another initramfs")
+	}
+}
