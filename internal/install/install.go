@@ -377,6 +377,10 @@ func (o Options) bootedUKI() ([]uki.Section, error) {
 		return nil, err
 	}
 
+	if !regularFile(filepath.Join(o.Initramfs, metal.InitramfsStub)) {
+		return nil, errors.New("this node booted a signed UKI, and its initramfs carries no EFI stub to install one with: rebuild the boot assets with `make boot`")
+	}
+
 	kernel, err := uki.FileSection(".linux", filepath.Join(o.Initramfs, metal.InitramfsKernel))
 	if err != nil {
 		return nil, err

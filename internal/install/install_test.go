@@ -111,7 +111,7 @@ func TestCopyTree(t *testing.T) {
 func TestBootedUKI(t *testing.T) {
 	root := t.TempDir()
 
-	for name, content := range map[string]string{"init": "init", "boot/vmlinuz": "kernel", "rootfs.sqsh": "image"} {
+	for name, content := range map[string]string{"init": "init", "boot/vmlinuz": "kernel", "boot/uki-stub.efi": "stub", "rootfs.sqsh": "image"} {
 		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -178,5 +178,13 @@ func TestBootedUKI(t *testing.T) {
 
 	if _, err = o.bootedUKI(); err == nil || !strings.Contains(err.Error(), "does not approve") {
 		t.Errorf("a changed initramfs: %v", err)
+	}
+
+	if err = os.Remove(filepath.Join(root, metal.InitramfsStub)); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = o.bootedUKI(); err == nil || !strings.Contains(err.Error(), "no EFI stub") {
+		t.Errorf("an initramfs without the stub: %v", err)
 	}
 }
