@@ -83,6 +83,17 @@ func ToDisk(ctx context.Context, o Options) error {
 		return fmt.Errorf("machine.install.disk %s: %w", o.Disk, err)
 	}
 
+	// Booted from a signed UKI, the node installs one; what it cannot install is refused before
+	// the disk changes.
+	signed, ukiErr := o.bootedUKI()
+	if ukiErr != nil {
+		if o.tpmKeys() {
+			return ukiErr
+		}
+
+		o.Log("%v: installing the kernel and initramfs instead", ukiErr)
+	}
+
 	o.Log("installing to %s (%d MiB, %d-byte sectors): partitions %s", o.Disk, size/partition.MiB, ss, layoutText(parts))
 
 	// Old filesystems' signatures go, so nothing mistakes a partition for what it was.
@@ -112,15 +123,6 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	if err = metal.LoadModule("xfs"); err != nil {
 		return err
-	}
-
-	signed, err := o.bootedUKI()
-	if err != nil {
-		if o.tpmKeys() {
-			return err
-		}
-
-		o.Log("%v: installing the kernel and initramfs instead", err)
 	}
 
 	// What the filesystems are made on: the partitions, or the LUKS2 volumes on them.
