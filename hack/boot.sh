@@ -17,13 +17,13 @@ fi
 
 # GRUB's BIOS and UEFI images and grub-mkimage, for the disk an installed node boots from;
 # xorriso and mtools for grub-mkrescue's ISO; systemd's EFI stub for the UKI.
-if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils >/dev/null 2>&1; then
+if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso, mtools, systemd-boot-efi or binutils is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils as root" >&2
+		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso, mtools, systemd-boot-efi or binutils is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi as root" >&2
 		exit 1
 	fi
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi binutils >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi >/dev/null
 fi
 
 # The meta package names the kernel's versioned package; both come from Debian's archive.
