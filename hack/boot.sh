@@ -19,7 +19,7 @@ fi
 # xorriso and mtools for grub-mkrescue's ISO; systemd's EFI stub for the UKI.
 if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso, mtools, systemd-boot-efi or binutils is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi as root" >&2
+		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso, mtools or systemd-boot-efi is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi as root" >&2
 		exit 1
 	fi
 	apt-get update -qq
