@@ -3,6 +3,7 @@
 package swtpm
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,13 +47,16 @@ func Start(t *testing.T, dir string) *TPM {
 	tpm := &TPM{cmd: cmd, sock: sock}
 	t.Cleanup(func() { tpm.Stop(t) })
 
+	// The socket's file appears when swtpm binds it, before it listens: wait for a connection.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
+
 			break
 		}
 
 		if time.Now().After(deadline) {
-			t.Fatal("swtpm did not open its socket")
+			t.Fatal("swtpm did not listen on its socket")
 		}
 	}
 
