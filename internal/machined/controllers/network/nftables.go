@@ -92,6 +92,10 @@ func ApplyNfTables(chains map[string]network.NfTablesChainSpec) error {
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: NfTablesTable}
 
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil && len(chains) == 0 && errors.Is(err, unix.EPROTONOSUPPORT) {
+		return nil // nf_tables is not loaded (metal loads it for the first chain): no table of ours to remove
+	}
+
 	if err != nil {
 		return fmt.Errorf("listing nftables tables: %w (does the kernel have nf_tables?)", err)
 	}
