@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,10 +122,22 @@ func TestKubernetesNodesReady(t *testing.T) {
 	}
 }
 
-// waitNodeReady waits until the Node name reports Ready in a status its kubelet sent after
-// since (a Node keeps its last status a while after its kubelet went away).
-func waitNodeReady(t *testing.T, cs kubernetes.Interface, name string, since time.Time, timeout time.Duration) {
+// waitNodeReady waits until the Node name reports Ready from a kubelet that ran after the
+// reboot: a status sent after before (taken before the reboot: a kubelet sends one when it
+// starts, then only on a change or every 5 minutes, so the new kubelet's may precede the
+// moment the node answered again) and a lease renewed after back (when the node answered: the
+// old kubelet was gone by then; kubelet renews it every 10 s). On a timeout it logs the node's
+// kubelet service and its last log lines.
+func waitNodeReady(t *testing.T, cs kubernetes.Interface, name, node string, before, back time.Time, timeout time.Duration) {
 	t.Helper()
+
+	defer func() {
+		if t.Failed() {
+			out, errOut, _ := talosctl(t, "-n", node, "service", "kubelet")
+			logs, logsErr, _ := talosctl(t, "-n", node, "logs", "kubelet", "--tail", "40")
+			t.Logf("kubelet on %s:\n%s%s\n%s%s", node, out, errOut, logs, logsErr)
+		}
+	}()
 
 	testenv.WaitFor(t, "Node "+name+" Ready", timeout, func() error {
 		n, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
@@ -132,23 +145,28 @@ func waitNodeReady(t *testing.T, cs kubernetes.Interface, name string, since tim
 			return err
 		}
 
-		for _, c := range n.Status.Conditions {
-			if c.Type != corev1.NodeReady {
-				continue
-			}
-
-			if c.Status != corev1.ConditionTrue {
-				return fmt.Errorf("Ready is %s: %s", c.Status, c.Message)
-			}
-
-			if c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) {
-				return fmt.Errorf("no status from its kubelet since %s", since.Format(time.TimeOnly))
-			}
-
-			return nil
+		i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady })
+		if i < 0 {
+			return errors.New("no Ready condition")
 		}
 
-		return errors.New("no Ready condition")
+		switch c := n.Status.Conditions[i]; {
+		case c.Status != corev1.ConditionTrue:
+			return fmt.Errorf("Ready is %s: %s", c.Status, c.Message)
+		case c.LastHeartbeatTime.Time.Before(before.Truncate(time.Second)):
+			return fmt.Errorf("no status from its kubelet since %s", before.Format(time.TimeOnly))
+		}
+
+		lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if r := lease.Spec.RenewTime; r == nil || r.Time.Before(back.Truncate(time.Second)) {
+			return fmt.Errorf("its lease not renewed since %s", back.Format(time.TimeOnly))
+		}
+
+		return nil
 	})
 }
 

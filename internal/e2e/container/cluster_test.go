@@ -224,6 +224,7 @@ func TestRegistryMirror(t *testing.T) {
 // A reboot ends the node's namespaces and starts it again with a fresh root; STATE stays.
 func TestReboot(t *testing.T) {
 	id := bootID(t, w)
+	before := time.Now()
 
 	// --debug follows the kernel log and waits, even with --wait=false, as upstream's.
 	_, errOut, code := talosctl(t, "-n", w, "reboot", "--timeout", "3m", "--wait=false", "--debug")
@@ -231,7 +232,7 @@ func TestReboot(t *testing.T) {
 		t.Fatalf("reboot --debug: exit %d, no wait for the node:\n%s", code, errOut)
 	}
 
-	rebooted := time.Now() // the node is back: its old kubelet is gone
+	back := time.Now() // the node answers again: its old kubelet is gone
 
 	if after := bootID(t, w); after == id || after == "" {
 		t.Fatalf("boot id %q before the reboot, %q after", id, after)
@@ -245,7 +246,7 @@ func TestReboot(t *testing.T) {
 	// With Kubernetes, its kubelet is back: the Node reports Ready again.
 	if strings.Contains(must(t, "-n", cp, "services"), "kubelet") {
 		cs, _ := kube(t)
-		waitNodeReady(t, cs, clusterName+"-worker-1", rebooted, 4*time.Minute)
+		waitNodeReady(t, cs, clusterName+"-worker-1", w, before, back, 4*time.Minute)
 	}
 }
 
