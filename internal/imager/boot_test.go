@@ -50,43 +50,16 @@ func fakeKernel(t *testing.T) string {
 	return root
 }
 
-// cpioEntries reads a newc archive's names and contents.
-func cpioEntries(t *testing.T, b []byte) map[string]string {
-	t.Helper()
-
-	out := map[string]string{}
-	hex := func(s []byte) int {
-		n, err := strconv.ParseUint(string(s), 16, 32)
-		if err != nil {
-			t.Fatalf("bad header field %q", s)
-		}
-
-		return int(n)
-	}
-	align := func(n int) int { return (n + 3) &^ 3 }
-
-	for off := 0; ; {
-		h := b[off:]
-		if string(h[:6]) != "070701" {
-			t.Fatalf("no newc magic at %d", off)
-		}
-
-		size, nameLen := hex(h[54:62]), hex(h[94:102])
-		name := string(h[110 : 110+nameLen-1])
-		data := align(off+110+nameLen) - off
-
-		if name == "TRAILER!!!" {
-			return out
-		}
-
-		out[name] = string(h[data : data+size])
-		off = align(off + data + size)
-	}
+// cpioMember is one member of a newc archive.
+type cpioMember struct {
+	name         string
+	mode         uint32
+	data         []byte
+	major, minor uint32 // a device's
 }
 
-// unpackCpio unpacks a newc archive under dir as the kernel does: folders, files and character
-// devices with their modes.
-func unpackCpio(t *testing.T, b []byte, dir string) {
+// readCpio reads a newc archive's members, up to its trailer.
+func readCpio(t *testing.T, b []byte) []cpioMember {
 	t.Helper()
 
 	hex := func(s []byte) uint32 {
@@ -99,34 +72,62 @@ func unpackCpio(t *testing.T, b []byte, dir string) {
 	}
 	align := func(n int) int { return (n + 3) &^ 3 }
 
+	var out []cpioMember
+
 	for off := 0; ; {
 		h := b[off:]
-		mode, size, nameLen := hex(h[14:22]), int(hex(h[54:62])), int(hex(h[94:102]))
+		if string(h[:6]) != "070701" {
+			t.Fatalf("no newc magic at %d", off)
+		}
+
+		size, nameLen := int(hex(h[54:62])), int(hex(h[94:102]))
 		name := string(h[110 : 110+nameLen-1])
 		data := align(off+110+nameLen) - off
 
 		if name == "TRAILER!!!" {
-			return
+			return out
 		}
 
-		p := filepath.Join(dir, name)
+		out = append(out, cpioMember{name: name, mode: hex(h[14:22]), data: h[data : data+size], major: hex(h[78:86]), minor: hex(h[86:94])})
+		off = align(off + data + size)
+	}
+}
+
+// cpioEntries reads a newc archive's names and contents.
+func cpioEntries(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+
+	out := map[string]string{}
+	for _, e := range readCpio(t, b) {
+		out[e.name] = string(e.data)
+	}
+
+	return out
+}
+
+// unpackCpio unpacks a newc archive under dir as the kernel does: folders, files and character
+// devices with their modes.
+func unpackCpio(t *testing.T, b []byte, dir string) {
+	t.Helper()
+
+	for _, e := range readCpio(t, b) {
+		p := filepath.Join(dir, e.name)
+		perm := e.mode & 0o777
 
 		var err error
 
-		switch mode & 0o170000 {
+		switch e.mode & 0o170000 {
 		case cpioDir:
-			err = os.Mkdir(p, os.FileMode(mode&0o777))
+			err = os.Mkdir(p, os.FileMode(perm))
 		case cpioFile:
-			err = os.WriteFile(p, h[data:data+size], os.FileMode(mode&0o777))
+			err = os.WriteFile(p, e.data, os.FileMode(perm))
 		case cpioChr:
-			err = unix.Mknod(p, unix.S_IFCHR|(mode&0o777), int(unix.Mkdev(hex(h[78:86]), hex(h[86:94]))))
+			err = unix.Mknod(p, unix.S_IFCHR|perm, int(unix.Mkdev(e.major, e.minor)))
 		}
 
 		if err != nil {
 			t.Fatal(err)
 		}
-
-		off = align(off + data + size)
 	}
 }
 
