@@ -263,6 +263,27 @@ func TestEverydayCommandsThroughApid(t *testing.T) {
 	}
 }
 
+// A node's failure is an error naming the node, not a row: process-mode nodes run no
+// containerd, so `image list` fails on each (with the header alone on stdout).
+func TestNodeFailuresAreErrors(t *testing.T) {
+	out, errOut, code := talosctl(t, "-n", cp1+","+cp2, "image", "list")
+	if code == 0 || len(rowsFor(out, cp1, cp2)) != 0 {
+		t.Fatalf("image list without containerd: exit %d, rows:\n%s", code, out)
+	}
+
+	for _, n := range []string{cp1, cp2} {
+		if !strings.Contains(errOut, "error: "+n+": containerd is not running") {
+			t.Errorf("no error for %s:\n%s", n, errOut)
+		}
+	}
+
+	// --insecure (maintenance mode) to a node that has its config says to leave it out.
+	_, errOut, code = talosctl(t, "-n", cp2, "get", "disks", "--insecure")
+	if code == 0 || !strings.Contains(errOut, "out of maintenance mode, so leave out --insecure") {
+		t.Fatalf("get --insecure of a configured node: exit %d\n%s", code, errOut)
+	}
+}
+
 // TestCopyThroughApid: copy streams a .tar.gz through apid from another node.
 func TestCopyThroughApid(t *testing.T) {
 	dest := t.TempDir()

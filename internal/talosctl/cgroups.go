@@ -179,7 +179,10 @@ func loadCgroupSchema(file, preset string) (*compiledSchema, error) {
 	out := &compiledSchema{}
 
 	for i, c := range schema.Columns {
-		t, err := template.New(c.Name).Parse(c.Template)
+		// Missing keys (a cpu.stat without user_usec, as a cgroup v1 host's root) show as unset
+		// values. The template is not named after its column: text/template formats its errors
+		// with the name, and a '%' in it (User/%) garbles them.
+		t, err := template.New(fmt.Sprint("column ", i+1)).Option("missingkey=zero").Parse(c.Template)
 		if err != nil {
 			return nil, fmt.Errorf("schema column %d (%s): %w", i, c.Name, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -168,10 +169,15 @@ func withPinnedMaintenanceClient(ctx context.Context, node string, fingerprints 
 		}
 	}
 
+	var asked certificateAsked
+
+	tlsConfig.GetClientCertificate = asked.getClientCertificate
+
 	c, err := client.New(ctx,
 		client.WithTLSConfig(tlsConfig),
 		client.WithEndpoints(node),
 		client.WithDefaultGRPCDialOptions(),
+		client.WithGRPCDialOptions(grpc.WithChainUnaryInterceptor(asked.unary), grpc.WithChainStreamInterceptor(asked.stream)),
 	)
 	if err != nil {
 		return fmt.Errorf("connecting to %s in maintenance mode: %w", node, err)
@@ -181,6 +187,46 @@ func withPinnedMaintenanceClient(ctx context.Context, node string, fingerprints 
 
 	return fn(ctx, c)
 }
+
+// certificateAsked records that the node asked a maintenance connection for a client
+// certificate: only a node that has its config does, and it then refuses the connection (a
+// reset or a broken pipe, which alone would not say why). Its failures say so.
+type certificateAsked struct{ atomic.Bool }
+
+func (a *certificateAsked) getClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	a.Store(true)
+
+	return &tls.Certificate{}, nil // none: maintenance mode has no client certificate
+}
+
+func (a *certificateAsked) explain(err error) error {
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable && a.Load() {
+		return status.Errorf(codes.FailedPrecondition, "%s: the node asked for a client certificate: it has its config and is out of maintenance mode, "+
+			"so leave out --insecure (-i) and use its talosconfig", s.Message())
+	}
+
+	return err
+}
+
+func (a *certificateAsked) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return a.explain(invoker(ctx, method, req, reply, cc, opts...))
+}
+
+func (a *certificateAsked) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, a.explain(err)
+	}
+
+	return explainedStream{cs, a}, nil
+}
+
+type explainedStream struct {
+	grpc.ClientStream
+	asked *certificateAsked
+}
+
+func (s explainedStream) RecvMsg(m any) error { return s.asked.explain(s.ClientStream.RecvMsg(m)) }
 
 // run connects, runs fn and closes the connection.
 func (g *Global) run(cmd *cobra.Command, fn func(ctx context.Context, s *session) error) error {

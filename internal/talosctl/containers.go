@@ -98,6 +98,8 @@ func imageCmd(g *Global) *cobra.Command {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 3, ' ', 0)
 				fmt.Fprintln(tw, "NODE\tIMAGE\tDIGEST\tSIZE\tCREATED")
 
+				failed := false
+
 				for {
 					img, err := stream.Recv()
 					if errors.Is(err, io.EOF) {
@@ -108,11 +110,24 @@ func imageCmd(g *Global) *cobra.Command {
 						return nodeErrors(cmd.ErrOrStderr(), err)
 					}
 
+					// A node that failed (no containerd, say) sends its error in place of images.
+					if e := img.GetMetadata().GetError(); e != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %s\n", img.GetMetadata().GetHostname(), e)
+
+						failed = true
+
+						continue
+					}
+
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.GetMetadata().GetHostname(), img.GetName(), img.GetDigest(),
 						humanize.Bytes(uint64(img.GetSize())), img.GetCreatedAt().AsTime().Format("2006-01-02T15:04:05Z07:00"))
 				}
 
-				return tw.Flush()
+				if err = tw.Flush(); err == nil && failed {
+					err = errSilent
+				}
+
+				return err
 			})
 		},
 	}, &cobra.Command{

@@ -12,6 +12,8 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/talos-go/talos/internal/talosctl/output"
 )
@@ -130,7 +132,11 @@ func listOne(ctx context.Context, c *client.Client, out output.Writer, node stri
 func resolveKind(ctx context.Context, c *client.Client, ns, typ, id string) (resource.Metadata, *meta.ResourceDefinition, error) {
 	rd, err := c.ResolveResourceKind(ctx, &ns, typ)
 	if err != nil {
-		return resource.Metadata{}, nil, fmt.Errorf("resolving resource type %q: %w (see the types with `talosctl get rd`)", typ, err)
+		if status.Code(err) == codes.NotFound {
+			return resource.Metadata{}, nil, fmt.Errorf("resolving resource type %q: %w (see the types with `talosctl get rd`)", typ, err)
+		}
+
+		return resource.Metadata{}, nil, fmt.Errorf("resolving resource type %q: %w", typ, err)
 	}
 
 	return resource.NewMetadata(ns, rd.TypedSpec().Type, id, resource.VersionUndefined), rd, nil

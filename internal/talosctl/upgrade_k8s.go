@@ -290,6 +290,10 @@ func nodeImages(ctx context.Context, c *client.Client, ns common.ContainerdNames
 			return nil, err
 		}
 
+		if e := img.GetMetadata().GetError(); e != "" {
+			return nil, errors.New(e)
+		}
+
 		names[img.Name] = true
 	}
 }

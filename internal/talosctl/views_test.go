@@ -103,6 +103,8 @@ func TestRenderCgroups(t *testing.T) {
 		{"cgroup/system/etcd/", ""},
 		{"cgroup/system/etcd/memory.current", "4096\n"},
 		{"cgroup/apid/", ""},
+		{"cgroup/apid/sub/", ""}, // under a parent without cpu.stat (a cgroup v1 host's unified tree)
+		{"cgroup/apid/sub/cpu.stat", "user_usec 1000\n"},
 	} {
 		h := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.content)), Typeflag: tar.TypeReg}
 		if strings.HasSuffix(f.name, "/") {
@@ -142,7 +144,7 @@ func TestRenderCgroups(t *testing.T) {
 		want   []string
 	}{
 		{"memory", []string{"NAME", "MemCurrent", "Current/Min", "\n.  ", "2.0 MiB", "├──apid", "└──system", "1.0 MiB", "max", "200.00%", "    └──etcd", "4.0 KiB"}},
-		{"cpu", []string{"CpuUser", "2s", "500ms", " 25.00%"}},
+		{"cpu", []string{"CpuUser", "2s", "500ms", " 25.00%", "└──sub"}},
 		{"process", []string{"Procs", "Processes", "[etcd 43]"}},
 		{"io", []string{"Bytes Read/Written", "sda: 4.0 KiB/8.0 KiB", "sda: 1/2", "  1.50", "2.5s"}},
 	} {
