@@ -48,9 +48,11 @@ var maintenanceMethods = map[string]role.Role{
 	// Upstream's too: META keys (a network config for the next boot, say) before a config.
 	"/machine.MachineService/MetaWrite":  role.Admin,
 	"/machine.MachineService/MetaDelete": role.Admin,
-	"/cosi.resource.State/Get":           role.Reader,
-	"/cosi.resource.State/List":          role.Reader,
-	"/cosi.resource.State/Watch":         role.Reader,
+	// A metal node's disks before its install (`talosctl wipe disk -i`).
+	"/storage.StorageService/BlockDeviceWipe": role.Admin,
+	"/cosi.resource.State/Get":                role.Reader,
+	"/cosi.resource.State/List":               role.Reader,
+	"/cosi.resource.State/Watch":              role.Reader,
 }
 
 // maintenanceResource reports whether a resource may be read in maintenance mode: hardware,

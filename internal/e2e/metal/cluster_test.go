@@ -186,6 +186,8 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 		}
 	}
 
+	checkWipeDisk(t, cli, worker, filepath.Join(dir, "qemu-apply-worker-1", "disk-1.raw"))
+
 	// UEFI booted the kernel (the kernel sees its firmware), GRUB for UEFI from the EFI
 	// partition the install formatted.
 	if out := cli.Must(t, "-n", worker, "read", "/sys/firmware/efi/fw_platform_size"); strings.TrimSpace(out) != "64" {
@@ -905,4 +907,57 @@ func TestClusterCreateQEMUEncrypted(t *testing.T) {
 		}
 	}
 
+}
+
+// checkWipeDisk: `wipe disk` refuses the system disk and its mounted STATE and a device that is
+// not there, changing nothing, and wipes the idle NVMe disk (nvme0n1, whose file is nvme): a
+// fast wipe zeroes its first MiB (written here, on the host's file) and keeps its middle.
+func checkWipeDisk(t *testing.T, cli testenv.CLI, node, nvme string) {
+	t.Helper()
+
+	f, err := os.OpenFile(nvme, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	head, middle := []byte("a signature at the start"), []byte("data in the middle")
+	if _, err = f.WriteAt(head, 0); err == nil {
+		_, err = f.WriteAt(middle, 100<<20)
+	}
+
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for dev, want := range map[string]string{"vda": "in use", "vda5": "in use", "nosuchdisk": "no such block device"} {
+		if _, errOut, code := cli.Run(t, "-n", node, "wipe", "disk", "nvme0n1", dev); code == 0 || !strings.Contains(errOut, want) {
+			t.Errorf("wipe disk nvme0n1 %s: exit %d, want %q:\n%s", dev, code, want, errOut)
+		}
+	}
+
+	if b := readAt(t, f, 0, len(head)); !bytes.Equal(b, head) {
+		t.Fatalf("a refused wipe wrote nvme0n1: its start is %q", b)
+	}
+
+	cli.Must(t, "-n", node, "wipe", "disk", "nvme0n1")
+
+	if b := readAt(t, f, 0, 1<<20); !bytes.Equal(b, make([]byte, 1<<20)) {
+		t.Errorf("wipe disk nvme0n1 left data in its first MiB: %q...", b[:len(head)])
+	}
+
+	if b := readAt(t, f, 100<<20, len(middle)); !bytes.Equal(b, middle) {
+		t.Errorf("a fast wipe took the middle of nvme0n1: %q", b)
+	}
+}
+
+func readAt(t *testing.T, f *os.File, off int64, n int) []byte {
+	t.Helper()
+
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+
+	return b
 }

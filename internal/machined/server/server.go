@@ -133,7 +133,7 @@ func NewGRPCServer(s *Machine) *grpc.Server {
 	clusterapi.RegisterClusterServiceServer(srv, &Cluster{M: s})
 	inspect.RegisterInspectServiceServer(srv, &Inspect{R: s.R})
 	timeapi.RegisterTimeServiceServer(srv, &Time{M: s})
-	storage.RegisterStorageServiceServer(srv, Storage{})
+	storage.RegisterStorageServiceServer(srv, Storage{M: s})
 	cosiapi.RegisterStateServer(srv, cosiserver.NewState(state.Filter(s.R.State, readOnly)))
 
 	return srv
