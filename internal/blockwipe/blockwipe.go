@@ -9,9 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/partition"
 )
 
 // Method is how much of a device is wiped.
@@ -44,6 +48,8 @@ type Device struct {
 	Method Method
 	// SkipHolderCheck wipes a device another block device is built on (RAID, LVM, dm-crypt).
 	SkipHolderCheck bool
+	// DropPartition removes a partition from its disk's GPT once wiped (a disk is only wiped).
+	DropPartition bool
 }
 
 // Wipe wipes devices, found under sysfs ("/sys") and dev ("/dev"). A device that is mounted,
@@ -73,10 +79,62 @@ func Wipe(sysfs, dev string, devices []Device) error {
 			return fmt.Errorf("wiping %s: %w", d.Name, err)
 		}
 
-		// A disk's kernel view of its partitions follows its (now empty) table.
-		if _, err := os.Stat(filepath.Join(sysfs, "class", "block", d.Name, "partition")); errors.Is(err, os.ErrNotExist) {
+		number, isPartition := partitionNumber(sysfs, d.Name)
+
+		switch {
+		case !isPartition:
+			// A disk's kernel view of its partitions follows its (now empty) table.
 			unix.IoctlSetInt(int(files[i].Fd()), unix.BLKRRPART, 0) //nolint:errcheck // a device without partitions (a loop device without partscan) refuses: nothing to re-read
+		case d.DropPartition:
+			files[i].Close() // the kernel removes only a partition nobody has open
+
+			if err := drop(sysfs, dev, d.Name, number); err != nil {
+				return fmt.Errorf("%s is wiped, but dropping it from its disk's table: %w", d.Name, err)
+			}
 		}
+	}
+
+	return nil
+}
+
+// partitionNumber is a partition's number on its disk; false for a whole device.
+func partitionNumber(sysfs, name string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(sysfs, "class", "block", name, "partition"))
+	if err != nil {
+		return 0, false
+	}
+
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+
+	return n, err == nil
+}
+
+// drop removes partition number name from its disk's GPT, then from the kernel's view.
+func drop(sysfs, dev, name string, number int) error {
+	link, err := filepath.EvalSymlinks(filepath.Join(sysfs, "class", "block", name))
+	if err != nil {
+		return err
+	}
+
+	disk, err := os.OpenFile(filepath.Join(dev, filepath.Base(filepath.Dir(link))), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer disk.Close()
+
+	if err = partition.Drop(disk, number); err != nil {
+		return err
+	}
+
+	if err = disk.Sync(); err != nil {
+		return err
+	}
+
+	p := unix.BlkpgPartition{Pno: int32(number)}
+	arg := unix.BlkpgIoctlArg{Op: unix.BLKPG_DEL_PARTITION, Datalen: int32(unsafe.Sizeof(p)), Data: (*byte)(unsafe.Pointer(&p))}
+
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, disk.Fd(), unix.BLKPG, uintptr(unsafe.Pointer(&arg))); errno != 0 {
+		return fmt.Errorf("the table no longer has it, but the kernel kept it until the next boot: %w", errno)
 	}
 
 	return nil

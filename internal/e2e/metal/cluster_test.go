@@ -221,6 +221,10 @@ func TestClusterCreateQEMUApplyConfig(t *testing.T) {
 		t.Errorf("the worker lost its META key over a reboot:\n%s", out)
 	}
 
+	if err := partitionsListed(t, cli, worker, []string{"vda1", "vda6"}, []string{"vda2"}); err != nil {
+		t.Errorf("the partition dropped before the reboot: %v", err)
+	}
+
 	if console, _ := os.ReadFile(filepath.Join(dir, "qemu-apply-worker-1.log")); strings.Count(string(console), "booting the installed disk vda") != 2 {
 		t.Errorf("the worker did not boot its disk twice (after the install and after the reboot)")
 	}
@@ -949,6 +953,38 @@ func checkWipeDisk(t *testing.T, cli testenv.CLI, node, nvme string) {
 	if b := readAt(t, f, 100<<20, len(middle)); !bytes.Equal(b, middle) {
 		t.Errorf("a fast wipe took the middle of nvme0n1: %q", b)
 	}
+
+	// The BIOS boot partition (vda2) of this UEFI node, wiped and dropped from the table: the
+	// kernel forgets it at once, the disk for good (checked after the reboot).
+	cli.Must(t, "-n", node, "wipe", "disk", "vda2", "--drop-partition")
+
+	testenv.WaitFor(t, "vda2 gone from the discovered volumes", time.Minute, func() error {
+		return partitionsListed(t, cli, node, []string{"vda5", "vda6"}, []string{"vda2"})
+	})
+}
+
+// partitionsListed checks a node's discovered volumes: want listed, gone not.
+func partitionsListed(t *testing.T, cli testenv.CLI, node string, want, gone []string) error {
+	t.Helper()
+
+	out, errOut, code := cli.Run(t, "-n", node, "get", "discoveredvolumes")
+	if code != 0 {
+		return fmt.Errorf("exit %d: %s", code, errOut)
+	}
+
+	for _, p := range want {
+		if !regexp.MustCompile(`\s` + p + `\s`).MatchString(out) {
+			return fmt.Errorf("no %s:\n%s", p, out)
+		}
+	}
+
+	for _, p := range gone {
+		if regexp.MustCompile(`\s` + p + `\s`).MatchString(out) {
+			return fmt.Errorf("%s still listed:\n%s", p, out)
+		}
+	}
+
+	return nil
 }
 
 func readAt(t *testing.T, f *os.File, off int64, n int) []byte {

@@ -40,10 +40,6 @@ func (s Storage) BlockDeviceWipe(ctx context.Context, req *storage.BlockDeviceWi
 	devices := make([]blockwipe.Device, 0, len(req.GetDevices()))
 
 	for _, d := range req.GetDevices() {
-		if d.GetDropPartition() {
-			return nil, status.Errorf(codes.Unimplemented, "%s: drop_partition (--drop-partition) is not implemented yet: wipe without it; the partition stays in the table", d.GetDevice())
-		}
-
 		m := blockwipe.Fast
 
 		switch d.GetMethod() {
@@ -54,7 +50,7 @@ func (s Storage) BlockDeviceWipe(ctx context.Context, req *storage.BlockDeviceWi
 			return nil, status.Errorf(codes.InvalidArgument, "%s: method %d: use FAST or ZEROES", d.GetDevice(), d.GetMethod())
 		}
 
-		devices = append(devices, blockwipe.Device{Name: d.GetDevice(), Method: m, SkipHolderCheck: d.GetSkipSecondaryCheck()})
+		devices = append(devices, blockwipe.Device{Name: d.GetDevice(), Method: m, SkipHolderCheck: d.GetSkipSecondaryCheck(), DropPartition: d.GetDropPartition()})
 	}
 
 	err := blockwipe.Wipe("/sys", "/dev", devices)
