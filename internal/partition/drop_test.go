@@ -49,7 +49,7 @@ func TestDrop(t *testing.T) {
 
 		primary, _ := readTable(f, 1, ss)
 
-		backup, err := readTable(f, int64(testDisk/ss-1), ss)
+		backup, err := readTable(f, testDisk/ss-1, ss)
 		if err != nil || !bytes.Equal(backup.entries, primary.entries) {
 			t.Fatalf("the backup table does not match the primary: %v", err)
 		}
