@@ -244,50 +244,22 @@ func getGUID(b []byte) uuid.UUID {
 // Read reads the primary GPT of a disk: its partitions, in table order, checksums verified. The
 // table is in the disk's logical sectors: its header is looked for at 512 bytes, then at 4096.
 func Read(disk io.ReaderAt) ([]Placed, error) {
-	var (
-		h  []byte
-		ss int64
-	)
-
-	for _, size := range []int64{SectorSize, SectorSize4K} {
-		b := make([]byte, size)
-		if _, err := disk.ReadAt(b, size); err == nil && string(b[:8]) == "EFI PART" {
-			h, ss = b, size
-
-			break
-		}
-	}
-
-	if h == nil {
-		return nil, errors.New("no GUID partition table")
-	}
-
-	sum := binary.LittleEndian.Uint32(h[16:])
-	check := append([]byte(nil), h[:92]...)
-	binary.LittleEndian.PutUint32(check[16:], 0)
-
-	if crc32.ChecksumIEEE(check) != sum {
-		return nil, errors.New("GPT header checksum mismatch")
-	}
-
-	n, size := binary.LittleEndian.Uint32(h[80:]), binary.LittleEndian.Uint32(h[84:])
-	if n == 0 || n > 1024 || size < entrySize || size > 4096 {
-		return nil, fmt.Errorf("GPT header: %d entries of %d bytes", n, size)
-	}
-
-	table := make([]byte, int(n)*int(size))
-	if _, err := disk.ReadAt(table, int64(binary.LittleEndian.Uint64(h[72:]))*ss); err != nil {
+	ss, err := sectorSize(disk)
+	if err != nil {
 		return nil, err
 	}
 
-	if crc32.ChecksumIEEE(table) != binary.LittleEndian.Uint32(h[88:]) {
-		return nil, errors.New("GPT partition entries checksum mismatch")
+	t, err := readTable(disk, 1, ss)
+	if err != nil {
+		return nil, fmt.Errorf("GPT: %w", err)
 	}
+
+	n, size, table := t.count, t.size, t.entries
 
 	var parts []Placed
 
-	for i := range int(n) {
-		e := table[i*int(size):]
+	for i := range n {
+		e := table[i*size:]
 		typ := getGUID(e[0:])
 
 		if typ == uuid.Nil {
@@ -311,4 +283,58 @@ func Read(disk io.ReaderAt) ([]Placed, error) {
 	}
 
 	return parts, nil
+}
+
+// sectorSize is the logical sector size a disk's GPT was written in: its header is looked for
+// at 512 bytes, then at 4096.
+func sectorSize(disk io.ReaderAt) (int64, error) {
+	for _, size := range []int64{SectorSize, SectorSize4K} {
+		b := make([]byte, 8)
+		if _, err := disk.ReadAt(b, size); err == nil && string(b) == "EFI PART" {
+			return size, nil
+		}
+	}
+
+	return 0, errors.New("no GUID partition table")
+}
+
+// gptTable is one copy of a GPT: its header sector and its entries.
+type gptTable struct {
+	header, entries []byte
+	count, size     int
+}
+
+func readTable(disk io.ReaderAt, lba, ss int64) (*gptTable, error) {
+	h := make([]byte, ss)
+	if _, err := disk.ReadAt(h, lba*ss); err != nil {
+		return nil, err
+	}
+
+	hs := binary.LittleEndian.Uint32(h[12:])
+	if string(h[:8]) != "EFI PART" || hs < 92 || int64(hs) > ss {
+		return nil, fmt.Errorf("no GPT header at sector %d", lba)
+	}
+
+	check := append([]byte(nil), h[:hs]...)
+	binary.LittleEndian.PutUint32(check[16:], 0)
+
+	if crc32.ChecksumIEEE(check) != binary.LittleEndian.Uint32(h[16:]) {
+		return nil, errors.New("header checksum mismatch")
+	}
+
+	n, size := int(binary.LittleEndian.Uint32(h[80:])), int(binary.LittleEndian.Uint32(h[84:]))
+	if n == 0 || n > 1024 || size < entrySize || size > 4096 {
+		return nil, fmt.Errorf("%d entries of %d bytes", n, size)
+	}
+
+	t := &gptTable{header: h, entries: make([]byte, n*size), count: n, size: size}
+	if _, err := disk.ReadAt(t.entries, int64(binary.LittleEndian.Uint64(h[72:]))*ss); err != nil {
+		return nil, err
+	}
+
+	if crc32.ChecksumIEEE(t.entries) != binary.LittleEndian.Uint32(h[88:]) {
+		return nil, errors.New("partition entries checksum mismatch")
+	}
+
+	return t, nil
 }
