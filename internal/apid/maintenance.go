@@ -159,7 +159,12 @@ func maintenanceHandle(stream grpc.ServerStream, local *grpc.ClientConn, host st
 	}
 
 	md, _ := metadata.FromIncomingContext(stream.Context())
-	if list, _ := targets(md); len(list) > 0 {
+	list, _, err := targets(md)
+	if err != nil {
+		return err
+	}
+
+	if len(list) > 0 {
 		for _, t := range list {
 			if t != host {
 				return status.Errorf(codes.InvalidArgument, "maintenance mode serves only this node, not %s", t)

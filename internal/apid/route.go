@@ -5,9 +5,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
@@ -52,7 +55,14 @@ func (s *Server) direct(method string, roles role.Set, md metadata.MD) (destinat
 		return d, status.Errorf(codes.Unimplemented, "method %s is not served by this node", method)
 	}
 
-	list, many := targets(md)
+	list, many, err := targets(md)
+	if err != nil {
+		return d, err
+	}
+
+	if err = s.checkTargets(list); err != nil {
+		return d, err
+	}
 
 	switch {
 	case list == nil:
@@ -186,28 +196,94 @@ func routerRoles(ctx context.Context) role.Set {
 	return roles
 }
 
+// maxNodes caps the nodes one call may name: a fan-out to more is refused before any work.
+const maxNodes = 256
+
 // targets reads the routing metadata: nil for a local call; one target with many=false for
-// "node"; the list for "nodes" (repeatable and comma-separated).
-func targets(md metadata.MD) (list []string, many bool) {
+// "node"; the distinct nodes, in order, for "nodes" (repeatable and comma-separated), refused
+// past maxNodes.
+func targets(md metadata.MD) (list []string, many bool, err error) {
 	if nodes := md.Get(mdNodes); len(nodes) > 0 {
+		seen := map[string]bool{}
+
 		for _, v := range nodes {
 			for _, n := range splitComma(v) {
-				if !slices.Contains(list, n) {
-					list = append(list, n)
+				if seen[n] {
+					continue
 				}
+
+				if len(seen) == maxNodes {
+					return nil, false, status.Errorf(codes.InvalidArgument, "more than %d nodes in one call: name at most %d (-n) and split the rest over more calls", maxNodes, maxNodes)
+				}
+
+				seen[n] = true
+				list = append(list, n)
 			}
 		}
 
-		return list, len(list) > 0
+		return list, len(list) > 0, nil
 	}
 
 	if node := md.Get(mdNode); len(node) > 0 {
 		if n := splitComma(node[0]); len(n) > 0 {
-			return n[:1], false
+			return n[:1], false, nil
 		}
 	}
 
-	return nil, false
+	return nil, false, nil
+}
+
+// checkTargets refuses targets apid must not dial: anything but a node's address or name, with
+// no port or apid's own port (so no caller scans ports or reaches other services through apid),
+// and any other node at all on a node without a client certificate (a worker).
+func (s *Server) checkTargets(list []string) error {
+	for _, t := range list {
+		host, port, err := net.SplitHostPort(t)
+		if err != nil {
+			host, port = strings.TrimSuffix(strings.TrimPrefix(t, "["), "]"), ""
+		}
+
+		if port != "" && port != strconv.Itoa(s.remotePort()) {
+			return status.Errorf(codes.InvalidArgument, "node %q: apid forwards only to other nodes' apid port %d; name the node by its address or hostname alone", t, s.remotePort())
+		}
+
+		if !validHost(host) {
+			return status.Errorf(codes.InvalidArgument, "node %q is not an IP address or a hostname", t)
+		}
+
+		if !s.isLocal(t) && (s.canForward == nil || !s.canForward()) {
+			return status.Errorf(codes.PermissionDenied, "node %q: this node is a worker and forwards calls to no other node; use a control plane as the endpoint (talosctl -e <control plane> -n %s)", t, host)
+		}
+	}
+
+	return nil
+}
+
+func (s *Server) remotePort() int {
+	if s.opts.RemotePort == 0 {
+		return constants.ApidPort
+	}
+
+	return s.opts.RemotePort
+}
+
+// validHost reports whether h is an IP address or a DNS name (letters, digits, '-', '_', '.').
+func validHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+
+	if h == "" || len(h) > 253 {
+		return false
+	}
+
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+
+	return true
 }
 
 func splitComma(s string) []string {

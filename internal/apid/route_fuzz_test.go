@@ -125,7 +125,7 @@ func FuzzRoute(f *testing.F) {
 		}
 
 		if d.Backend == backendMachined {
-			if list, _ := targets(md); list != nil {
+			if list, _, _ := targets(md); list != nil {
 				t.Fatalf("a call for machined still names nodes %v", list)
 			}
 

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -23,9 +24,99 @@ const (
 	mCOSIList    = "/cosi.resource.State/List"           // server stream, replies do not merge
 )
 
-// routeServer is a Server that knows only its own addresses: enough for the routing policy.
+// routeServer is a Server that knows only its own addresses and that it holds a client
+// certificate (a control plane): enough for the routing policy.
 func routeServer() *Server {
-	return &Server{opts: Options{LocalAddresses: []string{"10.0.0.1", "node1"}}}
+	return &Server{opts: Options{LocalAddresses: []string{"10.0.0.1", "node1"}}, canForward: func() bool { return true }}
+}
+
+// workerServer is routeServer without a client certificate: a worker.
+func workerServer() *Server {
+	s := routeServer()
+	s.canForward = func() bool { return false }
+
+	return s
+}
+
+// TestWorkerForwardsNowhere: a worker's apid serves calls for itself and refuses every other
+// node, naming the fix, before anything is dialed.
+func TestWorkerForwardsNowhere(t *testing.T) {
+	admin := role.MakeSet(role.Admin)
+
+	for _, m := range []metadata.MD{md("node", "10.0.0.2"), md("nodes", "10.0.0.1,10.0.0.2"), md("nodes", "node1", "nodes", "cp1:50000")} {
+		_, err := workerServer().direct(mVersion, admin, m)
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "use a control plane as the endpoint") {
+			t.Errorf("%v through a worker: got %v, want PermissionDenied naming the fix", m, err)
+		}
+	}
+
+	for _, m := range []metadata.MD{nil, md("node", "10.0.0.1"), md("nodes", "10.0.0.1,node1"), md("node", "10.0.0.1:50000")} {
+		if _, err := workerServer().direct(mVersion, admin, m); err != nil {
+			t.Errorf("%v (this node) through a worker: %v", m, err)
+		}
+	}
+}
+
+// TestTargetsBounded: a node list is capped and deduplicated; a target is a node address or
+// name on apid's port, nothing else.
+func TestTargetsBounded(t *testing.T) {
+	reader := role.MakeSet(role.Reader)
+
+	many := make([]string, 0, 10000)
+	for i := range 10000 {
+		many = append(many, fmt.Sprintf("10.1.%d.%d", i/250, i%250+1))
+	}
+
+	dup := make([]string, 0, 5000)
+	for i := range 5000 {
+		dup = append(dup, fmt.Sprintf("10.2.0.%d", i%3+1))
+	}
+
+	for _, tc := range []struct {
+		name    string
+		md      metadata.MD
+		code    codes.Code
+		msg     string
+		targets int
+	}{
+		{name: "10,000 nodes", md: md("nodes", strings.Join(many, ",")), code: codes.InvalidArgument, msg: "more than 256 nodes"},
+		{name: "257 nodes over repeated keys", md: md(repeatNodes(many[:257])...), code: codes.InvalidArgument, msg: "more than 256 nodes"},
+		{name: "256 nodes", md: md("nodes", strings.Join(many[:256], ",")), targets: 256},
+		{name: "5,000 entries naming 3 nodes", md: md("nodes", strings.Join(dup, ",")), targets: 3},
+		{name: "another port", md: md("node", "10.0.0.2:22"), code: codes.InvalidArgument, msg: "only to other nodes' apid port 50000"},
+		{name: "another port in a list", md: md("nodes", "10.0.0.2,10.0.0.3:6443"), code: codes.InvalidArgument, msg: "apid port"},
+		{name: "this node on another port", md: md("node", "10.0.0.1:2379"), code: codes.InvalidArgument, msg: "apid port"},
+		{name: "a URL", md: md("node", "http://10.0.0.2/"), code: codes.InvalidArgument, msg: `node "http://10.0.0.2/"`},
+		{name: "a URL without a port", md: md("node", "a/b?c"), code: codes.InvalidArgument, msg: "not an IP address or a hostname"},
+		{name: "a path", md: md("nodes", "../../x"), code: codes.InvalidArgument, msg: "not an IP address or a hostname"},
+		{name: "apid's port", md: md("node", "10.0.0.2:50000"), targets: 1},
+		{name: "IPv6", md: md("nodes", "fd00::2,[fd00::3]:50000,[fd00::4]"), targets: 3},
+		{name: "hostname", md: md("node", "worker-1.example"), targets: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := routeServer().direct(mVersion, reader, tc.md)
+			if tc.code != codes.OK {
+				if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.msg) {
+					t.Fatalf("want %v %q, got %v", tc.code, tc.msg, err)
+				}
+
+				return
+			}
+
+			if err != nil || len(d.targets) != tc.targets {
+				t.Fatalf("got %d targets, error %v; want %d", len(d.targets), err, tc.targets)
+			}
+		})
+	}
+}
+
+func repeatNodes(nodes []string) []string {
+	kv := make([]string, 0, 2*len(nodes))
+	for _, n := range nodes {
+		kv = append(kv, "nodes", n)
+	}
+
+	return kv
 }
 
 func TestDirect(t *testing.T) {

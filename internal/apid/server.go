@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net"
 	goruntime "runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,9 @@ type Server struct {
 	pipes *pipeListener   // the relay's connections to the router
 	local *grpc.ClientConn
 	pool  *pool
+	// canForward reports whether this node holds a client certificate (a control plane): only
+	// then does it forward calls to other nodes.
+	canForward func() bool
 
 	serveRouter sync.Once
 	routerDone  chan struct{}
@@ -151,6 +155,7 @@ func New(opts Options) (*Server, error) {
 		pipes:      newPipeListener(),
 		routerDone: make(chan struct{}),
 		pool:       newPool(credentials.NewTLS(opts.Certs.ClientTLS()), opts.DialTimeout),
+		canForward: opts.Certs.CanForward,
 		work:       make(chan func()),
 		quit:       make(chan struct{}),
 	}
@@ -274,9 +279,10 @@ func (s *Server) conn(target string) (*grpc.ClientConn, error) {
 		return s.local, nil
 	}
 
+	// direct checked the target: a host, or a host on the remote port.
 	addr := target
 	if _, _, err := net.SplitHostPort(target); err != nil {
-		addr = net.JoinHostPort(target, fmt.Sprint(s.opts.RemotePort))
+		addr = net.JoinHostPort(strings.Trim(target, "[]"), fmt.Sprint(s.opts.RemotePort))
 	}
 
 	return s.pool.get(addr)

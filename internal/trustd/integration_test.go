@@ -227,12 +227,19 @@ func TestWorkerJoins(t *testing.T) {
 		t.Error("worker got a CA certificate")
 	}
 
-	cli := readCert(t, filepath.Join(apidDir(wk), certs.ClientCrt))
-	if got := cli.Subject.Organization; len(got) != 1 || got[0] != "os:impersonator" {
-		t.Errorf("worker client certificate organization %v, want [os:impersonator]", got)
+	// No client certificate at all: only a node holding the CA key (a control plane) issues
+	// itself one, so a worker's files carry no role (upstream's CVE-2022-36103).
+	if srv.ExtKeyUsage[0] != x509.ExtKeyUsageServerAuth || len(srv.ExtKeyUsage) != 1 || len(srv.Subject.Organization) > 0 {
+		t.Errorf("worker server certificate: usages %v, organization %v; want server auth only, none", srv.ExtKeyUsage, srv.Subject.Organization)
 	}
 
-	checkKeyModes(t, apidDir(wk), certs.ServerKey, certs.ClientKey, certs.ServerCrt, certs.ClientCrt)
+	for _, f := range []string{certs.ClientCrt, certs.ClientKey} {
+		if exists(filepath.Join(apidDir(wk), f)) {
+			t.Errorf("the worker holds apid's %s: a worker must have no client certificate", f)
+		}
+	}
+
+	checkKeyModes(t, apidDir(wk), certs.ServerKey, certs.ServerCrt)
 	checkKeyModes(t, trustdDir(cp), trustd.CAKey, trustd.TokenFile, trustd.ServerKey)
 
 	if exists(trustdDir(wk)) {
@@ -524,21 +531,20 @@ func TestRotation(t *testing.T) {
 		return err == nil
 	})
 
-	// The same log, followed from the worker's apid: worker apid -> control plane apid, a
-	// node-to-node call with the worker's own (rotating) client certificate.
-	wkConn := dialAPID(t, c, apidAddr(wk), func(*x509.Certificate) {})
-	proxied := machine.NewMachineServiceClient(wkConn)
-
-	var viaWorker grpc.ServerStreamingClient[common.Data]
+	// The worker's apid log, followed through the control plane: control plane apid -> worker
+	// apid, a node-to-node call with the control plane's own (rotating) client certificate. The
+	// worker's apid logs each reload of its renewed certificates. (A worker has no client
+	// certificate and proxies nowhere.)
+	var viaCP grpc.ServerStreamingClient[common.Data]
 
 	testenv.WaitFor(t, "proxied log stream opened", 90*time.Second, func() bool {
 		var err error
-		if viaWorker, err = proxied.Logs(metadata.AppendToOutgoingContext(ctx, "node", cpAddr),
-			&machine.LogsRequest{Namespace: "system", Id: "trustd", Follow: true, TailLines: 1}); err != nil {
+		if viaCP, err = api.Logs(metadata.AppendToOutgoingContext(ctx, "node", wkAddr),
+			&machine.LogsRequest{Namespace: "system", Id: "apid", Follow: true, TailLines: 1}); err != nil {
 			return false
 		}
 
-		_, err = viaWorker.Recv()
+		_, err = viaCP.Recv()
 
 		return err == nil
 	})
@@ -572,19 +578,22 @@ func TestRotation(t *testing.T) {
 	// Both old streams are still delivering: a signing logged after the rotations arrives.
 	rotated := time.Now()
 
-	for name, s := range map[string]grpc.ServerStreamingClient[common.Data]{"direct": stream, "through the worker": viaWorker} {
-		for signed := false; !signed; {
-			msg, err := s.Recv()
+	for name, w := range map[string]struct {
+		s   grpc.ServerStreamingClient[common.Data]
+		msg string
+	}{"direct": {stream, "signed certificate"}, "through the control plane": {viaCP, "certificates reloaded"}} {
+		for seen := false; !seen; {
+			msg, err := w.s.Recv()
 			if err != nil {
 				t.Fatalf("%s stream broke after the rotation: %v", name, err)
 			}
 
-			signed = signedAfter(string(msg.GetBytes()), rotated)
+			seen = loggedAfter(string(msg.GetBytes()), w.msg, rotated)
 		}
 	}
 
 	checkKeyModes(t, apidDir(cp), certs.ServerKey, certs.ClientKey)
-	checkKeyModes(t, apidDir(wk), certs.ServerKey, certs.ClientKey)
+	checkKeyModes(t, apidDir(wk), certs.ServerKey)
 }
 
 // trustdClient calls trustd at addr from the source address from.
@@ -630,16 +639,16 @@ func testCSR(t *testing.T, cn string, ext []pkix.Extension) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
 
-// signedAfter reports whether the trustd log text holds a signing logged after t (trustd logs
-// JSON lines whose ts is in seconds since the epoch).
-func signedAfter(text string, t time.Time) bool {
+// loggedAfter reports whether the log text (zap's JSON lines, ts in seconds since the epoch:
+// trustd's and apid's) holds message logged after t.
+func loggedAfter(text, message string, t time.Time) bool {
 	for _, line := range strings.Split(text, "\n") {
 		var entry struct {
 			TS  float64 `json:"ts"`
 			Msg string  `json:"msg"`
 		}
 
-		if json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != "signed certificate" {
+		if json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != message {
 			continue
 		}
 

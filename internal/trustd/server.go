@@ -122,7 +122,7 @@ func (s *Server) Certificate(ctx context.Context, req *securityapi.CertificateRe
 
 	b := s.Certs.Current()
 
-	csr, ekus, err := CheckCSR(req.GetCsr())
+	csr, err := CheckCSR(req.GetCsr())
 	if err != nil {
 		if s.Limiter != nil {
 			s.Limiter.Failed(host)
@@ -143,7 +143,7 @@ func (s *Server) Certificate(ctx context.Context, req *securityapi.CertificateRe
 		lifetime = DefaultLifetime
 	}
 
-	crt, err := Sign(b.CA, csr, ekus, lifetime, now)
+	crt, err := Sign(b.CA, csr, lifetime, now)
 	if err != nil {
 		log.Error("signing failed", zap.Error(err))
 
@@ -152,7 +152,7 @@ func (s *Server) Certificate(ctx context.Context, req *securityapi.CertificateRe
 
 	pub := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
 	log.Info("signed certificate",
-		zap.String("cn", csr.Subject.CommonName), zap.Strings("o", csr.Subject.Organization),
+		zap.String("cn", csr.Subject.CommonName),
 		zap.Int("ips", len(csr.IPAddresses)), zap.Int("dns", len(csr.DNSNames)),
 		zap.String("key_sha256", hex.EncodeToString(pub[:8])), zap.Duration("lifetime", lifetime))
 

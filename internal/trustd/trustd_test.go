@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,18 +138,24 @@ func TestCheckCSR(t *testing.T) {
 	uri, _ := url.Parse("spiffe://cluster/node")
 
 	for _, tc := range []struct {
-		name   string
-		tmpl   *x509.CertificateRequest
-		ok     bool
-		wantEK []x509.ExtKeyUsage
+		name string
+		tmpl *x509.CertificateRequest
+		ok   bool
 	}{
-		{name: "server", ok: true, wantEK: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, tmpl: &x509.CertificateRequest{
+		{name: "server", ok: true, tmpl: &x509.CertificateRequest{
 			Subject: pkix.Name{CommonName: "node"}, IPAddresses: []net.IP{net.ParseIP("10.0.0.2")}, DNSNames: []string{"node"},
 			ExtraExtensions: []pkix.Extension{ext(t, oidExtKeyUsage, []asn1.ObjectIdentifier{oidServerAuth})},
 		}},
-		{name: "impersonator client", ok: true, wantEK: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, tmpl: &x509.CertificateRequest{
+		// The join token buys no role: no impersonator, no client certificate at all
+		// (upstream's CVE-2022-36103).
+		{name: "impersonator client", tmpl: &x509.CertificateRequest{
 			Subject:         pkix.Name{CommonName: "node", Organization: []string{"os:impersonator"}},
 			ExtraExtensions: []pkix.Extension{ext(t, oidExtKeyUsage, []asn1.ObjectIdentifier{oidClientAuth})},
+		}},
+		{name: "impersonator organization", tmpl: &x509.CertificateRequest{Subject: pkix.Name{CommonName: "node", Organization: []string{"os:impersonator"}}}},
+		{name: "client auth", tmpl: &x509.CertificateRequest{
+			Subject:         pkix.Name{CommonName: "node"},
+			ExtraExtensions: []pkix.Extension{ext(t, oidExtKeyUsage, []asn1.ObjectIdentifier{oidServerAuth, oidClientAuth})},
 		}},
 		{name: "no extensions", ok: true, tmpl: &x509.CertificateRequest{Subject: pkix.Name{CommonName: "node"}}},
 		{name: "digital signature usage", ok: true, tmpl: &x509.CertificateRequest{
@@ -166,7 +173,7 @@ func TestCheckCSR(t *testing.T) {
 		{name: "other extension", tmpl: &x509.CertificateRequest{ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 2, 3}, Value: []byte{5, 0}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			csr, ekus, err := CheckCSR(csrPEM(t, tc.tmpl))
+			csr, err := CheckCSR(csrPEM(t, tc.tmpl))
 			if tc.ok != (err == nil) {
 				t.Fatalf("ok=%v, err=%v", tc.ok, err)
 			}
@@ -175,13 +182,9 @@ func TestCheckCSR(t *testing.T) {
 				return
 			}
 
-			if len(ekus) != len(tc.wantEK) || (len(ekus) > 0 && ekus[0] != tc.wantEK[0]) {
-				t.Errorf("usages %v, want %v", ekus, tc.wantEK)
-			}
-
 			ca := newTestCA(t)
 
-			crtPEM, err := Sign(ca.issuer(), csr, ekus, time.Hour, time.Now())
+			crtPEM, err := Sign(ca.issuer(), csr, time.Hour, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,6 +199,15 @@ func TestCheckCSR(t *testing.T) {
 				t.Error("signed a CA")
 			}
 
+			// A server certificate only, whatever was asked: no role, no client use.
+			if !slices.Equal(crt.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) || len(crt.Subject.Organization) > 0 {
+				t.Errorf("usages %v, organization %v: want server authentication only, no organization", crt.ExtKeyUsage, crt.Subject.Organization)
+			}
+
+			if _, err = crt.Verify(x509.VerifyOptions{Roots: ca.pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+				t.Error("the signed certificate verifies as a client certificate")
+			}
+
 			if _, err = crt.Verify(x509.VerifyOptions{Roots: ca.pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 				t.Error(err)
 			}
@@ -207,7 +219,7 @@ func TestCheckCSR(t *testing.T) {
 	}
 
 	for _, garbage := range [][]byte{nil, []byte("not pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte{1, 2, 3}})} {
-		if _, _, err := CheckCSR(garbage); err == nil {
+		if _, err := CheckCSR(garbage); err == nil {
 			t.Errorf("accepted %q", garbage)
 		}
 	}
@@ -215,12 +227,12 @@ func TestCheckCSR(t *testing.T) {
 
 func TestSignCapsLifetimeAtCA(t *testing.T) {
 	ca := newTestCA(t)
-	csr, ekus, err := CheckCSR(csrPEM(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "n"}}))
+	csr, err := CheckCSR(csrPEM(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "n"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	crtPEM, err := Sign(ca.issuer(), csr, ekus, 365*24*time.Hour, time.Now())
+	crtPEM, err := Sign(ca.issuer(), csr, 365*24*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +244,8 @@ func TestSignCapsLifetimeAtCA(t *testing.T) {
 		t.Errorf("certificate outlives its CA: %v > %v", crt.NotAfter, ca.crt.NotAfter)
 	}
 
-	if len(crt.ExtKeyUsage) != 2 {
-		t.Errorf("default usages %v, want server and client auth", crt.ExtKeyUsage)
+	if !slices.Equal(crt.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) {
+		t.Errorf("default usages %v, want server auth only", crt.ExtKeyUsage)
 	}
 }
 

@@ -7,8 +7,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/talos-go/talos/internal/filestore"
@@ -20,7 +22,7 @@ const (
 	CA        = "ca.crt"     // OS CA bundle: verifies clients and other nodes' apid
 	ServerCrt = "server.crt" // apid's serving certificate (node addresses, hostname, certSANs)
 	ServerKey = "server.key"
-	ClientCrt = "client.crt" // the node's client certificate (os:impersonator), for node-to-node calls
+	ClientCrt = "client.crt" // a control plane's client certificate (os:impersonator), for node-to-node calls
 	ClientKey = "client.key"
 )
 
@@ -28,16 +30,42 @@ const (
 // certificates first, the CA bundle last.
 var All = []string{ServerKey, ServerCrt, ClientKey, ClientCrt, CA}
 
+// clientFiles are the files only a node holding the OS CA key has: a worker has no client
+// certificate, so its files carry no role and its apid forwards to no other node.
+var clientFiles = []string{ClientKey, ClientCrt}
+
 // WriteFiles writes apid's folder (0700), each file 0600 and replaced atomically, so apid never
-// reads a half-written file.
+// reads a half-written file. Without the client files in files, those on disk are removed (a
+// worker from before workers lost them keeps none).
 func WriteFiles(dir string, files map[string][]byte) error {
-	return pki.WriteFiles(dir, All, files)
+	order := slices.DeleteFunc(slices.Clone(All), func(name string) bool {
+		_, ok := files[name]
+
+		return !ok && slices.Contains(clientFiles, name)
+	})
+
+	if err := pki.WriteFiles(dir, order, files); err != nil {
+		return err
+	}
+
+	for _, name := range clientFiles {
+		if _, ok := files[name]; ok {
+			continue
+		}
+
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", name, err)
+		}
+	}
+
+	return nil
 }
 
 // Bundle is one consistent load of the folder.
 type Bundle struct {
 	Server tls.Certificate
-	Client tls.Certificate
+	// Client is nil on a node without a client certificate (a worker).
+	Client *tls.Certificate
 	CAs    *x509.CertPool
 	Loaded time.Time
 }
@@ -87,12 +115,20 @@ func Load(dir string) (*Bundle, error) {
 		return nil, err
 	}
 
+	b := &Bundle{Server: server, CAs: pool, Loaded: time.Now()}
+
+	if _, err = os.Stat(filepath.Join(dir, ClientCrt)); errors.Is(err, fs.ErrNotExist) {
+		return b, nil
+	}
+
 	client, err := pair(ClientCrt, ClientKey)
 	if err != nil {
 		return nil, err
 	}
 
-	return &Bundle{Server: server, Client: client, CAs: pool, Loaded: time.Now()}, nil
+	b.Client = &client
+
+	return b, nil
 }
 
 // Store holds the current bundle and reloads it when the files change.
@@ -100,7 +136,8 @@ type Store struct {
 	*filestore.Store[*Bundle]
 }
 
-// NewStore loads dir; it fails when the folder is not complete and valid.
+// NewStore loads dir; it fails when the folder is not complete and valid (the client files
+// may be missing together).
 func NewStore(dir string) (*Store, error) {
 	fs, err := filestore.New(dir, All, Load)
 	if err != nil {
@@ -136,9 +173,13 @@ func (s *Store) ClientTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			b := s.Current()
+			if c := s.Current().Client; c != nil {
+				return c, nil
+			}
 
-			return &b.Client, nil
+			// No certificate to send: the other node refuses the call (a worker forwards
+			// nowhere; Server.direct refuses before dialing).
+			return &tls.Certificate{}, nil
 		},
 		// Verification is done in VerifyConnection against the current bundle.
 		InsecureSkipVerify: true, //nolint:gosec // VerifyConnection below checks the chain against the current CA
@@ -163,3 +204,7 @@ func (s *Store) ClientTLS() *tls.Config {
 		},
 	}
 }
+
+// CanForward reports whether this node holds a client certificate, without which no other
+// node's apid takes its calls.
+func (s *Store) CanForward() bool { return s.Current().Client != nil }

@@ -70,6 +70,35 @@ func TestWriteFilesLoads(t *testing.T) {
 		t.Errorf("server certificate does not verify against the folder's CA: %v", err)
 	}
 
+	if b.Client == nil {
+		t.Error("the client certificate written was not loaded")
+	}
+
+	// A worker: no client certificate. The stale client files go, the rest loads without them.
+	worker := map[string][]byte{certs.CA: files[certs.CA], certs.ServerCrt: server.Crt, certs.ServerKey: server.Key}
+	if err = certs.WriteFiles(dir, worker); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, name := range []string{certs.ClientCrt, certs.ClientKey} {
+		if _, err = os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s left in a folder written without it (stat: %v)", name, err)
+		}
+	}
+
+	if b, err = certs.Load(dir); err != nil || b.Client != nil {
+		t.Errorf("folder without a client certificate: load error %v, client %v; want loaded without one", err, b)
+	}
+
+	// A client certificate without its key is a broken folder, not a worker's.
+	if err = os.WriteFile(filepath.Join(dir, certs.ClientCrt), client.Crt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err = certs.Load(dir); err == nil {
+		t.Error("a client certificate without its key was loaded")
+	}
+
 	delete(files, certs.CA)
 
 	if err = certs.WriteFiles(filepath.Join(t.TempDir(), "apid"), files); err == nil {

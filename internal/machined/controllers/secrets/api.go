@@ -23,9 +23,11 @@ import (
 )
 
 // APIController issues the node's API certificates (secrets.API): apid's server certificate
-// (CertSAN "api") and the node's client certificate (os:impersonator) for node-to-node calls.
-// A node holding the CA key signs them itself; a worker sends CSRs with the token to trustd on
-// the control planes. They are renewed after two thirds of their lifetime (checked against the
+// (CertSAN "api") and, on a node holding the OS CA key (a control plane), its client
+// certificate (os:impersonator) for node-to-node calls. A node holding the key signs them
+// itself; a worker sends a CSR with the token to trustd on the control planes for its server
+// certificate only: it has no client certificate, so its files and its token carry no role and
+// its apid forwards nowhere (as upstream after CVE-2022-36103). They are renewed after two thirds of their lifetime (checked against the
 // wall clock, so a clock jump renews them too) and whenever the names or the CA change.
 type APIController struct {
 	// Lifetime of the certificates; Lifetime() when zero.
@@ -137,8 +139,12 @@ func (ctrl *APIController) reconcile(ctx context.Context, r controller.Runtime, 
 		spec := cur.TypedSpec()
 		reason = current(spec.Server, rootSpec.IssuingCA.Crt, server, now)
 
-		if reason == "" {
+		switch {
+		case reason != "":
+		case hasKey(rootSpec):
 			reason = current(spec.Client, rootSpec.IssuingCA.Crt, client, now)
+		case spec.Client != nil:
+			reason = "a worker holds no client certificate"
 		}
 
 		if reason == "" && !sameBundle(spec.AcceptedCAs, bundle) {
@@ -160,14 +166,8 @@ func (ctrl *APIController) reconcile(ctx context.Context, r controller.Runtime, 
 		if clientPair, err = signLocal(rootSpec.IssuingCA, client, lifetime, now); err != nil {
 			return err
 		}
-	} else {
-		if serverPair, err = ctrl.remote(ctx, r, log, rootSpec, server); err != nil {
-			return err
-		}
-
-		if clientPair, err = ctrl.remote(ctx, r, log, rootSpec, client); err != nil {
-			return err
-		}
+	} else if serverPair, err = ctrl.remote(ctx, r, log, rootSpec, server); err != nil {
+		return err
 	}
 
 	if err = safe.WriterModify(ctx, r, secrets.NewAPI(), func(res *secrets.API) error {

@@ -39,9 +39,10 @@ func (ctrl *APIFilesController) Inputs() []controller.Input {
 // Outputs implements controller.Controller.
 func (ctrl *APIFilesController) Outputs() []controller.Output { return nil }
 
-// APIFiles are apid's files for the API certificates.
+// APIFiles are apid's files for the API certificates: without a client certificate (a worker),
+// none of its files.
 func APIFiles(spec *secrets.APICertsSpec) (map[string][]byte, error) {
-	if spec.Server == nil || spec.Client == nil || len(spec.AcceptedCAs) == 0 {
+	if spec.Server == nil || len(spec.AcceptedCAs) == 0 {
 		return nil, fmt.Errorf("api certificates are incomplete")
 	}
 
@@ -52,13 +53,18 @@ func APIFiles(spec *secrets.APICertsSpec) (map[string][]byte, error) {
 		bundle.WriteByte('\n')
 	}
 
-	return map[string][]byte{
+	files := map[string][]byte{
 		certs.CA:        bundle.Bytes(),
 		certs.ServerCrt: spec.Server.Crt,
 		certs.ServerKey: spec.Server.Key,
-		certs.ClientCrt: spec.Client.Crt,
-		certs.ClientKey: spec.Client.Key,
-	}, nil
+	}
+
+	if spec.Client != nil {
+		files[certs.ClientCrt] = spec.Client.Crt
+		files[certs.ClientKey] = spec.Client.Key
+	}
+
+	return files, nil
 }
 
 // Run implements controller.Controller.
