@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talos-go/talos/internal/atomicfile"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/slots"
@@ -298,7 +299,7 @@ func installKeys(src, dst string) error {
 		return err
 	}
 
-	return meta.WriteFileAtomic(dst, data, 0o644)
+	return atomicfile.WriteFile(dst, data, 0o644)
 }
 
 func fileExists(p string) bool {
@@ -326,7 +327,7 @@ func installFiles(dest string, files map[string]string) error {
 		return err
 	}
 
-	return meta.SyncDir(filepath.Dir(dest))
+	return atomicfile.SyncDir(filepath.Dir(dest))
 }
 
 func copyFile(src, dst string) error {
@@ -538,7 +539,7 @@ func WipeFolder(root, name string) error {
 		return fmt.Errorf("wiping %s: %w", name, err)
 	}
 
-	if err = meta.SyncDir(root); err != nil {
+	if err = atomicfile.SyncDir(root); err != nil {
 		return err
 	}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/atomicfile"
 	"github.com/talos-go/talos/internal/machined/errkind"
 )
 
@@ -25,12 +26,21 @@ const DefaultTryTimeout = time.Minute
 func (n *node) LoadConfig(ctx context.Context) error {
 	p := n.r.Paths
 
+	// What a power loss in the middle of a write left; applyMu keeps an apply's write out.
+	n.applyMu.Lock()
+	for _, path := range []string{p.Config(), p.StagedConfig()} {
+		if err := atomicfile.RemoveTemps(path); err != nil {
+			n.r.Log.Warn("removing an interrupted write's temporary file", zap.Error(err))
+		}
+	}
+	n.applyMu.Unlock()
+
 	if _, err := os.Stat(p.StagedConfig()); err == nil {
 		cfg, err := n.loadFile(p.StagedConfig())
 		if err != nil {
 			// A staged config that no longer loads must not block the boot: keep the old one.
 			n.r.Log.Error("staged config refused, booting with the saved config", zap.Error(err))
-		} else if err = os.Rename(p.StagedConfig(), p.Config()); err != nil {
+		} else if err = atomicfile.Rename(p.StagedConfig(), p.Config()); err != nil {
 			return fmt.Errorf("taking staged config: %w", err)
 		} else {
 			n.r.Log.Info("staged config taken", zap.String("path", p.Config()))
@@ -62,7 +72,7 @@ func (n *node) LoadConfig(ctx context.Context) error {
 		return fmt.Errorf("--config %s refused, nothing was changed: %w", n.opts.ConfigFile, err)
 	}
 
-	if err = writeFileAtomic(p.Config(), raw); err != nil {
+	if err = atomicfile.WriteFile(p.Config(), raw, 0o600); err != nil {
 		return err
 	}
 
@@ -90,36 +100,6 @@ func (n *node) parse(raw []byte) (config.Provider, error) {
 	}
 
 	return cfg, nil
-}
-
-// writeFileAtomic replaces path with data so a crash leaves either the old or the new file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-
-	if err != nil {
-		os.Remove(tmp)
-
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-
-	return nil
 }
 
 // needsReboot reports what of a config change cannot take effect on a running node.
@@ -168,7 +148,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 			return "Dry run summary:\nNode is in maintenance mode and will boot with the applied config.", mode, nil
 		}
 
-		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
+		if err := atomicfile.WriteFile(n.r.Paths.Config(), raw, 0o600); err != nil {
 			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
 		}
 
@@ -216,7 +196,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 
 	switch mode {
 	case machine.ApplyConfigurationRequest_STAGED:
-		if err := writeFileAtomic(n.r.Paths.StagedConfig(), raw); err != nil {
+		if err := atomicfile.WriteFile(n.r.Paths.StagedConfig(), raw, 0o600); err != nil {
 			return "", mode, errkind.Errorf(errkind.Internal, "staging config: %w", err)
 		}
 
@@ -239,11 +219,15 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 
 		return fmt.Sprintf("Applied configuration in try mode: it is reverted in %s unless applied again in another mode", timeout), mode, nil
 	case machine.ApplyConfigurationRequest_NO_REBOOT:
-		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
-			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
+		// The staged config is superseded: removed first, durably, or a power loss could bring
+		// it back and the next boot would take it over the config applied here.
+		if err := atomicfile.Remove(n.r.Paths.StagedConfig()); err != nil {
+			return "", mode, errkind.Errorf(errkind.Internal, "dropping the staged config: %w", err)
 		}
 
-		os.Remove(n.r.Paths.StagedConfig())
+		if err := atomicfile.WriteFile(n.r.Paths.Config(), raw, 0o600); err != nil {
+			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
+		}
 
 		if err := n.activate(ctx, cfg); err != nil {
 			return "", mode, errkind.Wrap(errkind.Internal, err)
@@ -251,11 +235,13 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 
 		return "Applied configuration without a reboot", mode, nil
 	case machine.ApplyConfigurationRequest_REBOOT:
-		if err := writeFileAtomic(n.r.Paths.Config(), raw); err != nil {
-			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
+		if err := atomicfile.Remove(n.r.Paths.StagedConfig()); err != nil {
+			return "", mode, errkind.Errorf(errkind.Internal, "dropping the staged config: %w", err)
 		}
 
-		os.Remove(n.r.Paths.StagedConfig())
+		if err := atomicfile.WriteFile(n.r.Paths.Config(), raw, 0o600); err != nil {
+			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
+		}
 
 		if err := n.Reboot(""); err != nil {
 			return "", mode, errkind.Wrap(errkind.Precondition, err)

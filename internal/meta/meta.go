@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/atomicfile"
 )
 
 // Well-known keys.
@@ -251,63 +253,5 @@ func (s *Store) writeLocked(v Values) error {
 		return s.writePartitionLocked(f, buf.Bytes())
 	}
 
-	return WriteFileAtomic(s.Path(), buf.Bytes(), 0o600)
-}
-
-// WriteFileAtomic writes data to a temporary file in the same folder, syncs it, renames it over
-// path and syncs the folder: after a crash path holds either the old or the new contents.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-
-	if err = f.Chmod(perm); err != nil {
-		return fail(err)
-	}
-
-	if _, err = f.Write(data); err != nil {
-		return fail(err)
-	}
-
-	if err = f.Sync(); err != nil {
-		return fail(err)
-	}
-
-	if err = f.Close(); err != nil {
-		return fail(err)
-	}
-
-	if err = os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-
-	return SyncDir(dir)
-}
-
-// SyncDir makes a rename or creation in dir durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing folder %s: %w", dir, err)
-	}
-	defer d.Close()
-
-	if err = d.Sync(); err != nil {
-		return fmt.Errorf("syncing folder %s: %w", dir, err)
-	}
-
-	return nil
+	return atomicfile.WriteFile(s.Path(), buf.Bytes(), 0o600)
 }

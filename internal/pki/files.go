@@ -6,13 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/talos-go/talos/internal/atomicfile"
 )
 
 // WriteFiles writes a service's secrets folder: dir is made private (0700), and each file named
-// in order is written 0600 and replaced atomically (write, then rename), so a service never
-// reads half a file. Files already holding the same bytes (and mode 0600) are left alone, so a
-// folder watcher sees only real changes. Writers list keys before the certificates and CAs that
-// name them.
+// in order is written 0600 and replaced atomically and durably (atomicfile.WriteFile), so a
+// service never reads half a file and a power loss leaves the old file or the new one. Files
+// already holding the same bytes (and mode 0600) are left alone, so a folder watcher sees only
+// real changes. Writers list keys before the certificates and CAs that name them.
 func WriteFiles(dir string, order []string, files map[string][]byte) error {
 	for _, name := range order {
 		if _, ok := files[name]; !ok {
@@ -44,22 +46,7 @@ func writeFile(path string, data []byte) error {
 		}
 	}
 
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-
-	// A temporary file left by a crash keeps its mode through WriteFile: set it.
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return fmt.Errorf("securing %s: %w", path, err)
-	}
-
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("replacing %s: %w", path, err)
-	}
-
-	return nil
+	return atomicfile.WriteFile(path, data, 0o600)
 }
 
 // Bundle joins PEM certificates into one CA file: each trimmed and ending in a newline, empty

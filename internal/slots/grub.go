@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/talos-go/talos/internal/meta"
+	"github.com/talos-go/talos/internal/atomicfile"
 	"github.com/talos-go/talos/internal/partition"
 )
 
@@ -85,7 +85,7 @@ func SetGRUBDefault(bootDir, def string) error {
 		return Quiesce(bootDir) // the slots' files may be new
 	}
 
-	if err = meta.WriteFileAtomic(path, []byte(cfg), 0o600); err != nil {
+	if err = atomicfile.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 

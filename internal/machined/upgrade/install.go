@@ -12,6 +12,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/atomicfile"
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/sequencer"
@@ -321,7 +322,7 @@ func (m *Manager) writeSlot(staging, target string) error {
 		return fmt.Errorf("writing slot %s: %w", target, err)
 	}
 
-	if err := meta.SyncDir(boot); err != nil {
+	if err := atomicfile.SyncDir(boot); err != nil {
 		return err
 	}
 

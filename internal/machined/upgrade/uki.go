@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/talos-go/talos/internal/atomicfile"
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/imager"
-	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/uki"
@@ -81,5 +81,5 @@ func toUKI(dir string) error {
 		}
 	}
 
-	return meta.SyncDir(dir)
+	return atomicfile.SyncDir(dir)
 }

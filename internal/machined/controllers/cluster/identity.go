@@ -15,6 +15,8 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/atomicfile"
 )
 
 // NodeIDFile is the file in STATE holding the node's id, so it survives reboots, not wipes.
@@ -77,7 +79,7 @@ func (ctrl *IdentityController) nodeID() (string, error) {
 		b.WriteByte(alphabet[n.Int64()])
 	}
 
-	if err := os.WriteFile(path, []byte(b.String()+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(b.String()+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("saving node id: %w", err)
 	}
 

@@ -22,6 +22,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"gopkg.in/yaml.v3"
 
+	"github.com/talos-go/talos/internal/atomicfile"
 	"github.com/talos-go/talos/internal/eui64"
 )
 
@@ -133,7 +134,7 @@ func (ctrl *IdentityController) load(clusterID string, mac net.HardwareAddr) (*k
 			return nil, err
 		}
 
-		if err = os.WriteFile(path, out, 0o600); err != nil {
+		if err = atomicfile.WriteFile(path, out, 0o600); err != nil {
 			return nil, fmt.Errorf("saving the KubeSpan identity: %w", err)
 		}
 	}
