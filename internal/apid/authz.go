@@ -6,6 +6,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/sensitive"
 )
 
 // Least role needed per method. Meanings follow Talos's documented roles:
@@ -26,8 +28,8 @@ var rules = map[string]role.Role{
 	"/time.TimeService/TimeCheck":                           role.Reader,
 	"/securityapi.SecurityService/Certificate":              role.Admin,
 
-	// COSI state: reads are reader (machined hides sensitive resources from non-admins
-	// using the roles apid forwards), writes are admin.
+	// COSI state: reads are reader, except sensitive types, which need os:admin (package
+	// sensitive: checked here before forwarding, and by machined); writes are admin.
 	"/cosi.resource.State/Get":     role.Reader,
 	"/cosi.resource.State/List":    role.Reader,
 	"/cosi.resource.State/Watch":   role.Reader,
@@ -149,17 +151,8 @@ var cosiReads = map[string]bool{
 	"/cosi.resource.State/Watch": true,
 }
 
-// sensitiveResource reports whether reading a resource exposes secrets: everything in the
-// secrets namespace and the machine config itself. Such reads need os:admin.
-func sensitiveResource(namespace, typ string) bool {
-	return namespace == "secrets" || typ == "MachineConfigs.config.talos.dev"
-}
-
-// AuthorizeResource checks a COSI read of a resource type against roles.
+// AuthorizeResource checks a COSI read of a resource type against roles, by the rule machined
+// applies too (package sensitive).
 func AuthorizeResource(namespace, typ string, roles role.Set) error {
-	if !sensitiveResource(namespace, typ) || roles.Includes(role.Admin) {
-		return nil
-	}
-
-	return status.Errorf(codes.PermissionDenied, "reading %s in namespace %s requires role %s: it holds secrets", typ, namespace, role.Admin)
+	return sensitive.Authorize(namespace, typ, roles)
 }

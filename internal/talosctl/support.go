@@ -21,11 +21,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/formatters"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
-	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/talos-go/talos/internal/sensitive"
 	"github.com/talos-go/talos/internal/talosctl/output"
 )
 
@@ -315,7 +315,8 @@ func redactedConfig(ctx context.Context, c *client.Client) ([]byte, error) {
 }
 
 // collectResources writes resources/<type>.yaml for every type the node registers, except the
-// secrets namespace, sensitive types and the machine config (collected redacted).
+// sensitive ones (package sensitive's rule; the machine config is collected redacted): a
+// bundle is made to be shared.
 func collectResources(ctx context.Context, c *client.Client, node string, b *nodeBundle) error {
 	rds, err := safe.StateListAll[*meta.ResourceDefinition](ctx, c.COSI)
 	if err != nil {
@@ -324,7 +325,7 @@ func collectResources(ctx context.Context, c *client.Client, node string, b *nod
 
 	for rd := range rds.All() {
 		spec := rd.TypedSpec()
-		if spec.DefaultNamespace == secrets.NamespaceName || spec.Sensitivity == meta.Sensitive || spec.Type == config.MachineConfigType {
+		if sensitive.Resource(spec.DefaultNamespace, spec.Type) {
 			continue
 		}
 

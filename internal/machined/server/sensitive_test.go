@@ -6,6 +6,8 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"google.golang.org/grpc/codes"
@@ -19,18 +21,20 @@ func TestCheckSensitive(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name string
-		ctx  context.Context
-		typ  string
-		code codes.Code
+		name    string
+		ctx     context.Context
+		ns, typ string
+		code    codes.Code
 	}{
-		{"reader, os root", withRoles("os:reader"), secrets.OSRootType, codes.PermissionDenied},
-		{"operator, api certs", withRoles("os:operator"), secrets.APIType, codes.PermissionDenied},
-		{"admin, os root", withRoles("os:admin"), secrets.OSRootType, codes.OK},
-		{"reader, hostname", withRoles("os:reader"), network.HostnameStatusType, codes.OK},
-		{"the node itself (no roles)", context.Background(), secrets.OSRootType, codes.OK},
+		{"reader, os root", withRoles("os:reader"), secrets.NamespaceName, secrets.OSRootType, codes.PermissionDenied},
+		{"operator, api certs", withRoles("os:operator"), secrets.NamespaceName, secrets.APIType, codes.PermissionDenied},
+		{"reader, manifests (bootstrap token)", withRoles("os:reader"), k8s.ControlPlaneNamespaceName, k8s.ManifestType, codes.PermissionDenied},
+		{"operator, machine config", withRoles("os:operator"), config.NamespaceName, config.MachineConfigType, codes.PermissionDenied},
+		{"admin, os root", withRoles("os:admin"), secrets.NamespaceName, secrets.OSRootType, codes.OK},
+		{"reader, hostname", withRoles("os:reader"), network.NamespaceName, network.HostnameStatusType, codes.OK},
+		{"the node itself (no roles)", context.Background(), secrets.NamespaceName, secrets.OSRootType, codes.OK},
 	} {
-		err := readOnly(tc.ctx, state.Access{ResourceNamespace: secrets.NamespaceName, ResourceType: tc.typ, Verb: state.Get})
+		err := readOnly(tc.ctx, state.Access{ResourceNamespace: tc.ns, ResourceType: tc.typ, Verb: state.Get})
 		if status.Code(err) != tc.code {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.code)
 		}
