@@ -34,6 +34,9 @@ var All = []string{ServerKey, ServerCrt, ClientKey, ClientCrt, CA}
 // certificate, so its files carry no role and its apid forwards to no other node.
 var clientFiles = []string{ClientKey, ClientCrt}
 
+// Required are the files every node's folder holds before apid can start.
+var Required = []string{ServerKey, ServerCrt, CA}
+
 // WriteFiles writes apid's folder (0700), each file 0600 and replaced atomically, so apid never
 // reads a half-written file. Without the client files in files, those on disk are removed (a
 // worker from before workers lost them keeps none).

@@ -47,7 +47,7 @@ func APID(r *runtime.Runtime) *system.Service {
 				return err
 			}
 
-			return waitFiles(ctx, dir, certs.All)
+			return waitFiles(ctx, dir, certs.Required)
 		},
 		Runner: func() (system.Runner, error) {
 			out, err := r.Logs.Writer("apid")
