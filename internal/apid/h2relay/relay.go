@@ -8,6 +8,12 @@
 // stuck client can only stall itself. Flow control is passed through: a client's bytes are
 // credited back to it only once the backend has been sent them, and the other way round, so
 // the memory a connection holds is bounded by the windows it advertises.
+//
+// A client is held to limits (limits.go): every write has a deadline, so a peer that stops
+// reading is cut off instead of holding its session; a connection with no stream for a while
+// is closed, and a silent one is pinged and closed if it stays silent; header lists have a
+// size limit; a client resetting streams faster than a budget allows is cut off (the HTTP/2
+// rapid-reset attack). Stop never waits on a stuck session: it closes the connections.
 package h2relay
 
 import (
@@ -55,6 +61,18 @@ type Server struct {
 	Window uint32
 	// MaxStreams bounds concurrent streams per client connection (default 1024).
 	MaxStreams int
+	// MaxHeaderListSize bounds a client's request header list, as HTTP/2 counts it (default
+	// 1 MiB); a larger one is answered ResourceExhausted.
+	MaxHeaderListSize uint32
+	// WriteTimeout bounds every write to a client or backend connection (default 20s): a peer
+	// that stops reading is disconnected once its socket buffers are full for that long.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a client connection that has had no stream for this long (default 5m).
+	IdleTimeout time.Duration
+	// KeepaliveTime is how long a client may send nothing before it is pinged (default 1m);
+	// KeepaliveTimeout how long it then has to send anything (the ping's ack) before it is
+	// disconnected (default 20s).
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// Log gets connection-level failures; never payloads or headers.
 	Log *zap.Logger
 
@@ -171,7 +189,9 @@ func (s *Server) serveConn(c net.Conn) {
 }
 
 // Stop closes the listeners, tells every client to open no new streams, waits up to timeout
-// for the calls in flight, then closes what is left.
+// for the calls in flight, then closes what is left. It never waits on a session's lock: the
+// GOAWAYs go out from goroutines of their own, and what is left after timeout is ended by
+// closing its connections, which fails any write a stuck session is blocked in.
 func (s *Server) Stop(timeout time.Duration) {
 	s.mu.Lock()
 	s.stopping = true
@@ -194,14 +214,14 @@ func (s *Server) Stop(timeout time.Duration) {
 	s.mu.Unlock()
 
 	for _, sess := range sessions {
-		sess.goAway()
+		go sess.goAway()
 	}
 
 	select {
 	case <-idle:
 	case <-time.After(timeout):
 		for _, sess := range sessions {
-			sess.close()
+			sess.abort()
 		}
 
 		<-idle
@@ -264,20 +284,23 @@ func (h hpackSink) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func newPeer(c net.Conn) *peer {
+func newPeer(c net.Conn, writeTimeout time.Duration) *peer {
 	p := &peer{conn: c, maxFrame: defaultMaxFrame, sendConn: defaultWindow, initWin: defaultWindow, recvConn: defaultWindow}
-	p.bw = bufio.NewWriterSize(c, 32<<10)
+	p.bw = bufio.NewWriterSize(deadlineWriter{c: c, timeout: writeTimeout}, 32<<10)
 	p.fw = http2.NewFramer(p.bw, nil)
 	p.enc = hpack.NewEncoder(hpackSink{p})
 
 	return p
 }
 
-func newReader(c net.Conn) (*bufio.Reader, *http2.Framer) {
+func newReader(c net.Conn, maxHeaderList uint32) (*bufio.Reader, *http2.Framer) {
 	br := bufio.NewReaderSize(c, 32<<10)
 	fr := http2.NewFramer(nil, br)
+	// The relay advertises no SETTINGS_MAX_FRAME_SIZE, so peers keep to the default: a larger
+	// frame is an error, not a 16 MiB read buffer.
+	fr.SetMaxReadFrameSize(defaultMaxFrame)
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.MaxHeaderListSize = 16 << 20
+	fr.MaxHeaderListSize = maxHeaderList
 
 	return br, fr
 }

@@ -46,6 +46,7 @@ type backend struct {
 	sock     string
 	srv      *grpc.Server
 	canceled atomic.Int32 // streams whose context ended by cancellation
+	started  atomic.Int64 // calls the handler was started for
 	seenMD   chan metadata.MD
 }
 
@@ -72,6 +73,8 @@ func startBackend(t *testing.T) *backend {
 // of the request); /t/Upload counts the bytes of every message and replies with the total;
 // /t/Hang waits for cancellation.
 func (b *backend) handle(_ any, stream grpc.ServerStream) error {
+	b.started.Add(1)
+
 	method, _ := grpc.MethodFromServerStream(stream)
 	md, _ := metadata.FromIncomingContext(stream.Context())
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -100,16 +101,33 @@ type session struct {
 	goingAway bool
 	closed    bool
 	thresh    int64
+
+	// Limits (limits.go): the watchdog's timer, the idle and keepalive state it reads, the
+	// budget of stream resets.
+	timer     *time.Timer
+	reads     atomic.Int64 // frames read from the client
+	idleSince time.Time    // when the last stream ended (or the session began)
+	alive     keepalive
+	resets    float64
+	resetsAt  time.Time
+
+	// Every connection of the session, for abort, which must not take mu.
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{}
+	aborted bool
 }
 
 func newSession(s *Server, c net.Conn, state *tls.ConnectionState) *session {
 	return &session{
-		srv:     s,
-		state:   state,
-		client:  newPeer(c),
-		streams: map[uint32]*stream{},
-		ups:     make([]*upstream, len(s.Backends)),
-		thresh:  int64(s.window() / 4),
+		srv:      s,
+		state:    state,
+		client:   newPeer(c, s.writeTimeout()),
+		streams:  map[uint32]*stream{},
+		ups:      make([]*upstream, len(s.Backends)),
+		thresh:   int64(s.window() / 4),
+		resets:   resetBurst,
+		resetsAt: time.Now(),
+		conns:    map[net.Conn]struct{}{c: {}},
 	}
 }
 
@@ -117,7 +135,7 @@ func newSession(s *Server, c net.Conn, state *tls.ConnectionState) *session {
 func (ss *session) run() {
 	defer ss.close()
 
-	br, fr := newReader(ss.client.conn)
+	br, fr := newReader(ss.client.conn, ss.srv.maxHeaderList())
 
 	preface := make([]byte, len(http2.ClientPreface))
 	if _, err := io.ReadFull(br, preface); err != nil || string(preface) != http2.ClientPreface {
@@ -127,8 +145,11 @@ func (ss *session) run() {
 	ss.client.conn.SetDeadline(time.Time{}) //nolint:errcheck // serveConn's handshake deadline ends with the preface
 
 	ss.mu.Lock()
-	ss.writeSettings(ss.client, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(ss.srv.maxStreams())})
+	ss.writeSettings(ss.client,
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(ss.srv.maxStreams())},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: ss.srv.maxHeaderList()})
 	ss.flushAll()
+	ss.startWatchdog()
 	ss.mu.Unlock()
 
 	for {
@@ -139,10 +160,17 @@ func (ss *session) run() {
 		}
 
 		f, err := fr.ReadFrame()
+		ss.reads.Add(1)
+
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
 				ss.mu.Lock()
+				if ss.streams[se.StreamID] == nil {
+					// A new stream with a malformed header block: no one else will tell it.
+					ss.client.check(ss.client.fw.WriteRSTStream(se.StreamID, se.Code))
+				}
+
 				ss.resetFromClient(se.StreamID, se.Code)
 				ss.mu.Unlock()
 
@@ -209,7 +237,10 @@ func (ss *session) clientHeaders(f *http2.MetaHeadersFrame) {
 	ss.mu.Lock()
 
 	if st, ok := ss.streams[id]; ok {
-		if !st.req.endSeen {
+		if f.Truncated {
+			ss.client.check(ss.client.fw.WriteRSTStream(id, http2.ErrCodeProtocol))
+			ss.resetFromClient(id, http2.ErrCodeCancel)
+		} else if !st.req.endSeen {
 			ss.push(st, &st.req, item{header: f.Fields, isHdr: true, end: f.StreamEnded()})
 		}
 
@@ -235,7 +266,15 @@ func (ss *session) clientHeaders(f *http2.MetaHeadersFrame) {
 
 	ss.mu.Unlock()
 
-	d := ss.srv.Route(ss.state, f.Fields)
+	var d Decision
+
+	if f.Truncated {
+		// The framer stopped decoding at the limit: what Route would see is not the request.
+		d.Code, d.Message = 8, fmt.Sprintf("request header list is larger than the %d bytes this server accepts (HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE)", ss.srv.maxHeaderList()) // ResourceExhausted
+	} else {
+		d = ss.srv.Route(ss.state, f.Fields)
+	}
+
 	if d.Code == 0 && (d.Backend < 0 || d.Backend >= len(ss.ups)) {
 		d.Code, d.Message = 13, fmt.Sprintf("no backend %d", d.Backend)
 	}
@@ -295,8 +334,8 @@ func (ss *session) upstream(i int) (*upstream, error) {
 		return nil, err
 	}
 
-	up = &upstream{peer: newPeer(c), index: i, nextID: 1, streams: map[uint32]*stream{}}
-	br, fr := newReader(c)
+	up = &upstream{peer: newPeer(c, ss.srv.writeTimeout()), index: i, nextID: 1, streams: map[uint32]*stream{}}
+	br, fr := newReader(c, backendMaxHeaderList)
 
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -315,6 +354,7 @@ func (ss *session) upstream(i int) (*upstream, error) {
 
 	ss.writeSettings(up.peer)
 	ss.ups[i] = up
+	ss.addConn(c)
 
 	go ss.readUpstream(up, br, fr)
 
@@ -347,6 +387,14 @@ func (ss *session) clientFrame(f http2.Frame) {
 		ss.credit(ss.client, st.id, &st.req, int64(f.Length)-int64(len(f.Data()))) // padding
 		ss.push(st, &st.req, item{data: f.Data(), end: f.StreamEnded()})
 	case *http2.RSTStreamFrame:
+		if ss.streams[f.StreamID] != nil && !ss.spendReset(time.Now()) {
+			ss.client.check(ss.client.fw.WriteGoAway(ss.lastID, http2.ErrCodeEnhanceYourCalm, []byte("too many stream resets")))
+			ss.client.check(ss.client.flush())
+			ss.closeLocked()
+
+			return
+		}
+
 		ss.resetFromClient(f.StreamID, f.ErrCode)
 	case *http2.WindowUpdateFrame:
 		if f.StreamID == 0 {
@@ -637,6 +685,10 @@ func (ss *session) forget(st *stream) {
 
 	delete(ss.streams, st.id)
 
+	if len(ss.streams) == 0 {
+		ss.idleSince = time.Now()
+	}
+
 	if st.up.streams[st.bid] == st {
 		delete(st.up.streams, st.bid)
 	}
@@ -687,6 +739,7 @@ func (ss *session) resetFromBackend(up *upstream, bid uint32, code http2.ErrCode
 func (ss *session) failUpstream(up *upstream) {
 	up.dead = true
 	up.conn.Close()
+	ss.dropConn(up.conn)
 
 	if ss.ups[up.index] == up {
 		ss.ups[up.index] = nil
@@ -736,6 +789,10 @@ func (ss *session) closeLocked() {
 	ss.closed = true
 	ss.client.dead = true
 	ss.client.conn.Close()
+
+	if ss.timer != nil {
+		ss.timer.Stop()
+	}
 
 	for _, up := range ss.ups {
 		if up != nil {
