@@ -12,6 +12,7 @@ import (
 
 	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.uber.org/zap"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/talos-go/talos/internal/connlimit"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -98,7 +100,9 @@ func ServeMaintenance(ctx context.Context, opts MaintenanceOptions) error {
 	}
 	defer local.Close()
 
-	srv := grpc.NewServer(
+	// Anyone who reaches the port may call: the limits of an unauthenticated listener, with
+	// no maximum age (a resource watch may last as long as the node waits for its config).
+	srv := grpc.NewServer(append(connlimit.ServerOptions(constants.GRPCMaxMessageSize, 0),
 		grpc.Creds(credentials.NewTLS(&tls.Config{
 			MinVersion:   tls.VersionTLS13,
 			Certificates: []tls.Certificate{cert},
@@ -108,12 +112,14 @@ func ServeMaintenance(ctx context.Context, opts MaintenanceOptions) error {
 		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 			return maintenanceHandle(stream, local, host)
 		}),
-	)
+	)...)
 
-	l, err := listenRetry(ctx, opts.Listen)
+	tl, err := listenRetry(ctx, opts.Listen)
 	if err != nil {
 		return err
 	}
+
+	l := connlimit.PerSource(tl, connlimit.MaxPerSource)
 
 	served := make(chan error, 1)
 

@@ -56,10 +56,11 @@ func (s *Server) handle(_ any, stream grpc.ServerStream) error {
 	case toMachined:
 		return oneToOne(stream, s.local, method, d.method, out)
 	case toNode:
-		conn, err := s.conn(d.targets[0])
+		conn, release, err := s.conn(d.targets[0])
 		if err != nil {
-			return status.Error(codes.Unavailable, err.Error())
+			return err
 		}
+		defer release()
 
 		return oneToOne(stream, conn, method, d.method, out)
 	}
@@ -218,12 +219,13 @@ func (s *Server) fanOutUnary(stream grpc.ServerStream, list []string, method str
 
 // callOne makes one node's part of a fan-out and returns its stamped reply.
 func (s *Server) callOne(ctx context.Context, target, method string, req *frame) []byte {
-	conn, err := s.conn(target)
+	conn, release, err := s.conn(target)
 	if err != nil {
-		msg, code := nodeError(status.Error(codes.Unavailable, err.Error()))
+		msg, code := nodeError(err)
 
 		return errorReply(target, msg, code)
 	}
+	defer release()
 
 	var resp frame
 
@@ -302,10 +304,11 @@ func (s *Server) fanOutStream(stream grpc.ServerStream, list []string, method st
 }
 
 func (s *Server) streamOne(ctx context.Context, target, method string, req *frame, send func([]byte) bool) error {
-	conn, err := s.conn(target)
+	conn, release, err := s.conn(target)
 	if err != nil {
-		return status.Error(codes.Unavailable, err.Error())
+		return err
 	}
+	defer release()
 
 	client, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method)
 	if err != nil {

@@ -53,6 +53,13 @@ const (
 // windowSize is the static HTTP/2 flow-control window of apid's connections.
 const windowSize = 4 << 20
 
+// maxHeaderList bounds a request's header list (HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE) at the
+// relay and at the router: room for every "nodes" entry direct allows with long hostnames,
+// far below grpc's 16 MiB. Messages are bounded by constants.GRPCMaxMessageSize (32 MiB, as
+// upstream's clients) at every hop that decodes them: the router, its connections to machined
+// and to other nodes, machined's own server.
+const maxHeaderList = 1 << 20
+
 // Options configure a Server.
 type Options struct {
 	// Certs is the certificate store (server, client and CA).
@@ -172,13 +179,17 @@ func New(opts Options) (*Server, error) {
 			backendMachined: func(ctx context.Context) (net.Conn, error) { return unixsock.Dial(ctx, opts.MachinedSocket) },
 			backendRouter:   s.pipes.Dial,
 		},
-		Route:  s.route,
-		Window: windowSize,
-		Log:    opts.Log,
+		Route:             s.route,
+		Window:            windowSize,
+		MaxHeaderListSize: maxHeaderList,
+		Log:               opts.Log,
 	}
 
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.MaxRecvMsgSize(constants.GRPCMaxMessageSize),
+		grpc.MaxSendMsgSize(constants.GRPCMaxMessageSize),
+		grpc.MaxHeaderListSize(2*maxHeaderList), // room for the roles the relay adds
 		// Static flow-control windows turn off BDP probing, which costs a ping round per call.
 		grpc.InitialWindowSize(windowSize),
 		grpc.InitialConnWindowSize(windowSize),
@@ -196,7 +207,8 @@ func dialLocal(socket string) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("unix://"+socket,
 		grpc.WithContextDialer(unixsock.GRPCDialer), // state folders can be deep
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}),
+			grpc.MaxCallRecvMsgSize(constants.GRPCMaxMessageSize), grpc.MaxCallSendMsgSize(constants.GRPCMaxMessageSize)),
 		grpc.WithInitialWindowSize(windowSize),
 		grpc.WithInitialConnWindowSize(windowSize),
 		// machined may restart; a call must not wait for it longer than its own deadline.
@@ -272,11 +284,11 @@ func forwardMD(in metadata.MD, roles role.Set) metadata.MD {
 	return out
 }
 
-// conn returns the connection for a target: machined for this node, the pooled connection to
-// the node's apid otherwise.
-func (s *Server) conn(target string) (*grpc.ClientConn, error) {
+// conn returns the connection for a target, and what to call when the call ends: machined for
+// this node, the pooled connection to the node's apid otherwise. The error is a gRPC status.
+func (s *Server) conn(target string) (*grpc.ClientConn, func(), error) {
 	if s.isLocal(target) {
-		return s.local, nil
+		return s.local, func() {}, nil
 	}
 
 	// direct checked the target: a host, or a host on the remote port.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"sync"
@@ -98,7 +97,7 @@ func run(ctx context.Context, opts Options) error {
 		Log:      log,
 	})
 
-	l, err := net.Listen("tcp", opts.Listen)
+	l, err := Listen(opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", opts.Listen, err)
 	}

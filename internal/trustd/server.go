@@ -12,6 +12,7 @@ import (
 	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/connlimit"
 	"github.com/talos-go/talos/internal/discovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,12 +37,19 @@ type Server struct {
 	Now      func() time.Time // for tests
 }
 
-// NewGRPCServer serves s over TLS from its store.
+// maxMessage bounds trustd's messages: a CSR, a certificate and its CA bundle, an affiliate.
+const maxMessage = 1 << 20
+
+// maxConnAge closes a connection this old: trustd's calls are unary and quick, so only a
+// client feeding its request a byte at a time holds one that long.
+const maxConnAge = 5 * time.Minute
+
+// NewGRPCServer serves s over TLS from its store, with the limits of an unauthenticated
+// listener (package connlimit); serve it on Listen's listener.
 func NewGRPCServer(s *Server) *grpc.Server {
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append(connlimit.ServerOptions(maxMessage, maxConnAge),
 		grpc.Creds(credentials.NewTLS(s.Certs.ServerTLS())),
-		grpc.MaxRecvMsgSize(1<<20),
-	)
+	)...)
 	securityapi.RegisterSecurityServiceServer(srv, s)
 
 	// The cluster's discovery registry lives beside certificate signing, behind the same token.
@@ -78,6 +86,16 @@ func (s *Server) authorize(ctx context.Context, what string) error {
 	}
 
 	return nil
+}
+
+// Listen listens on addr, at most connlimit.MaxPerSource connections from one address.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+
+	return connlimit.PerSource(l, connlimit.MaxPerSource), nil
 }
 
 func peerHost(ctx context.Context) string {
