@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/talos-go/talos/internal/machined/system/logging"
 )
 
 // criLogs streams a CRI container's log from kubelet's folder, as upstream:
@@ -56,16 +57,41 @@ func (s *Machine) criLogs(req *machine.LogsRequest, srv grpc.ServerStreamingServ
 	md := s.metadata(ctx)
 	send := func(b []byte) error { return srv.Send(&common.Data{Metadata: md, Bytes: b}) }
 
-	data, err := io.ReadAll(f)
+	st, err := f.Stat()
 	if err != nil {
+		return status.Errorf(codes.Internal, "container log: %v", err)
+	}
+
+	// The tail streams in chunks: a container's log may be gigabytes, never read whole.
+	tail := int(req.TailLines)
+	if tail <= 0 {
+		tail = -1 // all
+	}
+
+	if err = logging.SendTail(f, st.Size(), tail, func(b []byte) error {
+		if err := send(b); err != nil {
+			return errSend{err}
+		}
+
+		return nil
+	}); err != nil {
+		var se errSend
+		if errors.As(err, &se) {
+			return se.error
+		}
+
 		return status.Errorf(codes.Internal, "reading %s: %v", path, err)
 	}
 
-	if err = send(tailLines(data, int(req.TailLines))); err != nil || !req.Follow {
-		return err
+	if !req.Follow {
+		return nil
 	}
 
 	// Follow: what kubelet's runtime appends, until the client goes.
+	if _, err = f.Seek(st.Size(), io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "reading %s: %v", path, err)
+	}
+
 	buf := make([]byte, 32*1024)
 
 	for {
@@ -108,21 +134,5 @@ func latestRestartLog(dir string) (string, error) {
 	return logs[len(logs)-1], nil
 }
 
-// tailLines keeps the last n lines of data; n <= 0 keeps all.
-func tailLines(data []byte, n int) []byte {
-	if n <= 0 {
-		return data
-	}
-
-	end := len(bytes.TrimSuffix(data, []byte("\n")))
-
-	for i := end - 1; i >= 0; i-- {
-		if data[i] == '\n' {
-			if n--; n == 0 {
-				return data[i+1:]
-			}
-		}
-	}
-
-	return data
-}
+// errSend is a failed send, told apart from a failed read.
+type errSend struct{ error }

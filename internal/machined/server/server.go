@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/storage"
 	timeapi "github.com/siderolabs/talos/pkg/machinery/api/time"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -124,7 +125,10 @@ func Serve(ctx context.Context, s *Machine, socketPath string, extra ...func(*gr
 // NewGRPCServer registers the MachineService and a read-only COSI State API.
 func NewGRPCServer(s *Machine) *grpc.Server {
 	srv := grpc.NewServer(
-		grpc.MaxRecvMsgSize(32<<20),
+		// One message limit on every hop of the API (apid's router and pool use it too), as
+		// upstream's clients expect: a larger reply fails here, not past a hop that refuses it.
+		grpc.MaxRecvMsgSize(constants.GRPCMaxMessageSize),
+		grpc.MaxSendMsgSize(constants.GRPCMaxMessageSize),
 		// Fixed flow-control windows spare apid's forwarded calls grpc's per-call BDP ping.
 		grpc.InitialWindowSize(4<<20),
 		grpc.InitialConnWindowSize(4<<20),

@@ -209,36 +209,39 @@ func (l *serviceLog) shrink() {
 var ErrNotFound = errors.New("log not found")
 
 // Read sends the last tailLines lines (all when negative) of a service's log to fn, then, when
-// follow is set, every new chunk until ctx ends.
+// follow is set, every new chunk until ctx ends. It sends in pieces of at most ChunkSize, which
+// fn must not keep after it returns; the file is never read whole.
 func (m *Manager) Read(ctx context.Context, id string, tailLines int, follow bool, fn func([]byte) error) error {
 	l, err := m.get(id)
 	if err != nil {
 		return err
 	}
 
+	// The file and its size are taken under the lock, so a shrink (which replaces the file)
+	// is either all before or all after; what is read afterwards is that file, to that size.
 	l.mu.Lock()
 	changed := l.changed
-	data, err := os.ReadFile(l.path)
+	f, size, err := openSized(l.path)
 	l.mu.Unlock()
 
-	if errors.Is(err, os.ErrNotExist) {
+	var offset int64
+
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		if !follow {
 			return fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
-	} else if err != nil {
+	case err != nil:
 		return err
-	}
+	default:
+		err = SendTail(f, size, tailLines, fn)
+		f.Close()
 
-	offset := int64(len(data))
-
-	if tailLines >= 0 {
-		data = lastLines(data, tailLines)
-	}
-
-	if len(data) > 0 {
-		if err = fn(data); err != nil {
+		if err != nil {
 			return err
 		}
+
+		offset = size
 	}
 
 	for follow {
@@ -250,49 +253,30 @@ func (m *Manager) Read(ctx context.Context, id string, tailLines int, follow boo
 
 		l.mu.Lock()
 		changed = l.changed
-		data, err = os.ReadFile(l.path)
+		f, size, err = openSized(l.path)
 		l.mu.Unlock()
 
 		if err != nil {
 			return err
 		}
 
-		if int64(len(data)) < offset { // file was shrunk: resume at the end
-			offset = int64(len(data))
+		if size < offset { // file was shrunk: resume at the end
+			f.Close()
+
+			offset = size
+
 			continue
 		}
 
-		chunk := data[offset:]
-		offset = int64(len(data))
+		err = SendRange(f, offset, size, fn)
+		f.Close()
 
-		if len(chunk) > 0 {
-			if err = fn(chunk); err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
+
+		offset = size
 	}
 
 	return nil
-}
-
-func lastLines(data []byte, n int) []byte {
-	if n == 0 {
-		return nil
-	}
-
-	end := len(data)
-	if end > 0 && data[end-1] == '\n' {
-		end--
-	}
-
-	for i := end - 1; i >= 0; i-- {
-		if data[i] == '\n' {
-			n--
-			if n == 0 {
-				return data[i+1:]
-			}
-		}
-	}
-
-	return data
 }
