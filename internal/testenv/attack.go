@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,6 +205,10 @@ func TrustdCredential(t testing.TB, addr, token string, roots *x509.CertPool) Cr
 // attackRoles are the role sets a stolen certificate asserts in metadata: each, and none.
 var attackRoles = [][]string{nil, {"os:reader"}, {"os:operator"}, {"os:etcd:backup"}, {"os:admin"}, {"os:impersonator"}, {"os:admin", "os:impersonator"}}
 
+// handshakeRefusals are what a client sees when apid's TLS 1.3 handshake refuses its
+// certificate: the alert, or the connection closed under its first write.
+var handshakeRefusals = []string{"tls:", "certificate", "broken pipe", "connection reset", "EOF"}
+
 // refused reports whether a call reached nothing: apid refused the caller, or the TLS
 // handshake refused its certificate (a node that is merely down is not a refusal).
 func refused(err error) bool {
@@ -213,7 +218,7 @@ func refused(err error) bool {
 	case codes.Unavailable:
 		msg := status.Convert(err).Message()
 
-		return strings.Contains(msg, "tls:") || strings.Contains(msg, "certificate")
+		return slices.ContainsFunc(handshakeRefusals, func(s string) bool { return strings.Contains(msg, s) })
 	}
 
 	return false
