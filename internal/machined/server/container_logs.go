@@ -92,7 +92,7 @@ func (s *Machine) criLogs(req *machine.LogsRequest, srv grpc.ServerStreamingServ
 		return status.Errorf(codes.Internal, "reading %s: %v", path, err)
 	}
 
-	buf := make([]byte, 32*1024)
+	buf := make([]byte, logging.ChunkSize)
 
 	for {
 		n, err := f.Read(buf)

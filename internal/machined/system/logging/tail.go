@@ -8,7 +8,10 @@ import (
 
 // ChunkSize is the most one piece of a log read carries: a log of any size (a container's log
 // can be gigabytes) streams in pieces of this through one buffer, never read whole into memory.
-const ChunkSize = 64 << 10
+// A piece and its message's metadata fit in 32 KiB, the largest buffer grpc pools below 1 MiB:
+// a 64 KiB piece took a 1 MiB buffer to encode, and every stream held one while it waited for
+// its reader (72 streams of a stalled reader: 72 MiB).
+const ChunkSize = 31 << 10
 
 // TailStart is where the last n lines of r's first size bytes begin: 0 when there are fewer
 // lines or n < 0 (the whole log), size when n == 0. A final newline ends the last line; it
