@@ -330,7 +330,7 @@ func slowClients(t *testing.T, addr, method string, call func(ctx context.Contex
 	answeredWithin(t, "a call from another source address", answerBound, func(ctx context.Context) error { return call(ctx, loopback()) })
 
 	// Streams: one TLS connection (no client certificate), 100 calls begun and never sent.
-	streamer := dialRaw(t, addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}) //nolint:gosec // the attacker checks nothing
+	streamer := dialRaw(t, addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 
 	for range 100 {
 		if _, err := streamer.open(method, nil); err != nil {
@@ -340,7 +340,7 @@ func slowClients(t *testing.T, addr, method string, call func(ctx context.Contex
 
 	refused := 0
 
-	streamer.c.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a failed read ends the loop
+	streamer.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 
 	for refused < 100-connlimit.MaxStreams {
 		f, err := streamer.fw.ReadFrame()
@@ -402,7 +402,7 @@ func TestSlowClientsMaintenance(t *testing.T) {
 
 	call := func(ctx context.Context, src string) error {
 		conn, err := grpc.NewClient(addr, grpc.WithContextDialer(dialFrom(src)),
-			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec // the maintenance API's certificate is self-signed
+			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
 		if err != nil {
 			return err
 		}
@@ -453,7 +453,7 @@ func TestSlowClientsTrustd(t *testing.T) {
 	go func() {
 		defer close(done)
 
-		srv.Serve(l) //nolint:errcheck // ends with Stop
+		srv.Serve(l)
 	}()
 
 	t.Cleanup(func() {

@@ -274,7 +274,7 @@ func startMachined(t testing.TB, name string) (*machined, string) {
 	go func() {
 		defer close(done)
 
-		srv.Serve(l) //nolint:errcheck // ends with Stop
+		srv.Serve(l)
 	}()
 
 	t.Cleanup(func() {
@@ -346,7 +346,7 @@ func startNode(t testing.TB, ca *testCA) *node {
 	go func() {
 		defer close(n.served)
 
-		s.Serve(l) //nolint:errcheck // ends with Stop
+		s.Serve(l)
 	}()
 
 	t.Cleanup(func() {
@@ -439,7 +439,7 @@ func dialFrom(src string) func(ctx context.Context, addr string) (net.Conn, erro
 
 // isClosed reports whether the server ended c (EOF or reset) within wait.
 func isClosed(c net.Conn, wait time.Duration) bool {
-	c.SetReadDeadline(time.Now().Add(wait)) //nolint:errcheck // a closed conn reports itself below
+	c.SetReadDeadline(time.Now().Add(wait))
 
 	buf := make([]byte, 512)
 
@@ -510,7 +510,7 @@ func (r *rawClient) open(method string, req proto.Message) (uint32, error) {
 		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "https"}, {Name: ":path", Value: method},
 		{Name: ":authority", Value: "abuse"}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
 	} {
-		r.enc.WriteField(f) //nolint:errcheck // writes to a buffer
+		r.enc.WriteField(f)
 	}
 
 	if err := r.fw.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.hdr.Bytes(), EndHeaders: true}); err != nil {
@@ -541,7 +541,7 @@ func (r *rawClient) reset(id uint32) error {
 
 // goAway reads frames until a GOAWAY (returned) or the end of the connection or timeout (nil).
 func (r *rawClient) goAway(timeout time.Duration) *http2.GoAwayFrame {
-	r.c.SetReadDeadline(time.Now().Add(timeout)) //nolint:errcheck // a failed read ends the loop
+	r.c.SetReadDeadline(time.Now().Add(timeout))
 
 	for {
 		f, err := r.fw.ReadFrame()

@@ -73,7 +73,7 @@ func (r *rawClient) openErr(path string, msg []byte, extra ...hpack.HeaderField)
 	}, extra...)
 
 	for _, f := range fields {
-		r.enc.WriteField(f) //nolint:errcheck // writes to a buffer
+		r.enc.WriteField(f)
 	}
 
 	block := r.hdr.Bytes()
@@ -143,7 +143,7 @@ func (r *rawClient) closedWithin(timeout time.Duration, ack bool) (bool, []http2
 		}
 
 		if p, ok := f.(*http2.PingFrame); ok && ack && !p.IsAck() {
-			r.fw.WritePing(true, p.Data) //nolint:errcheck // a failed write ends the next read
+			r.fw.WritePing(true, p.Data)
 		}
 
 		seen = append(seen, f)
@@ -162,7 +162,8 @@ func stuck(s *Server, d time.Duration) bool {
 	s.mu.Lock()
 
 	var ss *session
-	for ss = range s.sessions {
+	for one := range s.sessions {
+		ss = one
 	}
 	s.mu.Unlock()
 
