@@ -14,8 +14,8 @@ func TestWorkerTakeoverReachesNoRole(t *testing.T) {
 	dir := filepath.Join(home, ".talos", "clusters", clusterName)
 	all := []string{cp1, cp2, cp3, w1}
 
-	testenv.WorkerTakeover(t, talosconfig, filepath.Join(dir, clusterName+"-worker-1"), filepath.Join(dir, clusterName+"-worker-1.yaml"),
-		cp1+":50001", all, all)
+	testenv.WorkerTakeover(t, talosconfig, filepath.Join(dir, clusterName+"-worker-1.yaml"), cp1+":50001", all, all,
+		filepath.Join(dir, clusterName+"-worker-1"))
 }
 
 // TestWorkerForwardsNowhere: with the admin's own certificate, a worker endpoint serves the worker

@@ -337,10 +337,10 @@ func AttackAPI(t testing.TB, admin Credential, creds []Credential, roots *x509.C
 }
 
 // WorkerTakeover is the attack of someone holding a worker: its join token and every file of
-// its state folder and config. Each certificate with its key found there, and the one trustd
+// its config and state folders. Each certificate with its key found there, and the one trustd
 // signs for the token, is tried against every node's apid asserting every role, directly and
 // routed to every node; all must be refused. talosconfig is the admin's, the control.
-func WorkerTakeover(t testing.TB, talosconfig, workerState, workerConfig, trustdAddr string, endpoints, nodes []string) {
+func WorkerTakeover(t testing.TB, talosconfig, workerConfig, trustdAddr string, endpoints, nodes []string, workerFiles ...string) {
 	t.Helper()
 
 	admin, roots := AdminCredential(t, talosconfig)
@@ -360,7 +360,11 @@ func WorkerTakeover(t testing.TB, talosconfig, workerState, workerConfig, trustd
 		t.Fatalf("%s: no machine.token (%v)", workerConfig, err)
 	}
 
-	creds := append(FindCredentials(t, workerState), FindCredentials(t, workerConfig)...)
+	creds := FindCredentials(t, workerConfig)
+	for _, dir := range workerFiles {
+		creds = append(creds, FindCredentials(t, dir)...)
+	}
+
 	for _, c := range creds {
 		t.Logf("found in the worker's files: %s", c.Source)
 	}
