@@ -105,6 +105,7 @@ type session struct {
 	// Limits (limits.go): the watchdog's timer, the idle and keepalive state it reads, the
 	// budget of stream resets.
 	timer     *time.Timer
+	ended     atomic.Bool  // closed, readable without mu
 	reads     atomic.Int64 // frames read from the client
 	idleSince time.Time    // when the last stream ended (or the session began)
 	alive     keepalive
@@ -161,6 +162,10 @@ func (ss *session) run() {
 
 		f, err := fr.ReadFrame()
 		ss.reads.Add(1)
+
+		if ss.ended.Load() {
+			return // closed by the relay (a limit, Stop): frames still buffered are dropped
+		}
 
 		if err != nil {
 			var se http2.StreamError
@@ -320,9 +325,10 @@ func (ss *session) clientHeaders(f *http2.MetaHeadersFrame) {
 func (ss *session) upstream(i int) (*upstream, error) {
 	ss.mu.Lock()
 	up := ss.ups[i]
+	live := up != nil && !up.dead
 	ss.mu.Unlock()
 
-	if up != nil && !up.dead {
+	if live {
 		return up, nil
 	}
 
@@ -787,6 +793,7 @@ func (ss *session) closeLocked() {
 	}
 
 	ss.closed = true
+	ss.ended.Store(true)
 	ss.client.dead = true
 	ss.client.conn.Close()
 
