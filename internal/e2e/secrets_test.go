@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/base64"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,45 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
-// secretValues are the secret strings of the cluster's generated configs: tokens, encryption
-// secrets and every private key, as the config holds it (base64 of the PEM) and as the PEM's
-// own base64 body lines.
+// secretValues are the secret strings of the cluster's generated configs (testenv's
+// AddSecretValues: tokens, encryption secrets, every private key).
 func secretValues(t *testing.T) map[string]string {
 	t.Helper()
 
 	out := map[string]string{}
-
-	var walk func(path string, n any)
-	walk = func(path string, n any) {
-		switch v := n.(type) {
-		case map[string]any:
-			for k, c := range v {
-				walk(path+"."+k, c)
-			}
-		case []any:
-			for _, c := range v {
-				walk(path, c)
-			}
-		case string:
-			last := path[strings.LastIndex(path, ".")+1:]
-			if last != "key" && last != "token" && last != "secret" && !strings.HasSuffix(last, "EncryptionSecret") || len(v) < 16 {
-				return // not a secret, or an empty one (a worker's config has no CA keys)
-			}
-
-			out[path] = v
-
-			if pemData, err := base64.StdEncoding.DecodeString(v); err == nil && bytes.Contains(pemData, []byte("PRIVATE KEY")) {
-				for i, line := range strings.Split(string(pemData), "\n") {
-					if len(line) >= 40 && !strings.HasPrefix(line, "-----") {
-						out[fmt.Sprintf("%s (PEM line %d)", path, i)] = line
-					}
-				}
-			}
-		}
-	}
 
 	configs, _ := filepath.Glob(filepath.Join(home, ".talos", "clusters", clusterName, "*.yaml"))
 	for _, c := range configs {
@@ -58,12 +26,7 @@ func secretValues(t *testing.T) map[string]string {
 			t.Fatal(err)
 		}
 
-		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-			var m map[string]any
-			if yaml.Unmarshal(doc, &m) == nil {
-				walk("", m)
-			}
-		}
+		testenv.AddSecretValues(out, filepath.Base(c), data)
 	}
 
 	if len(out) < 5 {
@@ -83,14 +46,8 @@ func TestNoSecretsInLogsOrEvents(t *testing.T) {
 	scan := func(where string, data []byte) {
 		scanned++
 
-		if bytes.Contains(data, []byte("PRIVATE KEY-----")) {
-			t.Errorf("%s holds a PEM private key", where)
-		}
-
-		for name, v := range secrets {
-			if bytes.Contains(data, []byte(v)) {
-				t.Errorf("%s holds the secret %s", where, name)
-			}
+		for _, name := range testenv.FoundSecrets(data, secrets) {
+			t.Errorf("%s holds %s", where, name)
 		}
 	}
 
