@@ -30,7 +30,8 @@ type component struct {
 	volumes   []k8s.ExtraVolume // host folder → container folder
 	resources k8s.Resources
 	defaults  k8s.Resources // upstream's requests when the config sets none
-	probePort int           // the component's secure port, probed at /livez (0: none)
+	probePort int           // the component's secure port, probed at probePath (0: none)
+	probePath string        // a path the component serves: /livez, or /healthz where it has no /livez
 }
 
 func (ctrl *StaticPodController) apiServerPod(in inputs) map[string]any {
@@ -103,6 +104,7 @@ func (ctrl *StaticPodController) apiServerPod(in inputs) map[string]any {
 		resources: api.Resources,
 		defaults:  k8s.Resources{Requests: map[string]string{"cpu": "200m", "memory": "512Mi"}},
 		probePort: api.LocalPort,
+		probePath: "/livez",
 	})
 }
 
@@ -145,6 +147,9 @@ func (ctrl *StaticPodController) controllerManagerPod(in inputs) map[string]any 
 		resources: cm.Resources,
 		defaults:  k8s.Resources{Requests: map[string]string{"cpu": "50m", "memory": "256Mi"}},
 		probePort: 10257,
+		// kube-controller-manager serves /healthz, not /livez (a 404 there had kubelet kill it
+		// every ~90 s); as upstream Talos's pod.
+		probePath: "/healthz",
 	})
 }
 
@@ -174,6 +179,7 @@ func (ctrl *StaticPodController) schedulerPod(in inputs) map[string]any {
 		resources: s.Resources,
 		defaults:  k8s.Resources{Requests: map[string]string{"cpu": "10m", "memory": "64Mi"}},
 		probePort: 10259,
+		probePath: "/livez",
 	})
 }
 
@@ -203,7 +209,7 @@ func (ctrl *StaticPodController) pod(in inputs, c component) map[string]any {
 
 	if c.probePort != 0 {
 		container["livenessProbe"] = map[string]any{
-			"httpGet":             map[string]any{"host": "localhost", "path": "/livez", "port": int64(c.probePort), "scheme": "HTTPS"},
+			"httpGet":             map[string]any{"host": "localhost", "path": c.probePath, "port": int64(c.probePort), "scheme": "HTTPS"},
 			"initialDelaySeconds": int64(15),
 			"timeoutSeconds":      int64(15),
 			"failureThreshold":    int64(8),
