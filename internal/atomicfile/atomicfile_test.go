@@ -157,7 +157,7 @@ func TestWriteFileReadOnlyFolder(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) }) //nolint:errcheck // the test's own mount
+		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 	}
 
 	if err := os.WriteFile(path, oldData, 0o600); err != nil {
@@ -173,7 +173,7 @@ func TestWriteFileReadOnlyFolder(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		t.Cleanup(func() { os.Chmod(dir, 0o700) }) //nolint:errcheck // so TempDir can remove it
+		t.Cleanup(func() { os.Chmod(dir, 0o700) })
 	}
 
 	err := WriteFile(path, []byte("new\n"), 0o600)

@@ -284,7 +284,7 @@ func cutPower(t *testing.T, cli testenv.CLI, dir, name string) {
 		t.Fatal(err)
 	}
 
-	go cmd.Wait() //nolint:errcheck // only reaps; the node's log says how it ended
+	go cmd.Wait() // only reaps; the node's log says how it ended
 
 	n.PID = cmd.Process.Pid
 	if err = c.Save(); err != nil {
