@@ -267,6 +267,10 @@ func (s *Server) remotePort() int {
 	return s.opts.RemotePort
 }
 
+func validHostByte(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+}
+
 // validHost reports whether h is an IP address or a DNS name (letters, digits, '-', '_', '.').
 func validHost(h string) bool {
 	if _, err := netip.ParseAddr(h); err == nil {
@@ -278,7 +282,7 @@ func validHost(h string) bool {
 	}
 
 	for _, c := range h {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if !validHostByte(c) {
 			return false
 		}
 	}

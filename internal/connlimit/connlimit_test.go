@@ -32,7 +32,7 @@ func closedByServer(c net.Conn) bool {
 
 	var ne net.Error
 
-	return errors.Is(err, io.EOF) || (err != nil && !(errors.As(err, &ne) && ne.Timeout()))
+	return errors.Is(err, io.EOF) || (err != nil && (!errors.As(err, &ne) || !ne.Timeout()))
 }
 
 // Past its limit a source's connections are closed at once; other sources are not affected,

@@ -3,6 +3,7 @@ package container
 import (
 	"archive/zip"
 	"bytes"
+	"errors"
 	"io"
 	"io/fs"
 	"maps"
@@ -178,7 +179,7 @@ func resourceTypes(t *testing.T, out string) []rdSpec {
 			Spec rdSpec `yaml:"spec"`
 		}
 
-		if err := dec.Decode(&doc); err == io.EOF {
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 			return types
 		} else if err != nil {
 			t.Fatalf("get rd: %v\n%s", err, out)
@@ -261,7 +262,7 @@ func clusterSecrets(t *testing.T, admin testenv.CLI, types []rdSpec) map[string]
 
 	for node, root := range roots {
 		for _, dir := range []string{"/system", "/var/lib/kubelet", "/etc/kubernetes"} {
-			filepath.WalkDir(root+dir, func(path string, d fs.DirEntry, err error) error { //nolint:errcheck // what is unreadable is skipped
+			filepath.WalkDir(root+dir, func(path string, d fs.DirEntry, err error) error { // what is unreadable is skipped
 				if err != nil || !d.Type().IsRegular() {
 					return nil //nolint:nilerr // gone meanwhile, or not there on this node
 				}

@@ -49,7 +49,7 @@ func TestStaticPodProbesAnswer(t *testing.T) {
 	testenv.WriteFile(t, kubeconfig, testenv.StartAPIServer(t, host), 0o600)
 
 	kube := testenv.KubeBinary(t)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a probe, as kubelet's: no verification
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // a probe, as kubelet's: no verification
 
 	for id, p := range probes {
 		url := fmt.Sprintf("https://%s:%d%s", host, p.port, p.path)
