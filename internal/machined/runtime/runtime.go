@@ -110,7 +110,13 @@ func (r *Runtime) WaitMachineType(ctx context.Context) (machine.Type, error) {
 }
 
 // Validate checks a config for this node's mode and returns an error naming each failing field.
+// Every config a node takes passes here: apply-config in any mode (maintenance too), patch,
+// edit, and the staged, saved or --config one at boot.
 func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
+	if err := RequireV1Alpha1(cfg); err != nil {
+		return nil, err
+	}
+
 	warnings, err := cfg.Validate(r.Mode())
 	if err != nil {
 		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Platform, err)
