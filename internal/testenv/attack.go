@@ -285,9 +285,15 @@ func AttackAPI(t testing.TB, admin Credential, creds []Credential, roots *x509.C
 	for _, ep := range endpoints {
 		api, done := apiClient(t, ep, admin.Cert, roots)
 
-		if _, err := api.Version(Context(t, time.Minute), &emptypb.Empty{}); err != nil {
-			t.Fatalf("the control: %s to %s: %v", admin.Source, ep, err)
-		}
+		// A node an earlier test rebooted may still be on its way back.
+		WaitFor(t, "the control: "+admin.Source+" answered by "+ep, 3*time.Minute, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+
+			_, err := api.Version(ctx, &emptypb.Empty{})
+
+			return err
+		})
 
 		done()
 	}

@@ -20,6 +20,9 @@ import (
 	"github.com/talos-go/talos/internal/testenv"
 )
 
+// It runs before cluster_test.go's tests (files in name order): they reset the worker, then
+// destroy the cluster.
+
 // TestNoSecretReachesReaderOrOperator: as os:reader and as os:operator, every resource of every
 // registered type on both nodes, every service's and Kubernetes container's log, the events,
 // dmesg, the process list and a support bundle hold none of the cluster's secrets; reads of

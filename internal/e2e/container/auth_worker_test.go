@@ -4,9 +4,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/talos-go/talos/internal/testenv"
 )
+
+// The auth_* tests run before cluster_test.go's (files in name order): it resets the worker,
+// then destroys the cluster.
 
 // TestWorkerTakeoverReachesNoRole: root on the worker (its join token and every file of its
 // state, /var included: kubelet's and containerd's, and of its /system tmpfs, where the
@@ -27,7 +31,12 @@ func TestWorkerTakeoverReachesNoRole(t *testing.T) {
 // TestWorkerForwardsNowhere: a worker endpoint serves the worker and refuses to forward to
 // another node, naming the fix; a control plane forwards to the worker.
 func TestWorkerForwardsNowhere(t *testing.T) {
-	cli().Must(t, "-e", w, "-n", w, "version")
+	// A worker an earlier test rebooted may still be on its way back.
+	testenv.WaitFor(t, "the worker answering", 3*time.Minute, func() bool {
+		_, _, code := talosctl(t, "-e", w, "-n", w, "version")
+
+		return code == 0
+	})
 
 	_, stderr, code := talosctl(t, "-e", w, "-n", cp, "version")
 	if code == 0 || !strings.Contains(stderr, "use a control plane as the endpoint") {
