@@ -370,6 +370,13 @@ func TestExposedPorts(t *testing.T) {
 // in maintenance mode. Gracefully, as upstream: with Kubernetes, the worker's Node is cordoned
 // and its pods evicted first (the Node object stays until `kubectl delete node`).
 func TestResetToMaintenance(t *testing.T) {
+	// A reset that does not finish says where it stopped (the drain, the wipe, the reboot).
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs()
+		}
+	})
+
 	must(t, "-n", w, "reset", "--graceful=true", "--reboot", "--wait=false")
 
 	if strings.Contains(must(t, "-n", cp, "services"), "kubelet") {
