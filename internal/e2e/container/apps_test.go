@@ -211,7 +211,10 @@ func placeProbe(t *testing.T) {
 func probePod(name string, labels map[string]string, node string, args ...string) corev1.PodSpec {
 	return corev1.PodSpec{
 		NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-		Tolerations:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		// The control plane's taint only: a pod tolerating every taint tolerates a cordon's
+		// too, and a drain's evicted pods came straight back to the node (the graceful reset
+		// of TestResetToMaintenance then waited out its drain).
+		Tolerations: []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		Containers: []corev1.Container{{
 			Name:         name,
 			Image:        "registry.k8s.io/pause:3.10",

@@ -383,28 +383,6 @@ func TestResetToMaintenance(t *testing.T) {
 		}
 	})
 
-	// The worker rebooted a moment ago (TestReboot): its kubelet first starts again the pods it
-	// had, and a drain that comes while it does waited out its 3 minutes in CI with those
-	// pods still there. A reset is asked of a settled node here.
-	if k8s {
-		cs, _ := kube(t)
-
-		testenv.WaitFor(t, "the worker's pods running again after its reboot", 3*time.Minute, func() error {
-			pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + clusterName + "-worker-1"})
-			if err != nil {
-				return err
-			}
-
-			for _, p := range pods.Items {
-				if p.Status.Phase != "Running" || p.DeletionTimestamp != nil {
-					return fmt.Errorf("pod %s: %s", p.Name, p.Status.Phase)
-				}
-			}
-
-			return nil
-		})
-	}
-
 	must(t, "-n", w, "reset", "--graceful=true", "--reboot", "--wait=false")
 
 	if k8s {
