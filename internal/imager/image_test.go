@@ -406,3 +406,33 @@ func TestMetalImageExtractFrom(t *testing.T) {
 		t.Fatalf("half a metal image: %v", err)
 	}
 }
+
+// TestExtractRefusesDamagedStream: a byte flipped in a compressed image is refused as the
+// image's fault (ErrRefused, "altered or damaged"), whether it breaks a file's digest or the
+// compressed stream itself while the file is written out. (A flip in bytes nothing signs, a
+// tar header's mtime say, may pass: every file still matches its signed digest.)
+func TestExtractRefusesDamagedStream(t *testing.T) {
+	f := newFixture(t)
+	good := f.build(t, true)
+
+	refusedCount := 0
+
+	for i := range 64 {
+		at := len(good)/4 + i*(len(good)/2)/64
+		img := append([]byte{}, good...)
+		img[at] ^= 0xff
+
+		_, err := ExtractFrom(bytes.NewReader(img), []ed25519.PublicKey{f.pub}, filepath.Join(t.TempDir(), "x"))
+		if err != nil && !errors.Is(err, ErrRefused) {
+			t.Fatalf("byte %d flipped: got %v, want a refusal (ErrRefused)", at, err)
+		}
+
+		if err != nil {
+			refusedCount++
+		}
+	}
+
+	if refusedCount < 32 {
+		t.Fatalf("only %d of 64 flipped bytes were refused", refusedCount)
+	}
+}

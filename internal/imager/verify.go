@@ -309,7 +309,15 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 		}
 
 		hash := sha256.New()
-		if err = onFile(file, io.TeeReader(tr, hash)); err != nil {
+		body := &readErr{r: io.TeeReader(tr, hash)}
+
+		if err = onFile(file, body); err != nil {
+			// A stream that breaks while the file is read (a flipped byte in the compressed
+			// data) is the image's fault; anything else (a full disk) is the writer's.
+			if body.err != nil && !errors.Is(body.err, io.EOF) {
+				return nil, refused("reading %s: %v: the image was altered or damaged", h.Name, body.err)
+			}
+
 			return nil, fmt.Errorf("unpacking %s: %w", h.Name, err)
 		}
 
@@ -406,4 +414,19 @@ func syncDir(dir string) error {
 	defer d.Close()
 
 	return d.Sync()
+}
+
+// readErr remembers the error its reader returned.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.err = err
+	}
+
+	return n, err
 }
