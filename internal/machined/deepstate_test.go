@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/client"
-	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 
 	"github.com/talos-go/talos/internal/testenv"
@@ -43,35 +40,7 @@ func TestDeepStateFolder(t *testing.T) {
 	c := n.Client(t)
 	n.WaitConfigured(t, c)
 
-	// A client config from the node itself, then Version through its apid.
-	resp, err := c.GenerateClientConfiguration(ctx, &machine.GenerateClientConfigurationRequest{Roles: []string{"os:reader"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cfg, err := clientconfig.FromBytes(resp.GetMessages()[0].GetTalosconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	remote, err := client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { remote.Close() })
-
-	deadline := time.Now().Add(30 * time.Second)
-
-	for {
-		if _, err = remote.Version(ctx); err == nil {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("Version through apid: %v\n%s", err, n.Output.String())
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
+	// A client config from the node itself, then Version through its apid (apidClient waits
+	// for an answer and fails the test without one).
+	apidClient(ctx, t, c, addr)
 }
