@@ -1,0 +1,164 @@
+package configsupport
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+)
+
+// Check refuses a config that sets a field or document the node refuses: one error per field,
+// naming its path as the user wrote it (machine.kernel.modules[0]), why, and what to do. Node ""
+// checks the refusals that hold on every node (an offline `talosctl validate`). Fields set to
+// their zero value (false, "", empty) are not set.
+func Check(cfg config.Provider, node Node) error {
+	var errs []error
+
+	seen := map[string]bool{}
+
+	for _, doc := range cfg.Documents() {
+		kind, prefix := doc.Kind(), doc.Kind()
+		if _, ok := doc.(*v1alpha1.Config); ok {
+			kind, prefix = V1Alpha1, ""
+		}
+
+		name := prefix
+		if n, ok := doc.(interface{ Name() string }); ok && n.Name() != "" {
+			name = fmt.Sprintf("%s(%s)", kind, n.Name())
+		}
+
+		walkValue(reflect.ValueOf(doc), prefix, name, map[reflect.Type]bool{}, func(typePath, valuePath string) {
+			r, ok := Lookup(typePath)
+			if !ok || r.StatusOn(node) != RefusedField {
+				return
+			}
+
+			at := cut(valuePath, r.Path)
+			if seen[at] {
+				return
+			}
+
+			seen[at] = true
+
+			msg := fmt.Sprintf("%s: %s; %s", at, r.Refused, r.Fix)
+			if len(r.On) > 0 {
+				msg = fmt.Sprintf("%s: %s (on a %s node); %s", at, r.Refused, node, r.Fix)
+			}
+
+			errs = append(errs, errors.New(msg))
+		})
+	}
+
+	return errors.Join(errs...)
+}
+
+// cut shortens a value path (machine.kernel.modules[0].name) to the refused rule's depth, with
+// the item's index when the rule is a list (machine.kernel.modules[0]).
+func cut(valuePath, rulePath string) string {
+	want, n := segments(rulePath), 0
+	out := ""
+
+	for _, seg := range splitPath(valuePath) {
+		index := strings.HasPrefix(seg, "[")
+		if !index {
+			if n == want {
+				break
+			}
+
+			n++
+		}
+
+		out += seg
+	}
+
+	return out
+}
+
+// splitPath splits a path into segments, each with its separator: ".a", "[0]", ".key".
+func splitPath(p string) []string {
+	var segs []string
+
+	start := 0
+
+	for i := 1; i < len(p); i++ {
+		if p[i] == '.' || p[i] == '[' {
+			segs = append(segs, p[start:i])
+			start = i
+		}
+	}
+
+	return append(segs, p[start:])
+}
+
+func segments(typePath string) int {
+	n := 0
+	for _, s := range splitPath(typePath) {
+		if !strings.HasPrefix(s, "[") {
+			n++
+		}
+	}
+
+	return n
+}
+
+// walkValue calls set for every leaf of v that holds a non-zero value, with its type path
+// (list items as [], map keys as .*) and its value path (list items as [i], keys by name).
+func walkValue(v reflect.Value, typePath, valuePath string, seen map[reflect.Type]bool, set func(typePath, valuePath string)) {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+
+		v = v.Elem()
+	}
+
+	if v.Kind() == reflect.Struct && v.NumField() == 0 { // present through its pointer
+		set(typePath, valuePath)
+
+		return
+	}
+
+	if leaf(v.Type()) || seen[v.Type()] {
+		if !v.IsZero() && !(v.Kind() == reflect.Slice && v.Len() == 0) {
+			set(typePath, valuePath)
+		}
+
+		return
+	}
+
+	switch v.Kind() {
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			walkValue(v.Index(i), typePath+"[]", fmt.Sprintf("%s[%d]", valuePath, i), seen, set)
+		}
+	case reflect.Map:
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+
+		for _, k := range keys {
+			walkValue(v.MapIndex(k), typePath+".*", join(valuePath, fmt.Sprint(k)), seen, set)
+		}
+	case reflect.Struct:
+		seen[v.Type()] = true
+		defer delete(seen, v.Type())
+
+		for i := range v.NumField() {
+			name, inline := field(v.Type().Field(i))
+
+			switch {
+			case inline:
+				walkValue(v.Field(i), typePath, valuePath, seen, set)
+			case name != "":
+				walkValue(v.Field(i), join(typePath, name), join(valuePath, name), seen, set)
+			}
+		}
+	default:
+		if !v.IsZero() {
+			set(typePath, valuePath)
+		}
+	}
+}

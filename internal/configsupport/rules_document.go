@@ -1,0 +1,3 @@
+package configsupport
+
+var documentRules = []Rule{}
