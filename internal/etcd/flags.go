@@ -72,6 +72,9 @@ type ArgsInput struct {
 	State          ClusterState
 	ClusterToken   string
 	ExtraArgs      map[string]string
+	// Endpoints, when it has addresses, are what etcd advertises and listens on; otherwise
+	// Address (and loopback for clients with ListenLoopback).
+	Endpoints *Endpoints
 }
 
 // Args computes etcd's command line. Extra args are added sorted; denied ones are an error.
@@ -86,17 +89,25 @@ func Args(in ArgsInput) ([]string, error) {
 
 	clientURL := ClientURL(in.Address, in.ClientPort)
 	peerURL := PeerURL(in.Address, in.PeerPort)
+	listenPeer := peerURL
 
 	listenClient := clientURL
 	if in.ListenLoopback && in.Address != "127.0.0.1" {
 		listenClient += "," + ClientURL("127.0.0.1", in.ClientPort)
 	}
 
+	if ep := in.Endpoints; ep != nil && len(ep.Advertise) > 0 {
+		clientURL = strings.Join(urls(ep.Advertise, in.ClientPort, ClientURL), ",")
+		peerURL = strings.Join(urls(ep.Advertise, in.PeerPort, PeerURL), ",")
+		listenPeer = strings.Join(urls(ep.ListenPeer, in.PeerPort, PeerURL), ",")
+		listenClient = strings.Join(urls(ep.ListenClient, in.ClientPort, ClientURL), ",")
+	}
+
 	args := []string{
 		in.Binary,
 		"--name=" + in.Name,
 		"--data-dir=" + in.DataDir,
-		"--listen-peer-urls=" + peerURL,
+		"--listen-peer-urls=" + listenPeer,
 		"--listen-client-urls=" + listenClient,
 		"--advertise-client-urls=" + clientURL,
 		"--initial-advertise-peer-urls=" + peerURL,

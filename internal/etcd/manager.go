@@ -20,9 +20,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +73,11 @@ type Options struct {
 	CACert, CAKey  []byte // cluster.etcd.ca (PEM)
 	ClusterToken   string
 	ExtraArgs      map[string]string
+	// Addresses are the node's other addresses, and AdvertisedSubnets, ListenSubnets and
+	// ExcludeSubnets (VIPs) choose among them and Address what etcd advertises and listens
+	// on (SelectEndpoints).
+	Addresses                                        []netip.Addr
+	AdvertisedSubnets, ListenSubnets, ExcludeSubnets []string
 	// Init is an init node's (machine.type init, upstream's legacy first control plane): with
 	// no data and no cluster answering at a peer, it bootstraps itself, unasked.
 	Init bool
@@ -79,6 +86,8 @@ type Options struct {
 	// answer on ClientPort. Own address may be included; it is skipped.
 	Peers func(ctx context.Context) ([]string, error)
 
+	// Env is added to etcd's environment (machine.env).
+	Env []string
 	// Runner, when set, runs etcd with these args (containerd in container mode); nil runs it as
 	// a confined process.
 	Runner func(args []string) system.Runner
@@ -88,6 +97,8 @@ type Options struct {
 
 	JoinRetry       time.Duration // between join attempts (default 2s)
 	PromoteInterval time.Duration // between promotion attempts (default 1s)
+
+	endpoints Endpoints // chosen by opts()
 }
 
 func (o *Options) defaults() {
@@ -120,8 +131,60 @@ func (o *Options) defaults() {
 	}
 }
 
-func (o *Options) clientURL() string { return ClientURL(o.Address, o.ClientPort) }
-func (o *Options) peerURL() string   { return PeerURL(o.Address, o.PeerPort) }
+// clientURL is where this node's member is asked: its first advertised address.
+func (o *Options) clientURL() string { return ClientURL(o.advertised(), o.ClientPort) }
+func (o *Options) peerURL() string   { return PeerURL(o.advertised(), o.PeerPort) }
+
+func (o *Options) advertised() string {
+	if len(o.endpoints.Advertise) > 0 {
+		return o.endpoints.Advertise[0].String()
+	}
+
+	return o.Address
+}
+
+// peerURLs are every peer URL this member advertises.
+func (o *Options) peerURLs() []string {
+	if len(o.endpoints.Advertise) == 0 {
+		return []string{o.peerURL()}
+	}
+
+	return urls(o.endpoints.Advertise, o.PeerPort, PeerURL)
+}
+
+// isSelf reports whether host is one of this node's addresses (Peers may list it).
+func (o *Options) isSelf(host string) bool {
+	if sameHost(host, o.Address) {
+		return true
+	}
+
+	for _, a := range append(slices.Clone(o.Addresses), o.endpoints.Advertise...) {
+		if sameHost(host, a.String()) {
+			return true
+		}
+	}
+
+	return false
+}
+
+// selectEndpoints chooses the addresses from the options.
+func (o *Options) selectEndpoints() error {
+	addr, _ := netip.ParseAddr(o.Address) //nolint:errcheck // a name is no address: Addresses are the candidates then
+
+	ep, err := SelectEndpoints(EndpointsInput{
+		Address: addr, Addresses: o.Addresses,
+		AdvertisedSubnets: o.AdvertisedSubnets, ListenSubnets: o.ListenSubnets, Exclude: o.ExcludeSubnets,
+		Loopback: o.ListenLoopback,
+	})
+	if err != nil && (len(o.AdvertisedSubnets) > 0 || len(o.ListenSubnets) > 0) {
+		return err
+	}
+
+	// Without subnets a node named by a host name keeps it (no endpoints: Address is used).
+	o.endpoints = ep
+
+	return nil
+}
 
 // BootstrapOptions are the Bootstrap API's arguments.
 type BootstrapOptions struct {
@@ -158,6 +221,10 @@ func (m *Manager) opts() (Options, error) {
 	}
 
 	o.defaults()
+
+	if err = o.selectEndpoints(); err != nil {
+		return o, fmt.Errorf("%w: %w", ErrNotConfigured, err)
+	}
 
 	return o, nil
 }
@@ -355,7 +422,7 @@ func (m *Manager) prepare(ctx context.Context, o Options) (plan, error) {
 			m.setPhase(o.Log, "bootstrapping a new cluster")
 
 			p := plan{
-				initialCluster: o.Name + "=" + o.peerURL(),
+				initialCluster: o.initialCluster(),
 				state:          ClusterStateNew,
 			}
 
@@ -431,7 +498,7 @@ func peerEndpoints(ctx context.Context, o Options) ([]string, error) {
 
 	for _, a := range addrs {
 		h := hostOf(a)
-		if h == "" || sameHost(h, o.Address) || seen[h] {
+		if h == "" || o.isSelf(h) || seen[h] {
 			continue
 		}
 
@@ -562,14 +629,14 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 		return "", fmt.Errorf("listing members at %s: %w", ep, err)
 	}
 
-	self := o.peerURL()
+	self := o.peerURLs()
 
 	var id uint64
 
 	members := list.Members
 
 	for _, mem := range list.Members {
-		if !contains(mem.PeerURLs, self) {
+		if !slices.ContainsFunc(self, func(u string) bool { return contains(mem.PeerURLs, u) }) {
 			continue
 		}
 
@@ -593,7 +660,7 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 		// Short: raft drops a second membership change proposed while one is pending (another
 		// node joining at the same moment); a retry finds our entry if this one did land.
 		actx, acancel := context.WithTimeout(jctx, 1500*time.Millisecond)
-		resp, err := cli.MemberAddAsLearner(actx, []string{self})
+		resp, err := cli.MemberAddAsLearner(actx, self)
 
 		acancel()
 
@@ -625,6 +692,16 @@ func (m *Manager) join(ctx context.Context, o Options) (string, error) {
 	}
 
 	return strings.Join(parts, ","), nil
+}
+
+// initialCluster names this member alone, at each of its peer URLs (a new cluster).
+func (o *Options) initialCluster() string {
+	parts := make([]string, 0, 1)
+	for _, u := range o.peerURLs() {
+		parts = append(parts, o.Name+"="+u)
+	}
+
+	return strings.Join(parts, ",")
 }
 
 func contains(list []string, s string) bool {

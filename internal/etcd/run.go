@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,9 +42,16 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("etcd CA: %w", err)
 	}
 
+	// The certificates name every address etcd is reached at.
 	var ips []net.IP
 	if ip := net.ParseIP(o.Address); ip != nil {
 		ips = append(ips, ip)
+	}
+
+	for _, a := range slices.Concat(o.endpoints.Advertise, o.endpoints.ListenClient) {
+		if ip := net.IP(a.AsSlice()); !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
 	}
 
 	certs, err := WriteCertificates(ca, o.SecretsDir, CertRequest{Name: o.Name, IPs: ips})
@@ -69,6 +77,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		State:          p.state,
 		ClusterToken:   o.ClusterToken,
 		ExtraArgs:      o.ExtraArgs,
+		Endpoints:      &o.endpoints,
 	})
 	if err != nil {
 		return err
@@ -85,7 +94,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		proc = o.Runner(args)
 	} else {
 		confined := sandbox.System.Merge(sandbox.Policy{ReadWrite: []string{o.DataDir}, ReadOnly: []string{o.SecretsDir}, Exec: []string{o.Binary}})
-		proc = &runner.Process{Args: args, Output: o.Output, GracefulTimeout: 15 * time.Second, Sandbox: &confined}
+		proc = &runner.Process{Args: args, Env: o.Env, Output: o.Output, GracefulTimeout: 15 * time.Second, Sandbox: &confined}
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -196,7 +205,7 @@ func (m *Manager) peersNotMembers(ctx context.Context, o Options, cli *clientv3.
 
 	for _, a := range addrs {
 		h := hostOf(a)
-		if h == "" || sameHost(h, o.Address) {
+		if h == "" || o.isSelf(h) {
 			continue
 		}
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -24,6 +26,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
 // EtcdServiceID is the supervisor ID of the etcd service.
@@ -135,10 +138,17 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		CAKey:          ca.Key,
 		ClusterToken:   cfg.Cluster().ID(),
 		ExtraArgs:      cfg.Cluster().Etcd().ExtraArgs(),
+		// cluster.etcd.advertisedSubnets and listenSubnets choose among the node's routed
+		// addresses; VIPs are never advertised (they move between control planes).
+		Addresses:         etcdNodeAddresses(r),
+		AdvertisedSubnets: cfg.Cluster().Etcd().AdvertisedSubnets(),
+		ListenSubnets:     cfg.Cluster().Etcd().ListenSubnets(),
+		ExcludeSubnets:    configVIPs(cfg),
 		Init:           r.MachineType(context.Background()) == machine.TypeInit,
 		Peers:          func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
 		Output:         out,
 		Log:            r.Log,
+		Env:            userfiles.Env(cfg),
 	}
 
 	if etcdInContainerd() {
@@ -187,11 +197,53 @@ func etcdContainer(r *runtime.Runtime, o etcd.Options) func([]string) system.Run
 				{Type: "bind", Source: o.SecretsDir, Destination: o.SecretsDir, Options: []string{"rbind", "ro"}},
 			},
 			HostNetwork:     true,
+			Env:             o.Env,
 			FIFODir:         paths.FIFO,
 			Output:          o.Output,
 			GracefulTimeout: 15 * time.Second,
 		}
 	}
+}
+
+// etcdNodeAddresses are the node's routed addresses (NodeAddress routed), none before they
+// are known.
+func etcdNodeAddresses(r *runtime.Runtime) []netip.Addr {
+	if r.State == nil {
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+
+	res, err := safe.StateGetByID[*network.NodeAddress](ctx, r.State, network.NodeAddressRoutedID)
+	if err != nil {
+		return nil
+	}
+
+	return res.TypedSpec().IPs()
+}
+
+// configVIPs are the config's shared virtual IPs, on links and VLANs.
+func configVIPs(cfg config.Config) []string {
+	var out []string
+
+	if cfg.Machine() == nil {
+		return nil
+	}
+
+	for _, dev := range cfg.Machine().Network().Devices() {
+		if v := dev.VIPConfig(); v != nil && v.IP() != "" {
+			out = append(out, v.IP())
+		}
+
+		for _, vlan := range dev.Vlans() {
+			if v := vlan.VIPConfig(); v != nil && v.IP() != "" {
+				out = append(out, v.IP())
+			}
+		}
+	}
+
+	return out
 }
 
 // etcdMemberName is the node's hostname, else a name made from its address.
