@@ -144,11 +144,11 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		AdvertisedSubnets: cfg.Cluster().Etcd().AdvertisedSubnets(),
 		ListenSubnets:     cfg.Cluster().Etcd().ListenSubnets(),
 		ExcludeSubnets:    configVIPs(cfg),
-		Init:           r.MachineType(context.Background()) == machine.TypeInit,
-		Peers:          func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
-		Output:         out,
-		Log:            r.Log,
-		Env:            userfiles.Env(cfg),
+		Init:              r.MachineType(context.Background()) == machine.TypeInit,
+		Peers:             func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
+		Output:            out,
+		Log:               r.Log,
+		Env:               userfiles.Env(cfg),
 	}
 
 	if etcdInContainerd() {
