@@ -26,7 +26,6 @@ import (
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
-	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
 // EtcdServiceID is the supervisor ID of the etcd service.
@@ -148,7 +147,6 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		Peers:             func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
 		Output:            out,
 		Log:               r.Log,
-		Env:               userfiles.Env(cfg),
 	}
 
 	if etcdInContainerd() {
@@ -197,7 +195,6 @@ func etcdContainer(r *runtime.Runtime, o etcd.Options) func([]string) system.Run
 				{Type: "bind", Source: o.SecretsDir, Destination: o.SecretsDir, Options: []string{"rbind", "ro"}},
 			},
 			HostNetwork:     true,
-			Env:             o.Env,
 			FIFODir:         paths.FIFO,
 			Output:          o.Output,
 			GracefulTimeout: 15 * time.Second,
