@@ -312,6 +312,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		TimeLog:              n.r.Log.Named("time"),
 		DNSLog:               n.dnsLog,
 		RegistryHostsDir:     services.NewContainerdPaths(n.r.Paths).RegistryHosts,
+		Events:               n.r.Events,
 	}); err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	runtimectrl "github.com/talos-go/talos/internal/machined/controllers/runtime"
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/controllers/timesync"
+	"github.com/talos-go/talos/internal/machined/events"
 )
 
 // Options are what the controllers need from the node.
@@ -76,6 +77,8 @@ type Options struct {
 	DNSLog *zap.Logger
 	// RegistryHostsDir is containerd's registry hosts folder (its config_path).
 	RegistryHostsDir string
+	// Events is the node's event bus, which an EventSinkConfig sends on; nil: none is sent.
+	Events *events.Bus
 }
 
 // List is every controller of the node.
@@ -84,7 +87,7 @@ func List(opts Options) []controller.Controller {
 	applyHostname := networkctrl.SetKernelHostname
 
 	if container.InNode() {
-		applyHostname = container.ApplyHostname(opts.Address)
+		applyHostname = container.ApplyHostname
 	}
 
 	if opts.SharesHost {
@@ -140,9 +143,19 @@ func List(opts Options) []controller.Controller {
 			AfterAPIReady: opts.RunsKubernetes},
 		k8sctrl.NewKubeletConfigController(),
 		k8sctrl.NewKubeletSpecController(),
+		&k8sctrl.NodeSpecController{},
+		&k8sctrl.NodeCordonedSpecController{},
 		k8sctrl.NewNodenameController(),
 		k8sctrl.NewNodeIPConfigController(),
 		k8sctrl.NewNodeIPController(),
+		// The kernel log and the events to the config's KmsgLogConfig and EventSinkConfig.
+		runtimectrl.NewKmsgLogConfigController(),
+		&runtimectrl.KmsgLogDeliveryController{},
+		runtimectrl.NewEventSinkConfigController(),
+	}
+
+	if opts.Events != nil {
+		list = append(list, &runtimectrl.EventsSinkController{Events: opts.Events})
 	}
 
 	// A node on its own kernel runs udevd: its block devices, their probes and links.
@@ -154,12 +167,23 @@ func List(opts Options) []controller.Controller {
 	// A node in its own network namespace (a container node, a metal one) runs its resolvers
 	// and host DNS; one that shares the host's reports the host's resolvers.
 	if container.InNode() || opts.OwnKernel {
+		// A container node's /etc/hosts is its own file, bound over the image's.
+		if container.InNode() {
+			list = append(list, &networkctrl.EtcHostsController{Address: opts.Address, Path: container.HostsPath})
+		}
+
 		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog},
 			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir},
 			// The ingress firewall: the node's own network namespace only, never the host's.
 			&networkctrl.NfTablesChainConfigController{}, &networkctrl.NfTablesChainController{LoadModule: opts.LoadModule})
 	} else {
 		list = append(list, &networkctrl.ResolverStatusController{})
+	}
+
+	// A container node's network namespace is its own: the config's links (a dummy, a VLAN on
+	// eth0), addresses and routes are set there, as on metal.
+	if container.InNode() && !opts.OwnKernel {
+		list = append(list, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
 	}
 
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
@@ -174,6 +198,7 @@ func List(opts Options) []controller.Controller {
 
 	if opts.RunsKubernetes {
 		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
+			&k8sctrl.NodeApplyController{},
 			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{})
 	}
 

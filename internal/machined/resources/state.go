@@ -67,6 +67,8 @@ var Definitions = []meta.ResourceWithRD{
 	&runtimeres.MachineStatus{},
 	&runtimeres.MetaKey{},
 	&runtimeres.KernelParamStatus{},
+	&runtimeres.KmsgLogConfig{},
+	&runtimeres.EventSinkConfig{},
 	&secrets.API{},
 	&secrets.Trustd{},
 	&secrets.OSRoot{},
@@ -117,6 +119,10 @@ var Definitions = []meta.ResourceWithRD{
 	&k8s.Manifest{},
 	&k8s.ManifestStatus{},
 	&k8s.NodeStatus{},
+	&k8s.NodeLabelSpec{},
+	&k8s.NodeAnnotationSpec{},
+	&k8s.NodeTaintSpec{},
+	&k8s.NodeCordonedSpec{},
 	&k8s.Endpoint{},
 }
 

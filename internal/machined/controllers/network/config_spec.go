@@ -179,6 +179,12 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 		}
 	}
 
+	// A dummy link (machine.network.interfaces[].dummy), as upstream's: an Ethernet-type link
+	// of kind dummy that the node makes, with the entry's addresses and routes.
+	if dev.Dummy() {
+		link.Logical, link.Kind, link.Type = true, "dummy", nethelpers.LinkEther
+	}
+
 	if wg := dev.WireguardConfig(); wg != nil {
 		spec, err := wireguardSpec(name, wg)
 		if err != nil {

@@ -21,7 +21,7 @@ const (
 )
 
 // linkModules are the kernel modules of the logical links' kinds.
-var linkModules = map[string]string{"bond": "bonding", "vlan": "8021q", "bridge": "bridge", "wireguard": "wireguard"}
+var linkModules = map[string]string{"bond": "bonding", "vlan": "8021q", "bridge": "bridge", "wireguard": "wireguard", "dummy": "dummy"}
 
 // vlanData is a VLAN link's IFLA_INFO_DATA (the rtnetlink module has no VLAN driver).
 type vlanData struct {
@@ -113,6 +113,8 @@ func createLogical(conn *rtnetlink.Conn, s network.LinkSpecSpec, index map[strin
 		attrs.Info = &rtnetlink.LinkInfo{Kind: "bridge", Data: &bridgeData{stp: s.BridgeMaster.STP.Enabled, vlanFiltering: s.BridgeMaster.VLAN.FilteringEnabled}}
 	case "wireguard":
 		attrs.Info = &rtnetlink.LinkInfo{Kind: "wireguard"} // configured after, through its own netlink family
+	case "dummy":
+		attrs.Info = &rtnetlink.LinkInfo{Kind: "dummy"}
 	default:
 		return fmt.Errorf("link %s: kind %q is not supported yet", s.Name, s.Kind)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
 
@@ -203,6 +204,64 @@ func TestDeviceSelectorPicksTheLink(t *testing.T) {
 		out, _ := exec.Command("ip", "-o", "addr", "show", "sel0").CombinedOutput()
 		if !strings.Contains(string(out), "10.9.6.5/24") || strings.Contains(string(out), "10.9.6.6") {
 			return fmt.Errorf("sel0:\n%s", out)
+		}
+
+		return nil
+	})
+}
+
+// machine.network.interfaces[].dummy is a logical link spec of kind dummy with the entry's
+// addresses, as upstream's.
+func TestDummyLinkSpecFromConfig(t *testing.T) {
+	env := ctest.Start(t, &networkctrl.ConfigSpecController{})
+
+	dummy := &v1alpha1.Device{DeviceInterface: "dummy9", DeviceDummy: new(true), DeviceAddresses: []string{"10.9.8.5/32"}}
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(dummy)))
+
+	ctest.AssertResource(env, network.LinkID("dummy9"), func(r *network.LinkSpec, a *assert.Assertions) {
+		a.True(r.TypedSpec().Logical)
+		a.True(r.TypedSpec().Up)
+		a.Equal("dummy", r.TypedSpec().Kind)
+		a.Equal(nethelpers.LinkEther, r.TypedSpec().Type)
+	})
+	ctest.AssertIDs[*network.AddressSpec](env, "dummy9/10.9.8.5/32")
+}
+
+// The dummy link is made on the kernel, up with its address, and removed when the config
+// drops it. It needs the kernel's dummy driver (CONFIG_DUMMY), which some hosts' kernels lack.
+func TestDummyLinkOnTheKernel(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to add a link: run as root under nsrun")
+	}
+
+	if out, err := exec.Command("ip", "link", "add", "dummyprobe", "type", "dummy").CombinedOutput(); err != nil {
+		t.Skipf("this kernel has no dummy driver (CONFIG_DUMMY): ip link add type dummy: %s", strings.TrimSpace(string(out)))
+	}
+
+	exec.Command("ip", "link", "del", "dummyprobe").Run() //nolint:errcheck // the probe only
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "dummy9").Run() })
+
+	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
+
+	dummy := &v1alpha1.Device{DeviceInterface: "dummy9", DeviceDummy: new(true), DeviceAddresses: []string{"10.9.8.5/32"}}
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(dummy)))
+
+	testenv.WaitFor(t, "dummy9 with its address", 10*time.Second, func() error {
+		link, _ := exec.Command("ip", "-d", "link", "show", "dummy9").CombinedOutput()
+		addrs, _ := exec.Command("ip", "-o", "addr", "show", "dummy9").CombinedOutput()
+
+		if !strings.Contains(string(link), "dummy") || !strings.Contains(string(link), ",UP") || !strings.Contains(string(addrs), "10.9.8.5/32") {
+			return fmt.Errorf("link:\n%saddresses:\n%s", link, addrs)
+		}
+
+		return nil
+	})
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
+
+	testenv.WaitFor(t, "dummy9 removed", 10*time.Second, func() error {
+		if out, err := exec.Command("ip", "link", "show", "dummy9").CombinedOutput(); err == nil {
+			return fmt.Errorf("dummy9 still there:\n%s", out)
 		}
 
 		return nil

@@ -107,14 +107,40 @@ func (s *Sender) Close() {
 	s.wg.Wait()
 }
 
-// message is one message to d: the fields and d's extra tags.
-func (d *dest) message(line, service, level, at string) ([]byte, error) {
-	msg := maps.Clone(d.tags)
-	if msg == nil {
-		msg = map[string]string{}
-	}
+// Deliver queues one message of fields for every destination, waiting while a destination's
+// queue is full rather than dropping at once: the caller (the kernel log's reader) has a
+// buffer of its own to hold the rest meanwhile. Once ctx ends the message is dropped where it
+// still waits, and the destination is told of the gap in its next message.
+func (s *Sender) Deliver(ctx context.Context, fields map[string]any) {
+	for _, d := range s.dests {
+		b, err := d.encode(fields)
+		if err != nil {
+			d.dropped.Add(1)
 
-	msg["msg"], msg["talos-service"], msg["talos-level"], msg["talos-time"] = line, service, level, at
+			continue
+		}
+
+		select {
+		case d.queue <- b:
+		case <-ctx.Done():
+			d.dropped.Add(1)
+		}
+	}
+}
+
+// message is one line of a service's log to d.
+func (d *dest) message(line, service, level, at string) ([]byte, error) {
+	return d.encode(map[string]any{"msg": line, "talos-service": service, "talos-level": level, "talos-time": at})
+}
+
+// encode is one message to d: the fields, then d's extra tags (which win, as upstream's).
+func (d *dest) encode(fields map[string]any) ([]byte, error) {
+	msg := make(map[string]any, len(fields)+len(d.tags))
+	maps.Copy(msg, fields)
+
+	for k, v := range d.tags {
+		msg[k] = v
+	}
 
 	return json.Marshal(msg)
 }
