@@ -87,7 +87,7 @@ func List(opts Options) []controller.Controller {
 	applyHostname := networkctrl.SetKernelHostname
 
 	if container.InNode() {
-		applyHostname = container.ApplyHostname
+		applyHostname = container.ApplyHostname(opts.Address)
 	}
 
 	if opts.SharesHost {
@@ -143,8 +143,6 @@ func List(opts Options) []controller.Controller {
 			AfterAPIReady: opts.RunsKubernetes},
 		k8sctrl.NewKubeletConfigController(),
 		k8sctrl.NewKubeletSpecController(),
-		&k8sctrl.NodeSpecController{},
-		&k8sctrl.NodeCordonedSpecController{},
 		k8sctrl.NewNodenameController(),
 		k8sctrl.NewNodeIPConfigController(),
 		k8sctrl.NewNodeIPController(),
@@ -167,11 +165,6 @@ func List(opts Options) []controller.Controller {
 	// A node in its own network namespace (a container node, a metal one) runs its resolvers
 	// and host DNS; one that shares the host's reports the host's resolvers.
 	if container.InNode() || opts.OwnKernel {
-		// A container node's /etc/hosts is its own file, bound over the image's.
-		if container.InNode() {
-			list = append(list, &networkctrl.EtcHostsController{Address: opts.Address, Path: container.HostsPath})
-		}
-
 		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog},
 			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir},
 			// The ingress firewall: the node's own network namespace only, never the host's.
@@ -198,7 +191,6 @@ func List(opts Options) []controller.Controller {
 
 	if opts.RunsKubernetes {
 		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
-			&k8sctrl.NodeApplyController{},
 			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{})
 	}
 
