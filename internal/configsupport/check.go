@@ -31,7 +31,12 @@ func Check(cfg config.Provider, node Node) error {
 			name = fmt.Sprintf("%s(%s)", kind, n.Name())
 		}
 
-		walkValue(reflect.ValueOf(doc), prefix, name, map[reflect.Type]bool{}, func(typePath, valuePath string) {
+		var top []string
+		if name != "" {
+			top = []string{name}
+		}
+
+		walkValue(reflect.ValueOf(doc), prefix, top, map[reflect.Type]bool{}, func(typePath string, valuePath []string) {
 			r, ok := Lookup(typePath)
 			if !ok || r.StatusOn(node) != RefusedField {
 				return
@@ -56,13 +61,13 @@ func Check(cfg config.Provider, node Node) error {
 	return errors.Join(errs...)
 }
 
-// cut shortens a value path (machine.kernel.modules[0].name) to the refused rule's depth, with
-// the item's index when the rule is a list (machine.kernel.modules[0]).
-func cut(valuePath, rulePath string) string {
+// cut shortens a value path (machine.kernel.modules[0].name, as segments) to the refused rule's
+// depth, with the item's index when the rule is a list (machine.kernel.modules[0]).
+func cut(valuePath []string, rulePath string) string {
 	want, n := segments(rulePath), 0
 	out := ""
 
-	for _, seg := range splitPath(valuePath) {
+	for _, seg := range valuePath {
 		index := strings.HasPrefix(seg, "[")
 		if !index {
 			if n == want {
@@ -75,10 +80,10 @@ func cut(valuePath, rulePath string) string {
 		out += seg
 	}
 
-	return out
+	return strings.TrimPrefix(out, ".")
 }
 
-// splitPath splits a path into segments, each with its separator: ".a", "[0]", ".key".
+// splitPath splits a type path into segments, each with its separator: ".a", "[]", ".*".
 func splitPath(p string) []string {
 	var segs []string
 
@@ -107,7 +112,7 @@ func segments(typePath string) int {
 
 // walkValue calls set for every leaf of v that holds a non-zero value, with its type path
 // (list items as [], map keys as .*) and its value path (list items as [i], keys by name).
-func walkValue(v reflect.Value, typePath, valuePath string, seen map[reflect.Type]bool, set func(typePath, valuePath string)) {
+func walkValue(v reflect.Value, typePath string, valuePath []string, seen map[reflect.Type]bool, set func(typePath string, valuePath []string)) {
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {
 			return
@@ -133,14 +138,14 @@ func walkValue(v reflect.Value, typePath, valuePath string, seen map[reflect.Typ
 	switch v.Kind() {
 	case reflect.Slice, reflect.Array:
 		for i := range v.Len() {
-			walkValue(v.Index(i), typePath+"[]", fmt.Sprintf("%s[%d]", valuePath, i), seen, set)
+			walkValue(v.Index(i), typePath+"[]", with(valuePath, fmt.Sprintf("[%d]", i)), seen, set)
 		}
 	case reflect.Map:
 		keys := v.MapKeys()
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 
 		for _, k := range keys {
-			walkValue(v.MapIndex(k), typePath+".*", join(valuePath, fmt.Sprint(k)), seen, set)
+			walkValue(v.MapIndex(k), typePath+".*", with(valuePath, "."+fmt.Sprint(k)), seen, set)
 		}
 	case reflect.Struct:
 		seen[v.Type()] = true
@@ -153,7 +158,7 @@ func walkValue(v reflect.Value, typePath, valuePath string, seen map[reflect.Typ
 			case inline:
 				walkValue(v.Field(i), typePath, valuePath, seen, set)
 			case name != "":
-				walkValue(v.Field(i), join(typePath, name), join(valuePath, name), seen, set)
+				walkValue(v.Field(i), join(typePath, name), with(valuePath, "."+name), seen, set)
 			}
 		}
 	default:
@@ -161,4 +166,9 @@ func walkValue(v reflect.Value, typePath, valuePath string, seen map[reflect.Typ
 			set(typePath, valuePath)
 		}
 	}
+}
+
+// with is path plus one segment, in a slice of its own (sibling fields share path's array).
+func with(path []string, seg string) []string {
+	return append(slices.Clip(path), seg)
 }

@@ -1,3 +1,21 @@
 package configsupport
 
-var documentRules = []Rule{}
+// The documents outside networking and storage.
+var documentRules = []Rule{
+	{
+		Path: "ExtensionServiceConfig", Refused: "system extensions (and so their services) are not supported yet",
+		Fix: "remove the document",
+	},
+	{
+		Path: "SideroLinkConfig", Refused: "SideroLink is not implemented",
+		Fix: "remove the document",
+	},
+	{
+		Path: "PCIDriverRebindConfig", Refused: "rebinding PCI drivers is not implemented",
+		Fix: "remove the document",
+	},
+	{
+		Path: "WatchdogTimerConfig", Refused: "the hardware watchdog is not driven by this node yet",
+		Fix: "remove the document",
+	},
+}

@@ -1,3 +1,89 @@
 package configsupport
 
-var machineRules = []Rule{}
+// The v1alpha1 document's top level and the machine settings outside networking, Kubernetes
+// and storage.
+var machineRules = []Rule{
+	{Path: "version", NoEffect: "names the document's schema: machinery refuses any other than v1alpha1"},
+	{Path: "debug", Test: "internal/e2e.TestClusterCreateWithDebugAndEndpoint"},
+	{Path: "persist", NoEffect: "deprecated upstream: the config is always kept on the node"},
+
+	{Path: "machine.type", Test: "internal/e2e/container.TestKubernetesNodesReady"},
+	{Path: "machine.token", Test: "internal/machined/controllers/secrets.TestAPIFromTrustd"},
+	{Path: "machine.ca", Test: "internal/machined/controllers/secrets.TestAPILocal"},
+	{Path: "machine.acceptedCAs", Test: "internal/machined/controllers/secrets.TestAPILocal"},
+	{Path: "machine.certSANs", Test: "internal/machined/controllers/secrets.TestAPICertSANs"},
+
+	{Path: "machine.install.disk", Test: "internal/e2e/metal.TestClusterCreateQEMU"},
+	{Path: "machine.install.extraKernelArgs", Test: "internal/install.TestCmdline"},
+	{Path: "machine.install.image", NoEffect: "a metal node installs the system it booted; an upgrade names its image on the command line"},
+	{Path: "machine.install.bootloader", NoEffect: "deprecated upstream: the bootloader is always installed"},
+	{Path: "machine.install.legacyBIOSSupport", NoEffect: "an installed disk always carries GRUB for BIOS and UEFI boot"},
+	{
+		Path: "machine.install.wipe", Refused: "wiping the whole install disk before the install is not implemented",
+		Fix: "remove it (or set it to false): the installer writes a fresh partition table over the disk",
+	},
+	{
+		Path: "machine.install.diskSelector", Refused: "choosing the install disk by a selector is not implemented",
+		Fix: "name the disk in machine.install.disk (talosctl get disks lists them)",
+	},
+	{
+		Path: "machine.install.extensions", Refused: "system extensions are not supported yet",
+		Fix: "remove it",
+	},
+	{
+		Path: "machine.disks", Refused: "machine.disks partitions are not implemented",
+		Fix: "use UserVolumeConfig documents for extra volumes",
+	},
+
+	{Path: "machine.time.disabled", Test: "internal/machined/controllers/timesync.TestSyncDisabled"},
+	{Path: "machine.time.servers", Test: "internal/machined/controllers/timesync.TestSyncFromTheFirstServerThatAnswers"},
+	{Path: "machine.time.bootTimeout", Test: "internal/machined/controllers/timesync.TestBootTimeoutUnlocksTheBoot"},
+
+	{Path: "machine.sysctls", Test: "internal/machined/controllers/runtime.TestKernelParamController"},
+	{
+		Path: "machine.sysfs", Refused: "writing sysfs values is not implemented",
+		Fix: "remove it",
+	},
+
+	{Path: "machine.registries.mirrors", Test: "internal/e2e/container.TestRegistryMirror"},
+	{Path: "machine.registries.config.*.tls", Test: "internal/machined/controllers/cri.TestRegistryHosts"},
+	{
+		Path: "machine.registries.config.*.auth", Refused: "registry credentials are not passed to containerd yet",
+		Fix: "remove them and pull from a registry (or mirror) that allows anonymous pulls",
+	},
+
+	{Path: "machine.systemDiskEncryption", Test: "internal/e2e/metal.TestClusterCreateQEMUEncrypted"},
+	{Path: "machine.systemDiskEncryption.state.keys[].tpm", Test: "internal/e2e/metal.TestClusterCreateQEMUFromUKI"},
+	{Path: "machine.systemDiskEncryption.ephemeral.keys[].tpm", Test: "internal/e2e/metal.TestClusterCreateQEMUFromUKI"},
+
+	{Path: "machine.features.diskQuotaSupport", Test: "internal/machined/controllers/k8s.TestKubelet"},
+	{Path: "machine.features.hostDNS", Test: "internal/e2e/container.TestHostDNS"},
+	{
+		Path: "machine.features.hostDNS.resolveMemberNames", Refused: "the host DNS does not answer for the cluster members' names yet",
+		Fix: "remove it (or set it to false); the members are reached by address",
+	},
+	{Path: "machine.features.imageCache", NoEffect: "the node always imports the image cache its node image carries; there is no separate cache volume to enable"},
+	{
+		Path: "machine.features.nodeAddressSortAlgorithm", Refused: "only upstream's default address order (v1) is implemented",
+		Fix: "remove it",
+	},
+
+	{Path: "machine.logging", Test: "internal/e2e.TestClusterCreateWithDebugAndEndpoint"},
+
+	{
+		Path: "machine.udev.rules", Refused: "udev rules from the config are not implemented",
+		Fix: "remove them",
+	},
+	{
+		Path: "machine.kernel.modules", Refused: "loading kernel modules from the config is not implemented",
+		Fix: "remove them",
+	},
+	{
+		Path: "machine.seccompProfiles", Refused: "seccomp profiles from the config are not written for the kubelet yet",
+		Fix: "remove them, or put the profile in the pod (localhostProfile needs the file on the node)",
+	},
+	{
+		Path: "machine.baseRuntimeSpecOverrides", Refused: "overriding containerd's base OCI runtime spec is not implemented",
+		Fix: "remove it",
+	},
+}

@@ -216,3 +216,16 @@ func TestValidateReportsErrors(t *testing.T) {
 		t.Errorf("bad mode: %d %s", code, stderr)
 	}
 }
+
+// validate names a field our nodes refuse, with the fix, though machinery's schema allows it.
+func TestValidateNamesRefusedFields(t *testing.T) {
+	dir := t.TempDir()
+	run(t, "gen", "config", "demo", "https://10.5.0.2:6443", "-o", dir, "--config-patch", `{"machine": {"udev": {"rules": ["SUBSYSTEM==\"drm\", GROUP=\"video\""]}}}`)
+
+	code, _, stderr := run(t, "validate", "-c", filepath.Join(dir, "worker.yaml"), "-m", "metal")
+	if code == 0 {
+		t.Fatal("a config with udev rules validated")
+	}
+
+	mustContain(t, stderr, "machine.udev.rules[0]: udev rules from the config are not implemented; remove them")
+}

@@ -7,6 +7,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/validation"
 	"github.com/spf13/cobra"
+
+	"github.com/talos-go/talos/internal/configsupport"
 )
 
 // runtimeMode is the platform mode a config is validated for.
@@ -74,6 +76,18 @@ func validateFile(w, stderr io.Writer, file, mode string, strict bool) error {
 
 	if err != nil {
 		return fmt.Errorf("%s is not valid for %s mode: %w", file, mode, err)
+	}
+
+	// What our nodes refuse (docs/config-coverage.md): a metal node is the metal mode's; a
+	// container-mode config may run on the process or the container provisioner, so only what
+	// both refuse is named.
+	node := configsupport.Node("")
+	if mode == "metal" {
+		node = configsupport.Metal
+	}
+
+	if err = configsupport.Check(cfg, node); err != nil {
+		return fmt.Errorf("%s sets what this node refuses (docs/config-coverage.md): %w", file, err)
 	}
 
 	fmt.Fprintf(w, "%s is valid for %s mode\n", file, mode)

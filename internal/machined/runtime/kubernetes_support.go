@@ -3,8 +3,6 @@ package runtime
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -55,20 +53,6 @@ func KubernetesSupport(cfg config.Config) error {
 			refuse("cluster.externalCloudProvider.enabled", "no cloud controller manager is built into this node image",
 				"set it to false (or remove cluster.externalCloudProvider)")
 		}
-	}
-
-	if m := cfg.Machine(); m != nil {
-		for _, host := range slices.Sorted(maps.Keys(m.Registries().Config())) {
-			if a := m.Registries().Config()[host].Auth(); a != nil && (a.Username() != "" || a.Password() != "" || a.Auth() != "" || a.IdentityToken() != "") {
-				refuse("machine.registries.config."+host+".auth", "registry credentials are not passed to containerd yet",
-					"remove them and pull from a registry (or mirror) that allows anonymous pulls")
-			}
-		}
-	}
-
-	if m := cfg.Machine(); m != nil && m.Features().HostDNS().ResolveMemberNames() {
-		refuse("machine.features.hostDNS.resolveMemberNames", "the host DNS does not answer for the cluster members' names yet",
-			"remove it (or set it to false); the members are reached by address")
 	}
 
 	if m := cfg.Machine(); m != nil && len(m.Kubelet().CredentialProviderConfig()) > 0 {

@@ -80,7 +80,8 @@ func TestKubernetesSupport(t *testing.T) {
 				patches = append(patches, tc.patch)
 			}
 
-			err := runtime.KubernetesSupport(ctest.MachineConfig(t, tc.typ, patches...).Config())
+			// The whole check a node makes (configsupport's rules and KubernetesSupport).
+			_, err := (&runtime.Runtime{Platform: runtime.PlatformContainer}).Validate(ctest.MachineConfig(t, tc.typ, patches...).Provider())
 			if len(tc.want) == 0 {
 				require.NoError(t, err)
 

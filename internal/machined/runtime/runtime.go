@@ -14,6 +14,7 @@ import (
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/configsupport"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/logging"
@@ -65,6 +66,18 @@ func (r *Runtime) Mode() Mode { return Mode(r.Platform) }
 // network. Otherwise (a container-mode node with "/" as its root, metal) the node has its own
 // root and namespaces, and /proc, /sys and netlink show the node itself.
 func (r *Runtime) SharesHost() bool { return r.Platform == PlatformContainer && r.Paths.Root != "/" }
+
+// Node is the kind of node this is, for the config fields that differ between them.
+func (r *Runtime) Node() configsupport.Node {
+	switch {
+	case r.SharesHost():
+		return configsupport.Process
+	case r.Mode().InContainer():
+		return configsupport.Container
+	default:
+		return configsupport.Metal
+	}
+}
 
 // Config returns the active config, or nil in maintenance mode.
 func (r *Runtime) Config() config.Provider {
@@ -122,7 +135,11 @@ func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
 		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Platform, err)
 	}
 
-	if err = errors.Join(KubernetesSupport(cfg), VolumeSupport(cfg)); err != nil {
+	if err = UserSettings(cfg); err != nil {
+		return warnings, fmt.Errorf("config is not valid: %w", err)
+	}
+
+	if err = errors.Join(configsupport.Check(cfg, r.Node()), KubernetesSupport(cfg), VolumeSupport(cfg)); err != nil {
 		return warnings, fmt.Errorf("config asks for what this node cannot do yet: %w", err)
 	}
 

@@ -1,0 +1,99 @@
+package configsupport_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+
+	"github.com/talos-go/talos/internal/configsupport"
+)
+
+// base is a minimal v1alpha1 document, machine: last: the cases add machine fields to it.
+const base = `version: v1alpha1
+cluster:
+  controlPlane:
+    endpoint: https://10.5.0.2:6443
+machine:
+  type: worker
+  token: abcdef.0123456789abcdef
+`
+
+// A config setting a refused field or document is refused with the path the user wrote: the
+// list item's index, the map key (dots and all), the document's kind and name.
+func TestCheckNamesTheRefusedField(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		node       configsupport.Node
+		want       []string
+	}{
+		{"kernel module", base + "  kernel:\n    modules:\n      - name: btrfs\n      - name: zfs\n", configsupport.Metal,
+			[]string{"machine.kernel.modules[0]: loading kernel modules", "machine.kernel.modules[1]: "}},
+		{"registry credentials", base + "  registries:\n    config:\n      registry.local:\n        auth:\n          username: u\n", configsupport.Container,
+			[]string{"machine.registries.config.registry.local.auth: registry credentials are not passed"}},
+		{"sysfs", base + "  sysfs:\n    devices.system.cpu.cpu0.cpufreq.scaling_governor: performance\n", configsupport.Process,
+			[]string{"machine.sysfs: writing sysfs"}},
+		{"install disk selector", base + "  install:\n    diskSelector:\n      size: '>= 1TB'\n", configsupport.Metal,
+			[]string{"machine.install.diskSelector: choosing the install disk by a selector", "machine.install.disk (talosctl get disks"}},
+		{"watchdog document", base + "---\napiVersion: v1alpha1\nkind: WatchdogTimerConfig\ndevice: /dev/watchdog0\n", configsupport.Metal,
+			[]string{"WatchdogTimerConfig: the hardware watchdog"}},
+		{"swap volume", base + "---\napiVersion: v1alpha1\nkind: SwapVolumeConfig\nname: swap1\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 2GiB\n", configsupport.Metal,
+			[]string{"SwapVolumeConfig(swap1): swap volumes are not implemented"}},
+		{"system volume provisioning", base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  maxSize: 40GiB\n", configsupport.Metal,
+			[]string{"VolumeConfig(EPHEMERAL).provisioning: the system volumes' sizes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := configloader.NewFromBytes([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			err = configsupport.Check(cfg, tc.node)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the refusal does not say %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// Fields set to their zero value, and honoured fields, pass.
+func TestCheckPassesZeroAndHonouredFields(t *testing.T) {
+	yaml := base + `  install:
+    wipe: false
+    disk: /dev/vda
+  features:
+    hostDNS:
+      enabled: true
+      resolveMemberNames: false
+  sysctls:
+    net.ipv4.ip_forward: "1"
+  kernel:
+    modules: []
+---
+apiVersion: v1alpha1
+kind: VolumeConfig
+name: STATE
+encryption:
+  provider: luks2
+  keys:
+    - slot: 0
+      nodeID: {}
+`
+
+	cfg, err := configloader.NewFromBytes([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, node := range []configsupport.Node{configsupport.Process, configsupport.Container, configsupport.Metal, ""} {
+		if err = configsupport.Check(cfg, node); err != nil {
+			t.Errorf("%s node: %v", node, err)
+		}
+	}
+}
