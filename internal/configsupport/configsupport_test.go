@@ -48,7 +48,9 @@ func TestEveryFieldHasARule(t *testing.T) {
 			t.Errorf("%s: a rule must honour, refuse or ignore", r.Path)
 		}
 
-		if !slices.ContainsFunc(fields, func(f string) bool { return f == r.Path || strings.HasPrefix(f, r.Path+".") || strings.HasPrefix(f, r.Path+"[") }) {
+		if !slices.ContainsFunc(fields, func(f string) bool {
+			return f == r.Path || strings.HasPrefix(f, r.Path+".") || strings.HasPrefix(f, r.Path+"[")
+		}) {
 			t.Errorf("%s: the rule names no field", r.Path)
 		}
 	}

@@ -109,5 +109,5 @@ func parent(p string) string {
 	return ""
 }
 
-func slicesSort(s []string)                 { slices.Sort(s) }
+func slicesSort(s []string)                    { slices.Sort(s) }
 func slicesContains(s []string, v string) bool { return slices.Contains(s, v) }
