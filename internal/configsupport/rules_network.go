@@ -1,3 +1,141 @@
 package configsupport
 
-var networkRules = []Rule{}
+// Test packages the network rules name.
+const (
+	netCtrl  = "internal/machined/controllers/network."
+	ksCtrl   = "internal/machined/controllers/kubespan."
+	metalE2E = "internal/e2e/metal."
+	ownTest  = "internal/configsupport."
+)
+
+// ownKernel is a field only a node on its own kernel (metal) honours: process and container
+// nodes do not run the controllers that set links, addresses, routes, DHCP, VIPs or KubeSpan
+// (their network is the provisioner's veth or the host's).
+func ownKernel(path, test string) Rule {
+	return Rule{
+		Path: path, Test: test, On: []Node{Process, Container},
+		Refused: "a process or container node does not set up its network from the config: its links and addresses are the provisioner's",
+		Fix:     "remove it, or run the node on its own kernel (talosctl cluster create --provisioner qemu)",
+	}
+}
+
+// notYet is a field this node does not implement (or has no test proving it) on any node.
+func notYet(path, why, fix string) Rule {
+	return Rule{Path: path, Refused: why, Fix: fix}
+}
+
+// networkRules covers machine.network and the network documents. machine.network.extraHostEntries
+// and machine.network.interfaces[].dummy are left to their own rules: no rule here sits on an
+// ancestor of theirs (machine.network, machine.network.interfaces[]).
+var networkRules = append([]Rule{
+	// The hostname: every provisioner names its nodes with it, process nodes too (their
+	// hostname resource; the host's own name is left alone).
+	{Path: "machine.network.hostname", Test: netCtrl + "TestHostnameSpec"},
+
+	// Resolvers: a process node uses this machine's resolv.conf.
+	{
+		Path: "machine.network.nameservers", Test: netCtrl + "TestResolverHostDNS", On: []Node{Process},
+		Refused: "a process node uses this machine's resolvers",
+		Fix:     "remove it, or configure the resolvers of this machine; container and qemu nodes take it",
+	},
+	notYet("machine.network.searchDomains", "this node does not write search domains from the config yet",
+		"remove it; give fully qualified names instead"),
+	{Path: "machine.network.disableSearchDomain", NoEffect: "this node never adds its hostname's domain as a search domain, so there is none to disable"},
+
+	// machine.network.interfaces[], field by field (dummy is another rule's).
+	ownKernel("machine.network.interfaces[].interface", metalE2E+"TestNetworkFromConfig"),
+	ownKernel("machine.network.interfaces[].addresses", metalE2E+"TestNetworkFromConfig"),
+	ownKernel("machine.network.interfaces[].cidr", ownTest+"TestNetworkConfigSpecs"),
+	ownKernel("machine.network.interfaces[].mtu", metalE2E+"TestNetworkFromConfig"),
+	ownKernel("machine.network.interfaces[].routes", ownTest+"TestNetworkConfigSpecs"),
+	ownKernel("machine.network.interfaces[].routes[].network", metalE2E+"TestNetworkFromConfig"),
+	ownKernel("machine.network.interfaces[].routes[].gateway", metalE2E+"TestNetworkFromConfig"),
+	ownKernel("machine.network.interfaces[].deviceSelector", netCtrl+"TestMatchesSelector"),
+	ownKernel("machine.network.interfaces[].deviceSelector.hardwareAddr", netCtrl+"TestDeviceSelectorPicksTheLink"),
+	ownKernel("machine.network.interfaces[].deviceSelector.permanentAddr", ownTest+"TestNetworkConfigSpecs"),
+	ownKernel("machine.network.interfaces[].dhcp", netCtrl+"TestDHCP4FromTheConfig"),
+	ownKernel("machine.network.interfaces[].dhcpOptions.routeMetric", netCtrl+"TestDHCP4FromTheConfig"),
+	ownKernel("machine.network.interfaces[].dhcpOptions.ipv4", netCtrl+"TestDHCP6FromTheConfig"),
+	ownKernel("machine.network.interfaces[].dhcpOptions.ipv6", netCtrl+"TestDHCP6FromTheConfig"),
+	ownKernel("machine.network.interfaces[].dhcpOptions.duidv6", ownTest+"TestNetworkConfigSpecs"),
+	notYet("machine.network.interfaces[].ignore",
+		"the node still keeps a boot DHCP lease on an ignored link: only the kernel argument talos.network.interface.ignore= keeps it off",
+		"remove it and boot with talos.network.interface.ignore=<link>, or leave the link out of machine.network.interfaces"),
+
+	// Bonds: the kernel gets the mode, link monitoring and members; the other bonding options
+	// are not passed on.
+	ownKernel("machine.network.interfaces[].bond.mode", metalE2E+"TestBondAndVLANFromConfig"),
+	ownKernel("machine.network.interfaces[].bond.miimon", metalE2E+"TestBondAndVLANFromConfig"),
+	ownKernel("machine.network.interfaces[].bond.deviceSelectors", metalE2E+"TestBondAndVLANFromConfig"),
+	ownKernel("machine.network.interfaces[].bond.interfaces", ownTest+"TestNetworkConfigSpecs"),
+	ownKernel("machine.network.interfaces[].bond.updelay", ownTest+"TestNetworkConfigSpecs"),
+	ownKernel("machine.network.interfaces[].bond.downdelay", ownTest+"TestNetworkConfigSpecs"),
+
+	ownKernel("machine.network.interfaces[].bridge", metalE2E+"TestBondAndVLANFromConfig"),
+	notYet("machine.network.interfaces[].bridge.vlan.vlanFiltering", "no test proves the kernel takes a bridge's VLAN filtering yet",
+		"remove it; filter VLANs on the switch side, or use a VLAN link (vlans)"),
+	notYet("machine.network.interfaces[].bridgePort", "this node does not join a link to a bridge by bridgePort.master",
+		"remove it and list the link in the bridge's bridge.interfaces instead"),
+
+	// VLANs: <interface>.<vlanId> links with their own addresses, routes, DHCP and VIP.
+	ownKernel("machine.network.interfaces[].vlans", ownTest+"TestNetworkConfigSpecs"),
+	ownKernel("machine.network.interfaces[].vlans[].vlanId", metalE2E+"TestBondAndVLANFromConfig"),
+	ownKernel("machine.network.interfaces[].vlans[].addresses", metalE2E+"TestBondAndVLANFromConfig"),
+	ownKernel("machine.network.interfaces[].vlans[].vip.ip", netCtrl+"TestVIPFromTheConfig"),
+
+	// WireGuard links: this host's kernel has none, the metal suite proves them on the node's.
+	ownKernel("machine.network.interfaces[].wireguard", metalE2E+"TestClusterCreateQEMUWireguard"),
+	notYet("machine.network.interfaces[].wireguard.firewallMark", "no test proves a WireGuard link's firewall mark yet",
+		"remove it; mark the traffic with a NetworkRuleConfig or your own rules"),
+
+	// The shared address: elected through etcd; the cloud providers' APIs are not called.
+	ownKernel("machine.network.interfaces[].vip.ip", metalE2E+"TestClusterCreateQEMUMachineDevices"),
+	notYet("machine.network.interfaces[].vip.equinixMetal", "this node does not call Equinix Metal's API to move the shared address",
+		"remove it; the node announces the VIP on its link by gratuitous ARP (vip.ip alone)"),
+	notYet("machine.network.interfaces[].vip.hcloud", "this node does not call Hetzner Cloud's API to move the shared address",
+		"remove it; the node announces the VIP on its link by gratuitous ARP (vip.ip alone)"),
+	notYet("machine.network.interfaces[].vlans[].vip.equinixMetal", "this node does not call Equinix Metal's API to move the shared address",
+		"remove it; the node announces the VIP on its link by gratuitous ARP (vip.ip alone)"),
+	notYet("machine.network.interfaces[].vlans[].vip.hcloud", "this node does not call Hetzner Cloud's API to move the shared address",
+		"remove it; the node announces the VIP on its link by gratuitous ARP (vip.ip alone)"),
+
+	// KubeSpan: a WireGuard link in the node's own kernel.
+	ownKernel("machine.network.kubespan", ownTest+"TestKubeSpanConfigFields"),
+	ownKernel("machine.network.kubespan.enabled", metalE2E+"TestClusterCreateQEMUKubeSpan"),
+	ownKernel("KubeSpanEndpointsConfig", ownTest+"TestKubeSpanConfigFields"),
+
+	// The ingress firewall: in the node's own network namespace, never the host's.
+	{
+		Path: "NetworkRuleConfig", Test: netCtrl + "TestIngressFirewall", On: []Node{Process},
+		Refused: "a process node shares this machine's network, which its firewall would filter",
+		Fix:     "remove it, or run the node as a container or on its own kernel",
+	},
+	{
+		Path: "NetworkDefaultActionConfig", Test: netCtrl + "TestIngressFirewall", On: []Node{Process},
+		Refused: "a process node shares this machine's network, which its firewall would filter",
+		Fix:     "remove it, or run the node as a container or on its own kernel",
+	},
+
+	notYet("EthernetConfig", "this node does not set a link's ethtool features, rings or channels",
+		"remove the EthernetConfig document; the driver's defaults stay"),
+}, bondRefusals()...)
+
+// bondOptions are the bonding options the node does not pass on to the kernel, each refused by
+// its own path so the error names the option.
+var bondOptions = []string{
+	"arpIPTarget", "xmitHashPolicy", "lacpRate", "adActorSystem", "arpValidate", "arpAllTargets", "primary",
+	"primaryReselect", "failOverMac", "adSelect", "arpInterval", "resendIgmp", "minLinks", "lpInterval",
+	"packetsPerSlave", "numPeerNotif", "tlbDynamicLb", "allSlavesActive", "useCarrier", "adActorSysPrio",
+	"adUserPortKey", "peerNotifyDelay",
+}
+
+func bondRefusals() []Rule {
+	var rules []Rule
+
+	for _, o := range bondOptions {
+		rules = append(rules, notYet("machine.network.interfaces[].bond."+o, "this node does not set this bonding option",
+			"remove it; the node sets a bond's mode, miimon, updelay, downdelay and members (interfaces, deviceSelectors)"))
+	}
+
+	return rules
+}
