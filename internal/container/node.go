@@ -1,7 +1,6 @@
 package container
 
 import (
-	"fmt"
 	"os"
 
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
@@ -21,29 +20,21 @@ func Reboot() error {
 	return os.NewSyscallError("reboot", unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART))
 }
 
-// ApplyHostname makes a hostname effective in the node: the uts namespace's names, and
-// /system/etc/hostname and /system/etc/hosts, which Init bound over the image's /etc files
-// (written in place, so the binds stay). address is the node's own.
-func ApplyHostname(address string) func(hostname, domain string) error {
-	return func(hostname, domain string) error {
-		if err := networkctrl.SetKernelHostname(hostname, domain); err != nil {
-			return err
-		}
-
-		names := hostname
-		if domain != "" {
-			names = hostname + "." + domain + "\t" + hostname
-		}
-
-		if err := os.WriteFile("/system/etc/hosts", []byte(hostsFile(address, names)), 0o644); err != nil {
-			return err
-		}
-
-		return os.WriteFile("/system/etc/hostname", []byte(hostname+"\n"), 0o644)
+// ApplyHostname makes a hostname effective in the node: the uts namespace's names and
+// /system/etc/hostname, which Init bound over the image's (written in place, so the bind stays).
+// /etc/hosts follows the hostname status (network.EtcHostsController).
+func ApplyHostname(hostname, domain string) error {
+	if err := networkctrl.SetKernelHostname(hostname, domain); err != nil {
+		return err
 	}
+
+	return os.WriteFile("/system/etc/hostname", []byte(hostname+"\n"), 0o644)
 }
 
-// hostsFile is the node's /etc/hosts: localhost and its own address with its names.
-func hostsFile(address, names string) string {
-	return fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", address, names)
+// HostsPath is the node's /etc/hosts as written: Init binds it over the image's.
+const HostsPath = "/system/etc/hosts"
+
+// hostsFile is the node's first /etc/hosts: localhost and its own address with its names.
+func hostsFile(address, hostname string) string {
+	return networkctrl.HostsFile(address, hostname, "", nil)
 }

@@ -86,6 +86,8 @@ type Options struct {
 	// answer on ClientPort. Own address may be included; it is skipped.
 	Peers func(ctx context.Context) ([]string, error)
 
+	// Env is added to etcd's environment (machine.env).
+	Env []string
 	// Runner, when set, runs etcd with these args (containerd in container mode); nil runs it as
 	// a confined process.
 	Runner func(args []string) system.Runner

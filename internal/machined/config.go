@@ -127,6 +127,18 @@ func needsReboot(oldCfg, newCfg config.Provider) []string {
 	check("cluster.secret", oc.Secret(), nc.Secret())
 	check("cluster.controlPlane.endpoint", oc.Endpoint().String(), nc.Endpoint().String())
 	check("cluster.etcd.ca", oc.Etcd().CA(), nc.Etcd().CA())
+	// Read at boot, as upstream: the files before the services start, the environment by each
+	// service's process.
+	if len(om.Env()) > 0 || len(nm.Env()) > 0 {
+		check("machine.env", om.Env(), nm.Env())
+	}
+
+	oFiles, _ := om.Files() // v1alpha1's Files never fails
+	nFiles, _ := nm.Files()
+
+	if len(oFiles) > 0 || len(nFiles) > 0 {
+		check("machine.files", oFiles, nFiles)
+	}
 
 	return changed
 }

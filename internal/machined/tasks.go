@@ -19,6 +19,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/server"
 	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/machined/system/logsend"
+	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
 // The tasks of the node's sequences (internal/machined/sequencer); StartResources is in
@@ -93,6 +94,36 @@ func (n *node) ServeMaintenance(ctx context.Context) error {
 	case action := <-n.power:
 		n.interrupted = action
 	case <-n.configReady:
+	}
+
+	return nil
+}
+
+// WriteUserFiles carries out machine.files (upstream's /var files and the CRI config part)
+// and, on a node whose init machined is, sets machine.env on it (upstream sets it on PID 1; the
+// services get it from their runners). A file that cannot be written is logged with its
+// machine.files index and the boot goes on: the node stays reachable to fix the config.
+func (n *node) WriteUserFiles(context.Context) error {
+	cfg := n.r.Config()
+	if cfg == nil || cfg.Machine() == nil {
+		return nil
+	}
+
+	files, err := cfg.Machine().Files()
+	if err == nil {
+		err = userfiles.Write(files, n.r.Paths.Ephemeral(), services.NewContainerdPaths(n.r.Paths).CRIParts)
+	}
+
+	if err != nil {
+		n.r.Log.Error("machine.files", zap.Error(err))
+	}
+
+	if os.Getpid() == 1 {
+		for k, v := range cfg.Machine().Env() {
+			if err = os.Setenv(k, v); err != nil {
+				n.r.Log.Error("machine.env", zap.String("name", k), zap.Error(err))
+			}
+		}
 	}
 
 	return nil

@@ -87,7 +87,7 @@ func List(opts Options) []controller.Controller {
 	applyHostname := networkctrl.SetKernelHostname
 
 	if container.InNode() {
-		applyHostname = container.ApplyHostname(opts.Address)
+		applyHostname = container.ApplyHostname
 	}
 
 	if opts.SharesHost {
@@ -178,6 +178,11 @@ func List(opts Options) []controller.Controller {
 	if container.InNode() && !opts.OwnKernel {
 		list = append(list, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
 	}
+		// A container node's /etc/hosts is its own file, bound over the image's.
+		if container.InNode() {
+			list = append(list, &networkctrl.EtcHostsController{Address: opts.Address, Path: container.HostsPath})
+		}
+
 
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {

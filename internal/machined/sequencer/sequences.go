@@ -20,6 +20,7 @@ type Machine interface {
 
 	EnterMaintenance(ctx context.Context) error // stage Maintenance; the boot counts as good
 	ServeMaintenance(ctx context.Context) error // the insecure API, until a config or a power action
+	WriteUserFiles(ctx context.Context) error   // machine.files and machine.env, before the services read them
 	StartServices(ctx context.Context) error    // the service set of the machine type
 	MarkRunning(ctx context.Context) error      // stage Running; the boot counts as good
 	StopServices(ctx context.Context) error     // in reverse dependency order
@@ -54,6 +55,8 @@ func Install(m Machine) Sequence {
 // Start starts the services of a configured node.
 func Start(m Machine) Sequence {
 	return New("start").
+		Append("userFiles",
+			T("writeUserFiles", m.WriteUserFiles)).
 		Append("services",
 			T("startServices", m.StartServices)).
 		Append("running",

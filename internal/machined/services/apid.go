@@ -19,6 +19,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
 // APID is the node's API gateway: its own process on the node address, port 50000, serving
@@ -74,7 +75,7 @@ func APID(r *runtime.Runtime) *system.Service {
 				// per call from 8.4 to 4.0 and its CPU from 250 to 170 µs
 				// (BenchmarkVersionRealMachined in internal/apid/e2e).
 				TimerSlack: time.Millisecond,
-				Env:        []string{"GODEBUG=schedtrace=86400000"},
+				Env:        append(userfiles.Env(r.Config()), "GODEBUG=schedtrace=86400000"),
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
 // ContainerdServiceID is the supervisor ID of the containerd service.
@@ -31,6 +32,9 @@ type ContainerdPaths struct {
 	FIFO   string // stdio FIFOs of the system containers
 	// RegistryHosts is CRI's registry config folder (certs.d layout), written by machined.
 	RegistryHosts string
+	// CRIParts is the folder of CRI config parts (/system/etc/cri/conf.d, upstream's
+	// /etc/cri/conf.d): merged into Config at each start.
+	CRIParts string
 	// RestrictOOMScoreAdj makes CRI clamp a container's OOM score adjustment to containerd's
 	// own: without CAP_SYS_RESOURCE (some VM sandboxes withhold it even from root) the kernel
 	// refuses the negative scores kubelet asks for and every pod sandbox fails to start.
@@ -49,6 +53,7 @@ func NewContainerdPaths(p runtime.Paths) ContainerdPaths {
 		FIFO:   filepath.Join(run, "fifo"),
 
 		RegistryHosts: filepath.Join(p.System(), "etc", "containerd", "certs.d"),
+		CRIParts:      filepath.Join(p.System(), "etc", "cri", "conf.d"),
 
 		RestrictOOMScoreAdj: !hasCapability(capSysResource),
 	}
@@ -161,7 +166,7 @@ func Containerd(r *runtime.Runtime) *system.Service {
 				return nil, err
 			}
 
-			return &runner.Process{Args: []string{bin, "--config", paths.Config}, Output: out}, nil
+			return &runner.Process{Args: []string{bin, "--config", paths.Config}, Output: out, Env: userfiles.Env(r.Config())}, nil
 		},
 		HealthFunc: func(ctx context.Context) error { return ContainerdHealth(ctx, paths.Socket) },
 		HealthSettings: system.HealthSettings{
@@ -172,7 +177,8 @@ func Containerd(r *runtime.Runtime) *system.Service {
 	}
 }
 
-// WriteContainerdConfig writes the config and makes containerd's folders.
+// WriteContainerdConfig writes the config, with the CRI parts of machine.files merged in, and
+// makes containerd's folders.
 func WriteContainerdConfig(p ContainerdPaths) error {
 	for _, dir := range []string{filepath.Dir(p.Socket), p.State, p.Root, filepath.Dir(p.Config), p.RegistryHosts} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -180,7 +186,12 @@ func WriteContainerdConfig(p ContainerdPaths) error {
 		}
 	}
 
-	return os.WriteFile(p.Config, []byte(ContainerdConfig(p)), 0o600)
+	cfg, err := userfiles.MergeCRIParts(ContainerdConfig(p), p.CRIParts)
+	if err != nil {
+		return err
+	}
+
+	return os.WriteFile(p.Config, []byte(cfg), 0o600)
 }
 
 // ContainerdHealth asks containerd for its version and makes sure both namespaces exist.

@@ -26,6 +26,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
 // EtcdServiceID is the supervisor ID of the etcd service.
@@ -147,6 +148,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		Peers:             func(ctx context.Context) ([]string, error) { return EtcdPeers(ctx, r) },
 		Output:            out,
 		Log:               r.Log,
+		Env:               userfiles.Env(cfg),
 	}
 
 	if etcdInContainerd() {
@@ -195,6 +197,7 @@ func etcdContainer(r *runtime.Runtime, o etcd.Options) func([]string) system.Run
 				{Type: "bind", Source: o.SecretsDir, Destination: o.SecretsDir, Options: []string{"rbind", "ro"}},
 			},
 			HostNetwork:     true,
+			Env:             o.Env,
 			FIFODir:         paths.FIFO,
 			Output:          o.Output,
 			GracefulTimeout: 15 * time.Second,

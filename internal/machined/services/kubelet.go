@@ -16,6 +16,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
 // kubeletImageWait is how long kubelet waits for its image, which the image cache service
@@ -92,6 +93,7 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 				HostPID:     true,
 				Privileged:  true,
 				Output:      out,
+				Env:         userfiles.Env(r.Config()),
 			}, nil
 		},
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
+	"github.com/talos-go/talos/internal/machined/userfiles"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -57,6 +58,7 @@ func Trustd(r *runtime.Runtime) *system.Service {
 				Output:          out,
 				GracefulTimeout: 5 * time.Second,
 				Sandbox:         confined(r, dir),
+				Env:             userfiles.Env(r.Config()),
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error { return trustdHealth(ctx, dir, listen) },
