@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -50,6 +51,27 @@ func Nameservers(c talosconfig.Config) []string {
 	}
 
 	return defaultNameservers
+}
+
+// SearchDomains are the config's machine.network.searchDomains: the search line of the node's
+// and the pods' resolv.conf, as upstream writes them (kubelet adds the pods' to every pod's).
+// An empty entry or one with a space would break the line: those are returned as bad.
+func SearchDomains(c talosconfig.Config) (search, bad []string) {
+	if c == nil || c.Machine() == nil {
+		return nil, nil
+	}
+
+	for _, d := range c.Machine().Network().SearchDomains() {
+		if d == "" || strings.ContainsFunc(d, unicode.IsSpace) {
+			bad = append(bad, d)
+
+			continue
+		}
+
+		search = append(search, d)
+	}
+
+	return search, bad
 }
 
 // hostDNSListen is where the host DNS answers the node's own lookups.
@@ -217,17 +239,22 @@ func (ctrl *ResolverController) reconcile(ctx context.Context, r controller.Runt
 		return err
 	}
 
-	if err := ctrl.writeResources(ctx, r, servers, want, listen, active, serviceAddr); err != nil {
+	search, bad := SearchDomains(c)
+	if len(bad) > 0 {
+		log.Warn("machine.network.searchDomains: skipping entries that are not domain names (empty or with spaces)", zap.Strings("skipped", bad))
+	}
+
+	if err := ctrl.writeResources(ctx, r, servers, search, want, listen, active, serviceAddr); err != nil {
 		return err
 	}
 
-	host, pods := resolvConfText(servers), resolvConfText(servers)
+	host, pods := resolvConfText(servers, search), resolvConfText(servers, search)
 	if want.enabled {
-		host = resolvConfText([]netip.Addr{hostDNSListen.Addr()})
+		host = resolvConfText([]netip.Addr{hostDNSListen.Addr()}, search)
 	}
 
 	if want.forward {
-		pods = resolvConfText([]netip.Addr{serviceAddr})
+		pods = resolvConfText([]netip.Addr{serviceAddr}, search)
 	}
 
 	if err := writeInPlace(filepath.Join(ctrl.Root, HostResolvConf), host); err != nil {
@@ -271,7 +298,7 @@ func (ctrl *ResolverController) closeListeners(keep map[netip.AddrPort]bool) {
 	}
 }
 
-func (ctrl *ResolverController) writeResources(ctx context.Context, r controller.Runtime, servers []netip.Addr, want hostDNS,
+func (ctrl *ResolverController) writeResources(ctx context.Context, r controller.Runtime, servers []netip.Addr, search []string, want hostDNS,
 	listen []netip.AddrPort, active []*hostdns.Upstream, serviceAddr netip.Addr,
 ) error {
 	// Every output is written on each pass; the ones not written (a listener or upstream gone)
@@ -279,7 +306,7 @@ func (ctrl *ResolverController) writeResources(ctx context.Context, r controller
 	r.StartTrackingOutputs()
 
 	if err := safe.WriterModify(ctx, r, network.NewResolverStatus(network.NamespaceName, network.ResolverID), func(res *network.ResolverStatus) error {
-		res.TypedSpec().DNSServers = servers
+		res.TypedSpec().DNSServers, res.TypedSpec().SearchDomains = servers, search
 
 		return nil
 	}); err != nil {
@@ -335,11 +362,16 @@ func (ctrl *ResolverController) writeResources(ctx context.Context, r controller
 	return nil
 }
 
-func resolvConfText(servers []netip.Addr) string {
+// resolvConfText is a resolv.conf: its name servers, then its search domains (none: no line).
+func resolvConfText(servers []netip.Addr, search []string) string {
 	var b strings.Builder
 
 	for _, s := range servers {
 		fmt.Fprintf(&b, "nameserver %s\n", s)
+	}
+
+	if len(search) > 0 {
+		fmt.Fprintf(&b, "search %s\n", strings.Join(search, " "))
 	}
 
 	return b.String()
