@@ -143,6 +143,8 @@ func List(opts Options) []controller.Controller {
 			AfterAPIReady: opts.RunsKubernetes},
 		k8sctrl.NewKubeletConfigController(),
 		k8sctrl.NewKubeletSpecController(),
+		&k8sctrl.NodeSpecController{},
+		&k8sctrl.NodeCordonedSpecController{},
 		k8sctrl.NewNodenameController(),
 		k8sctrl.NewNodeIPConfigController(),
 		k8sctrl.NewNodeIPController(),
@@ -196,6 +198,7 @@ func List(opts Options) []controller.Controller {
 
 	if opts.RunsKubernetes {
 		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
+			&k8sctrl.NodeApplyController{},
 			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{})
 	}
 

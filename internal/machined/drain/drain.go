@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -29,11 +30,9 @@ func Node(ctx context.Context, cfg *rest.Config, name string, log *zap.Logger) e
 		return err
 	}
 
-	if _, err = cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("cordoning node %s: %w", name, err)
+	if err = cordon(ctx, cs, name, log); err != nil {
+		return err
 	}
-
-	log.Info("node cordoned", zap.String("node", name))
 
 	for {
 		pods, err := evictable(ctx, cs, name)
@@ -68,6 +67,32 @@ func Node(ctx context.Context, cfg *rest.Config, name string, log *zap.Logger) e
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// cordon marks the Node unschedulable with upstream's talos.dev/cordoned annotation, which
+// tells machined to uncordon it once it runs again (k8s.NodeApplyController). A Node already
+// cordoned (by its admin) gets no marker: it stays cordoned after the reboot.
+func cordon(ctx context.Context, cs kubernetes.Interface, name string, log *zap.Logger) error {
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("cordoning node %s: %w", name, err)
+	}
+
+	if node.Spec.Unschedulable {
+		_, byTalos := node.Annotations[constants.AnnotationCordonedKey]
+		log.Info("node already cordoned", zap.String("node", name), zap.Bool("by_talos", byTalos))
+
+		return nil
+	}
+
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"unschedulable":true}}`, constants.AnnotationCordonedKey, constants.AnnotationCordonedValue)
+	if _, err = cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", name, err)
+	}
+
+	log.Info("node cordoned", zap.String("node", name))
+
+	return nil
 }
 
 // evictable lists the node's pods a drain evicts: not mirror pods, not DaemonSet pods, not

@@ -119,6 +119,10 @@ var Definitions = []meta.ResourceWithRD{
 	&k8s.Manifest{},
 	&k8s.ManifestStatus{},
 	&k8s.NodeStatus{},
+	&k8s.NodeLabelSpec{},
+	&k8s.NodeAnnotationSpec{},
+	&k8s.NodeTaintSpec{},
+	&k8s.NodeCordonedSpec{},
 	&k8s.Endpoint{},
 }
 
