@@ -34,12 +34,22 @@ func TestKmsgLogConfigSendsKernelLog(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	lines := make(chan map[string]any, 4096)
 
+	var (
+		mu      sync.Mutex
+		conns   []net.Conn
+		accepts int
+	)
+
 	serve := func(ln net.Listener) {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+
+			mu.Lock()
+			conns, accepts = append(conns, c), accepts+1
+			mu.Unlock()
 
 			go func() {
 				defer c.Close()
@@ -135,15 +145,28 @@ func TestKmsgLogConfigSendsKernelLog(t *testing.T) {
 	// The sink goes away (listener and connections closed), then comes back on the same port.
 	ln.Close()
 
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
+
 	ln2 := closeConnsAndRelisten(t, port)
 
 	go serve(ln2)
 
 	waitMark("after-reconnect")
+
+	mu.Lock()
+	defer mu.Unlock()
+
+	if accepts < 2 {
+		t.Fatalf("%d connections from the node; want a second one after the sink came back", accepts)
+	}
 }
 
-// closeConnsAndRelisten listens on port again once the old connections have gone (a fresh
-// listener: the node's old connection breaks on its next write and it dials again).
+// closeConnsAndRelisten listens on port again after a while without a sink (the node's old
+// connection breaks on its next write and it dials again).
 func closeConnsAndRelisten(t *testing.T, port int) net.Listener {
 	t.Helper()
 
@@ -182,7 +205,7 @@ func TestEventSinkConfigSendsEvents(t *testing.T) {
 		return nil
 	})
 
-	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	go srv.Serve(ln) // ends with Stop
 
 	defer srv.Stop()
 
@@ -229,41 +252,4 @@ func TestEventSinkConfigSendsEvents(t *testing.T) {
 		}
 	}
 
-}
-
-// machine.network.interfaces[].dummy: the worker gets a dummy link spec with its address, and
-// (where the host's kernel has the dummy driver: a container node shares it) the link itself.
-func TestDummyInterfaceFromConfig(t *testing.T) {
-	must(t, "-n", w, "patch", "machineconfig", "--mode", "no-reboot", "-p",
-		`{"machine": {"network": {"interfaces": [{"interface": "dummy7", "dummy": true, "addresses": ["10.99.7.1/32"]}]}}}`)
-
-	t.Cleanup(func() {
-		_, errOut, code := talosctl(t, "-n", w, "patch", "machineconfig", "--mode", "no-reboot", "-p",
-			`[{"op": "remove", "path": "/machine/network/interfaces"}]`)
-		if code != 0 {
-			t.Logf("removing the dummy interface: %s", errOut)
-		}
-	})
-
-	testenv.WaitFor(t, "the dummy link spec", 30*time.Second, func() error {
-		out := must(t, "-n", w, "get", "linkspecs", "dummy7", "-o", "yaml")
-		if !strings.Contains(out, "kind: dummy") || !strings.Contains(out, "logical: true") {
-			return fmt.Errorf("linkspec:\n%s", out)
-		}
-
-		return nil
-	})
-
-	if _, err := os.Stat("/sys/module/dummy"); err != nil {
-		t.Skip("the host's kernel has no dummy driver (CONFIG_DUMMY): the spec is there, the link cannot be")
-	}
-
-	testenv.WaitFor(t, "dummy7 and its address", 30*time.Second, func() error {
-		links, addrs := must(t, "-n", w, "get", "links"), must(t, "-n", w, "get", "addresses")
-		if !strings.Contains(links, "dummy7") || !strings.Contains(addrs, "dummy7/10.99.7.1/32") {
-			return fmt.Errorf("links:\n%saddresses:\n%s", links, addrs)
-		}
-
-		return nil
-	})
 }

@@ -238,7 +238,7 @@ func TestDummyLinkOnTheKernel(t *testing.T) {
 		t.Skipf("this kernel has no dummy driver (CONFIG_DUMMY): ip link add type dummy: %s", strings.TrimSpace(string(out)))
 	}
 
-	exec.Command("ip", "link", "del", "dummyprobe").Run() //nolint:errcheck // the probe only
+	exec.Command("ip", "link", "del", "dummyprobe").Run() // the probe only
 	t.Cleanup(func() { exec.Command("ip", "link", "del", "dummy9").Run() })
 
 	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})

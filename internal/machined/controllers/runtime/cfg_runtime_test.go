@@ -130,7 +130,7 @@ func TestEventsSinkController(t *testing.T) {
 		return nil
 	})
 
-	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	go srv.Serve(ln) // ends with Stop
 
 	defer srv.Stop()
 

@@ -126,7 +126,7 @@ func (ctrl *EventsSinkController) Run(ctx context.Context, r controller.Runtime,
 		stop = func() {
 			cancel()
 			<-done
-			conn.Close() //nolint:errcheck // nothing left to send on it
+			conn.Close() // nothing left to send on it
 		}
 
 		log.Info("events are sent to the event sink", zap.String("endpoint", endpoint))

@@ -83,7 +83,7 @@ func (ctrl *KmsgLogDeliveryController) Run(ctx context.Context, r controller.Run
 		}
 
 		if reader != nil {
-			reader.Close() //nolint:errcheck // read only
+			reader.Close() // read only
 		}
 	}()
 
