@@ -167,6 +167,11 @@ func List(opts Options) []controller.Controller {
 	// A node in its own network namespace (a container node, a metal one) runs its resolvers
 	// and host DNS; one that shares the host's reports the host's resolvers.
 	if container.InNode() || opts.OwnKernel {
+		// A container node's /etc/hosts is its own file, bound over the image's.
+		if container.InNode() {
+			list = append(list, &networkctrl.EtcHostsController{Address: opts.Address, Path: container.HostsPath})
+		}
+
 		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog},
 			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir},
 			// The ingress firewall: the node's own network namespace only, never the host's.
@@ -174,17 +179,6 @@ func List(opts Options) []controller.Controller {
 	} else {
 		list = append(list, &networkctrl.ResolverStatusController{})
 	}
-
-	// A container node's network namespace is its own: the config's links (a dummy, a VLAN on
-	// eth0), addresses and routes are set there, as on metal.
-	if container.InNode() && !opts.OwnKernel {
-		list = append(list, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{})
-	}
-		// A container node's /etc/hosts is its own file, bound over the image's.
-		if container.InNode() {
-			list = append(list, &networkctrl.EtcHostsController{Address: opts.Address, Path: container.HostsPath})
-		}
-
 
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {
