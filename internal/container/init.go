@@ -361,6 +361,10 @@ func writeEtc(root string, spec Spec) error {
 		}
 	}
 
+	if err := bindTrustBundle(root); err != nil {
+		return err
+	}
+
 	if spec.Config == "" {
 		return nil
 	}

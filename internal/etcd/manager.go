@@ -169,7 +169,7 @@ func (o *Options) isSelf(host string) bool {
 
 // selectEndpoints chooses the addresses from the options.
 func (o *Options) selectEndpoints() error {
-	addr, _ := netip.ParseAddr(o.Address) //nolint:errcheck // a name is no address: Addresses are the candidates then
+	addr, _ := netip.ParseAddr(o.Address) // a name is no address: Addresses are the candidates then
 
 	ep, err := SelectEndpoints(EndpointsInput{
 		Address: addr, Addresses: o.Addresses,

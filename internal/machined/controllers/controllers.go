@@ -5,9 +5,11 @@ package controllers
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
@@ -29,6 +31,7 @@ import (
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/controllers/timesync"
 	"github.com/talos-go/talos/internal/machined/events"
+	"github.com/talos-go/talos/internal/machined/trustbundle"
 )
 
 // Options are what the controllers need from the node.
@@ -96,6 +99,13 @@ func List(opts Options) []controller.Controller {
 		applyHostname = nil
 	}
 
+	// The node's trust bundle: the system's roots (the image's, kept aside by the node's init;
+	// a node on the host's root: the host's) and the config's TrustedRootsConfig roots.
+	bundle, systemRoots := filepath.Join(opts.Root, trustbundle.Node), trustbundle.Etc
+	if opts.Root == "/" {
+		systemRoots = trustbundle.System
+	}
+
 	// A control plane's kubelet gets its client certificate from the cluster CA where it runs.
 	kubeletCertDir := ""
 	if opts.RunsKubernetes {
@@ -117,6 +127,7 @@ func List(opts Options) []controller.Controller {
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
 		&clusterctrl.MemberController{},
 		&etcdctrl.MemberController{Etcd: opts.Etcd},
+		&secretsctrl.TrustedRootsController{System: systemRoots, Bundle: bundle},
 		secretsctrl.NewRootController(),
 		secretsctrl.NewAPICertSANsController(),
 		&secretsctrl.APIController{Address: opts.Address},
@@ -138,7 +149,7 @@ func List(opts Options) []controller.Controller {
 		controlplanectrl.NewAuthorizationConfigController(),
 		controlplanectrl.NewBootstrapManifestsConfigController(),
 		&controlplanectrl.ManifestController{},
-		&controlplanectrl.ExtraManifestController{},
+		&controlplanectrl.ExtraManifestController{Roots: func() (*x509.CertPool, error) { return trustbundle.Pool(bundle) }},
 		&k8sctrl.StaticPodController{SecretsDir: opts.KubernetesSecretsDir, ConfigDir: opts.KubernetesConfigDir, AuditLogDir: opts.AuditLogDir,
 			AfterAPIReady: opts.RunsKubernetes},
 		k8sctrl.NewKubeletConfigController(),

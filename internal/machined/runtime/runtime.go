@@ -18,6 +18,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/logging"
+	"github.com/talos-go/talos/internal/machined/trustbundle"
 )
 
 // Platform names.
@@ -133,6 +134,11 @@ func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
 	warnings, err := cfg.Validate(r.Mode())
 	if err != nil {
 		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Platform, err)
+	}
+
+	// A TrustedRootsConfig that is not PEM certificates would add nothing to the trust bundle.
+	if err = trustbundle.Validate(cfg); err != nil {
+		return warnings, fmt.Errorf("config is not valid: %w", err)
 	}
 
 	if err = UserSettings(cfg); err != nil {

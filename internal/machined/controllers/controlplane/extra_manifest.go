@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -25,8 +27,11 @@ import (
 // cluster.network.cni.name custom, cluster.network.cni.urls; each becomes a k8s.Manifest the
 // apply controller applies. A URL that does not answer is asked again (Retry) until it does.
 type ExtraManifestController struct {
-	// Client fetches the URLs (default: one with a 30 s timeout).
+	// Client fetches the URLs (default: one with a 30 s timeout that trusts Roots).
 	Client *http.Client
+	// Roots are the CAs an https URL is trusted by, read at each fetch: the node's trust
+	// bundle, which a TrustedRootsConfig extends (nil: the system's).
+	Roots func() (*x509.CertPool, error)
 	// Retry is the wait before asking again after a failure (default 10 s).
 	Retry time.Duration
 }
@@ -52,10 +57,6 @@ type extraManifest struct {
 
 // Run implements controller.Controller.
 func (ctrl *ExtraManifestController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	if ctrl.Client == nil {
-		ctrl.Client = &http.Client{Timeout: 30 * time.Second}
-	}
-
 	if ctrl.Retry == 0 {
 		ctrl.Retry = 10 * time.Second
 	}
@@ -154,6 +155,28 @@ func manifestID(prefix, u string) string {
 	return fmt.Sprintf("%s-%s-%s", prefix, name, hex.EncodeToString(sum[:4]))
 }
 
+// client is Client, else one trusting the node's current roots (Go reads the system pool only
+// once, so a TrustedRootsConfig applied later would not be seen by the default client).
+func (ctrl *ExtraManifestController) client() (*http.Client, error) {
+	if ctrl.Client != nil {
+		return ctrl.Client, nil
+	}
+
+	var roots *x509.CertPool
+
+	if ctrl.Roots != nil {
+		var err error
+		if roots, err = ctrl.Roots(); err != nil {
+			return nil, fmt.Errorf("the node's trusted roots: %w", err)
+		}
+	}
+
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		Proxy:           http.ProxyFromEnvironment,
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+	}}, nil
+}
+
 func (ctrl *ExtraManifestController) fetch(ctx context.Context, m extraManifest) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
 	if err != nil {
@@ -164,7 +187,12 @@ func (ctrl *ExtraManifestController) fetch(ctx context.Context, m extraManifest)
 		req.Header.Set(k, v)
 	}
 
-	resp, err := ctrl.Client.Do(req)
+	client, err := ctrl.client()
+	if err != nil {
+		return "", err
+	}
+
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", err
 	}
