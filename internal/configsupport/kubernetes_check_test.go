@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/gen/xslices"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
@@ -79,12 +78,6 @@ func TestKubernetesRefusals(t *testing.T) {
 		"machine.controlPlane.scheduler.disabled": func(c *v1alpha1.Config) {
 			c.MachineConfig.MachineControlPlane = &v1alpha1.MachineControlPlaneConfig{MachineScheduler: &v1alpha1.MachineSchedulerConfig{MachineSchedulerDisabled: new(true)}}
 		},
-		"machine.kubelet.extraMounts[0].uidMappings[0]": func(c *v1alpha1.Config) {
-			c.MachineConfig.MachineKubelet.KubeletExtraMounts = []v1alpha1.ExtraMount{{Source: "/var/a", Destination: "/var/a", UIDMappings: []v1alpha1.LinuxIDMapping{{ContainerID: 0, HostID: 1000, Size: 1}}}}
-		},
-		"machine.kubelet.extraMounts[0].gidMappings[0]": func(c *v1alpha1.Config) {
-			c.MachineConfig.MachineKubelet.KubeletExtraMounts = []v1alpha1.ExtraMount{{Source: "/var/a", Destination: "/var/a", GIDMappings: []v1alpha1.LinuxIDMapping{{ContainerID: 0, HostID: 1000, Size: 1}}}}
-		},
 		"machine.kubelet.credentialProviderConfig": func(c *v1alpha1.Config) {
 			c.MachineConfig.MachineKubelet.KubeletCredentialProviderConfig = v1alpha1.Unstructured{Object: map[string]any{"kind": "CredentialProviderConfig"}}
 		},
@@ -94,18 +87,8 @@ func TestKubernetesRefusals(t *testing.T) {
 		"cluster.externalCloudProvider": func(c *v1alpha1.Config) {
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}
 		},
-		"cluster.aescbcEncryptionSecret": func(c *v1alpha1.Config) { c.ClusterConfig.ClusterAESCBCEncryptionSecret = "c2VjcmV0" },
-		"cluster.acceptedCAs[0]": func(c *v1alpha1.Config) {
-			c.ClusterConfig.ClusterAcceptedCAs = append(c.ClusterConfig.ClusterAcceptedCAs, &x509.PEMEncodedCertificate{Crt: c.ClusterConfig.ClusterCA.Crt})
-		},
-		"cluster.adminKubeconfig.certLifetime": func(c *v1alpha1.Config) {
-			c.ClusterConfig.AdminKubeconfigConfig = &v1alpha1.AdminKubeconfigConfig{AdminKubeconfigCertLifetime: 3600e9}
-		},
 		"cluster.etcd.image": func(c *v1alpha1.Config) {
 			c.ClusterConfig.EtcdConfig.ContainerImage = "gcr.io/etcd-development/etcd:v3.5.0"
-		},
-		"cluster.etcd.extraArgs": func(c *v1alpha1.Config) {
-			c.ClusterConfig.EtcdConfig.EtcdExtraArgs = map[string]string{"quota-backend-bytes": "1000"}
 		},
 		"cluster.etcd.subnet": func(c *v1alpha1.Config) {
 			c.ClusterConfig.EtcdConfig.EtcdSubnet = "10.5.0.0/24" //nolint:staticcheck // the deprecated field is the one refused

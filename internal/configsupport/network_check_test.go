@@ -64,13 +64,13 @@ func TestNetworkRefusals(t *testing.T) {
 		refusedOn  []configsupport.Node
 		path       string
 	}{
-		{"searchDomains", "machine:\n  network:\n    searchDomains: [example.org]\n", all, "machine.network.searchDomains[0]"},
+		{"searchDomains", "machine:\n  network:\n    searchDomains: [example.org]\n", []configsupport.Node{configsupport.Process}, "machine.network.searchDomains[0]"},
 		{"ignore", "machine:\n  network:\n    interfaces:\n      - interface: eth1\n        ignore: true\n", all, "machine.network.interfaces[0].ignore"},
 		{"bond option", iface("bond0", "bond:\n          mode: 802.3ad\n          lacpRate: fast"), all, "machine.network.interfaces[0].bond.lacpRate"},
-		{"bridge VLAN filtering", iface("br0", "bridge:\n          interfaces: [eth1]\n          vlan:\n            vlanFiltering: true"), all,
+		{"bridge VLAN filtering", iface("br0", "bridge:\n          interfaces: [eth1]\n          vlan:\n            vlanFiltering: true"), notMetal,
 			"machine.network.interfaces[0].bridge.vlan.vlanFiltering"},
 		{"bridgePort", iface("eth1", "bridgePort:\n          master: br0"), all, "machine.network.interfaces[0].bridgePort"},
-		{"wireguard firewallMark", iface("wg0", "wireguard:\n          firewallMark: 5"), all, "machine.network.interfaces[0].wireguard.firewallMark"},
+		{"wireguard firewallMark", iface("wg0", "wireguard:\n          firewallMark: 5"), notMetal, "machine.network.interfaces[0].wireguard.firewallMark"},
 		{"vip equinixMetal", iface("eth0", "vip:\n          ip: 10.5.0.50\n          equinixMetal:\n            apiToken: x"), all,
 			"machine.network.interfaces[0].vip.equinixMetal"},
 		{"vip hcloud", iface("eth0", "vip:\n          ip: 10.5.0.50\n          hcloud:\n            apiToken: x"), all, "machine.network.interfaces[0].vip.hcloud"},

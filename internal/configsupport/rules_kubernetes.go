@@ -56,14 +56,14 @@ var kubernetesRules = []Rule{
 	{Path: "cluster.aggregatorCA", Test: "internal/machined/controllers/secrets.TestKubernetesSecrets"},
 	{Path: "cluster.serviceAccount", Test: "internal/machined/controllers/secrets.TestKubernetesSecrets"},
 	{Path: "cluster.secretboxEncryptionSecret", Test: "internal/machined/controllers/secrets.TestKubernetesSecrets"},
-	{Path: "cluster.aescbcEncryptionSecret", Refused: "the aescbc encryption provider is written but no test proves it yet", Fix: "use cluster.secretboxEncryptionSecret (what `talosctl gen config` writes) instead"},
-	{Path: "cluster.acceptedCAs", Refused: "extra accepted Kubernetes CAs are passed along but no test proves them yet", Fix: "remove them; rotating the Kubernetes CA is not supported yet"},
-	{Path: "cluster.adminKubeconfig.certLifetime", Refused: "the admin certificate's lifetime is read but no test proves it yet", Fix: "remove it; the admin certificate lives one year, as upstream's default"},
+	{Path: "cluster.aescbcEncryptionSecret", Test: "internal/machined/controllers/secrets.TestKubernetesSecretsConfigFields"},
+	{Path: "cluster.acceptedCAs", Test: "internal/machined/controllers/secrets.TestKubernetesSecretsConfigFields"},
+	{Path: "cluster.adminKubeconfig.certLifetime", Test: "internal/machined/controllers/secrets.TestKubernetesSecretsConfigFields"},
 
 	// etcd.
 	{Path: "cluster.etcd.ca", Test: "internal/machined/controllers/secrets.TestKubernetesSecrets"},
 	{Path: "cluster.etcd.image", Refused: "etcd runs from the node image's own etcd binary, not a container image", Fix: "remove it; the etcd version is the node image's"},
-	{Path: "cluster.etcd.extraArgs", Refused: "etcd's extra arguments are passed to etcd but no test proves it from the config yet", Fix: "remove them"},
+	{Path: "cluster.etcd.extraArgs", Test: "internal/machined/services.TestEtcdExtraArgsFromConfig"},
 	{Path: "cluster.etcd.subnet", Refused: "the deprecated single etcd subnet is not handled on its own", Fix: "use cluster.etcd.advertisedSubnets instead"},
 
 	// Discovery: the control planes' own registry (served by trustd) stands for upstream's
@@ -79,8 +79,8 @@ var kubernetesRules = []Rule{
 	{Path: "machine.kubelet.clusterDNS", Test: "internal/configsupport.TestKubeletFieldsTakeEffect"},
 	{Path: "machine.kubelet.extraArgs", Test: "internal/machined/controllers/k8s.TestKubelet"},
 	{Path: "machine.kubelet.extraMounts", Test: "internal/machined/controllers/k8s.TestKubelet"},
-	{Path: "machine.kubelet.extraMounts[].uidMappings", Refused: "ID-mapped kubelet mounts are not tested on this node", Fix: "remove the mapping and bind the folder as it is"},
-	{Path: "machine.kubelet.extraMounts[].gidMappings", Refused: "ID-mapped kubelet mounts are not tested on this node", Fix: "remove the mapping and bind the folder as it is"},
+	{Path: "machine.kubelet.extraMounts[].uidMappings", Test: "internal/machined/services.TestKubeletExtraMountIDMappings"},
+	{Path: "machine.kubelet.extraMounts[].gidMappings", Test: "internal/machined/services.TestKubeletExtraMountIDMappings"},
 	{Path: "machine.kubelet.extraConfig", Test: "internal/machined/controllers/k8s.TestKubelet"},
 	{Path: "machine.kubelet.credentialProviderConfig", Refused: "no credential provider plugins are in this node image", Fix: "remove it: images come from the node image's cache or an anonymous registry"},
 	{Path: "machine.kubelet.defaultRuntimeSeccompProfileEnabled", Test: "internal/configsupport.TestKubeletFieldsTakeEffect"},

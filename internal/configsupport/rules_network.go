@@ -38,8 +38,11 @@ var networkRules = append([]Rule{
 		Refused: "a process node uses this machine's resolvers",
 		Fix:     "remove it, or configure the resolvers of this machine; container and qemu nodes take it",
 	},
-	notYet("machine.network.searchDomains", "this node does not write search domains from the config yet",
-		"remove it; give fully qualified names instead"),
+	{
+		Path: "machine.network.searchDomains", Test: netCtrl + "TestResolverSearchDomains", On: []Node{Process},
+		Refused: "a process node uses this machine's resolvers",
+		Fix:     "remove it, or set the search domains of this machine; container and qemu nodes take it",
+	},
 	{Path: "machine.network.disableSearchDomain", NoEffect: "this node never adds its hostname's domain as a search domain, so there is none to disable"},
 
 	// machine.network.interfaces[], field by field (dummy is another rule's).
@@ -72,8 +75,7 @@ var networkRules = append([]Rule{
 	ownKernel("machine.network.interfaces[].bond.downdelay", ownTest+"TestNetworkConfigSpecs"),
 
 	ownKernel("machine.network.interfaces[].bridge", metalE2E+"TestBondAndVLANFromConfig"),
-	notYet("machine.network.interfaces[].bridge.vlan.vlanFiltering", "no test proves the kernel takes a bridge's VLAN filtering yet",
-		"remove it; filter VLANs on the switch side, or use a VLAN link (vlans)"),
+	ownKernel("machine.network.interfaces[].bridge.vlan.vlanFiltering", ownTest+"TestBridgeVLANFilteringAndWireguardMarkSpecs"),
 	notYet("machine.network.interfaces[].bridgePort", "this node does not join a link to a bridge by bridgePort.master",
 		"remove it and list the link in the bridge's bridge.interfaces instead"),
 
@@ -85,8 +87,7 @@ var networkRules = append([]Rule{
 
 	// WireGuard links: this host's kernel has none, the metal suite proves them on the node's.
 	ownKernel("machine.network.interfaces[].wireguard", metalE2E+"TestClusterCreateQEMUWireguard"),
-	notYet("machine.network.interfaces[].wireguard.firewallMark", "no test proves a WireGuard link's firewall mark yet",
-		"remove it; mark the traffic with a NetworkRuleConfig or your own rules"),
+	ownKernel("machine.network.interfaces[].wireguard.firewallMark", ownTest+"TestBridgeVLANFilteringAndWireguardMarkSpecs"),
 
 	// The shared address: elected through etcd; the cloud providers' APIs are not called.
 	ownKernel("machine.network.interfaces[].vip.ip", metalE2E+"TestClusterCreateQEMUMachineDevices"),

@@ -42,8 +42,12 @@ func TestBridgeVLANFilteringFromConfig(t *testing.T) {
 
 	testenv.WaitFor(t, "brv9 with VLAN filtering", 10*time.Second, func() error {
 		out, err := exec.Command("ip", "-d", "link", "show", "brv9").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "vlan_filtering 1") {
-			return fmt.Errorf("%v: %s", err, out)
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+
+		if !strings.Contains(string(out), "vlan_filtering 1") {
+			return fmt.Errorf("no VLAN filtering: %s", out)
 		}
 
 		return nil
