@@ -128,7 +128,7 @@ func walkValue(v reflect.Value, typePath string, valuePath []string, seen map[re
 	}
 
 	if leaf(v.Type()) || seen[v.Type()] {
-		if !v.IsZero() && !(v.Kind() == reflect.Slice && v.Len() == 0) {
+		if !v.IsZero() && (v.Kind() != reflect.Slice || v.Len() > 0) {
 			set(typePath, valuePath)
 		}
 

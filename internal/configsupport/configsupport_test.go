@@ -42,7 +42,7 @@ func TestEveryFieldHasARule(t *testing.T) {
 			t.Errorf("%s: no effect excludes honoured and refused", r.Path)
 		case honoured && refused && len(r.On) == 0:
 			t.Errorf("%s: honoured and refused everywhere at once", r.Path)
-		case len(r.On) > 0 && !(honoured && refused):
+		case len(r.On) > 0 && (!honoured || !refused):
 			t.Errorf("%s: a refusal on some nodes needs the test that proves the others", r.Path)
 		case !honoured && !refused && !ignored:
 			t.Errorf("%s: a rule must honour, refuse or ignore", r.Path)

@@ -39,6 +39,19 @@ var machineRules = []Rule{
 	{Path: "machine.time.servers", Test: "internal/machined/controllers/timesync.TestSyncFromTheFirstServerThatAnswers"},
 	{Path: "machine.time.bootTimeout", Test: "internal/machined/controllers/timesync.TestBootTimeoutUnlocksTheBoot"},
 
+	{Path: "machine.files", Test: "internal/e2e/container.TestMachineEnvAndFilesAfterReboot"},
+	{Path: "machine.env", Test: "internal/e2e/container.TestMachineEnvAndFilesAfterReboot"},
+	{Path: "machine.nodeLabels", Test: "internal/e2e/container.TestNodeLabelsTaintsAnnotationsFollowConfig"},
+	{Path: "machine.nodeAnnotations", Test: "internal/e2e/container.TestNodeLabelsTaintsAnnotationsFollowConfig"},
+	{Path: "machine.nodeTaints", Test: "internal/e2e/container.TestNodeLabelsTaintsAnnotationsFollowConfig"},
+	{
+		Path: "machine.pods", Refused: "static pods from the config are not written for the kubelet yet",
+		Fix: "remove them and deploy the pods through the Kubernetes API (or cluster.inlineManifests)",
+	},
+
+	{Path: "cluster.etcd.advertisedSubnets", Test: "internal/etcd.TestEtcdAdvertisedAndListenSubnets"},
+	{Path: "cluster.etcd.listenSubnets", Test: "internal/etcd.TestEtcdAdvertisedAndListenSubnets"},
+
 	{Path: "machine.sysctls", Test: "internal/machined/controllers/runtime.TestKernelParamController"},
 	{
 		Path: "machine.sysfs", Refused: "writing sysfs values is not implemented",
