@@ -169,7 +169,7 @@ func TestMachineEnvAndFilesAfterReboot(t *testing.T) {
 		}
 		defer resp.Body.Close()
 
-		body, _ := io.ReadAll(resp.Body) //nolint:errcheck // the status and what came say enough
+		body, _ := io.ReadAll(resp.Body) // the status and what came say enough
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "# TYPE") {
 			return fmt.Errorf("status %d: %.200s", resp.StatusCode, body)
 		}
