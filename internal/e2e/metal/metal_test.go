@@ -528,8 +528,9 @@ func serveConfig(t testing.TB, cli testenv.CLI, patches ...string) configSource 
 }
 
 // machine.network on metal: the config gives the second card (ignored by the boot's DHCP) an
-// address, an MTU and a route, and names a resolver. The node sets them on its kernel and
-// reports the specs and the statuses; the host DNS forwards to the configured resolver.
+// address, an MTU and a route, makes a dummy link with an address, and names a resolver. The
+// node sets them on its kernel and reports the specs and the statuses; the host DNS forwards to
+// the configured resolver.
 func TestNetworkFromConfig(t *testing.T) {
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 	src := serveConfig(t, cli, `machine:
@@ -542,6 +543,9 @@ func TestNetworkFromConfig(t *testing.T) {
         routes:
           - network: 192.168.50.0/24
             gateway: 10.0.3.2
+      - interface: dummy0
+        dummy: true
+        addresses: [10.0.9.1/32]
 `)
 
 	m := bootWith(t, qemuOptions{open: true, args: []string{"-nic", "user,model=virtio-net-pci,restrict=on,net=10.0.3.0/24"}},
@@ -585,6 +589,9 @@ func TestNetworkFromConfig(t *testing.T) {
 		{[]string{"links", "eth1", "-o", "yaml"}, `mtu: 1400`},
 		{[]string{"routes"}, `192\.168\.50\.0/24\s+10\.0\.3\.2\s`},
 		{[]string{"resolvers", "-o", "yaml"}, `- 10\.0\.2\.3`},
+		// machine.network.interfaces[].dummy: the kernel's dummy link, with its address.
+		{[]string{"links", "dummy0", "-o", "yaml"}, `kind: dummy`},
+		{[]string{"addresses"}, `dummy0/10\.0\.9\.1/32`},
 	} {
 		testenv.WaitFor(t, strings.Join(c.args, " "), 30*time.Second, func() error {
 			out, err := get(c.args...)
