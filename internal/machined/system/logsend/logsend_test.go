@@ -179,3 +179,40 @@ func TestSends(t *testing.T) {
 		t.Errorf("Sends: same %v, other tags %v, none %v", s.Sends(b), s.Sends(c), s.Sends(nil))
 	}
 }
+
+// Deliver sends any fields (a kernel message's) as one JSON line, the destination's extra tags
+// over them.
+func TestDeliver(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	defer l.Close()
+
+	s, err := New([]Destination{{Endpoint: &url.URL{Scheme: "tcp", Host: l.Addr().String()}, ExtraTags: map[string]string{"cluster": "c1", "facility": "tagged"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	defer s.Close()
+
+	s.Deliver(t.Context(), map[string]any{"msg": "m1", "seq": int64(7), "facility": "kern"})
+
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	defer c.Close()
+
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if want := `{"cluster":"c1","facility":"tagged","msg":"m1","seq":7}` + "\n"; line != want {
+		t.Fatalf("got %q, want %q", line, want)
+	}
+
+}
