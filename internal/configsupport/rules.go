@@ -63,7 +63,7 @@ func (r Rule) StatusOn(node Node) Status {
 func Rules() []Rule {
 	var all []Rule
 
-	for _, area := range [][]Rule{machineRules, networkRules, kubernetesRules, storageRules, documentRules} {
+	for _, area := range [][]Rule{machineRules, networkRules, kubernetesRules, storageRules, documentRules, kernelRules, podRules, installRules, watchdogRules} {
 		all = append(all, area...)
 	}
 

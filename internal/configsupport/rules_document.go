@@ -17,8 +17,4 @@ var documentRules = []Rule{
 		Path: "PCIDriverRebindConfig", Refused: "rebinding PCI drivers is not implemented",
 		Fix: "remove the document",
 	},
-	{
-		Path: "WatchdogTimerConfig", Refused: "the hardware watchdog is not driven by this node yet",
-		Fix: "remove the document",
-	},
 }

@@ -18,14 +18,7 @@ var machineRules = []Rule{
 	{Path: "machine.install.image", NoEffect: "a metal node installs the system it booted; an upgrade names its image on the command line"},
 	{Path: "machine.install.bootloader", NoEffect: "deprecated upstream: the bootloader is always installed"},
 	{Path: "machine.install.legacyBIOSSupport", NoEffect: "an installed disk always carries GRUB for BIOS and UEFI boot"},
-	{
-		Path: "machine.install.wipe", Refused: "wiping the whole install disk before the install is not implemented",
-		Fix: "remove it (or set it to false): the installer writes a fresh partition table over the disk",
-	},
-	{
-		Path: "machine.install.diskSelector", Refused: "choosing the install disk by a selector is not implemented",
-		Fix: "name the disk in machine.install.disk (talosctl get disks lists them)",
-	},
+
 	{
 		Path: "machine.install.extensions", Refused: "system extensions are not supported yet",
 		Fix: "remove it",
@@ -44,19 +37,11 @@ var machineRules = []Rule{
 	{Path: "machine.nodeLabels", Test: "internal/e2e/container.TestNodeLabelsTaintsAnnotationsFollowConfig"},
 	{Path: "machine.nodeAnnotations", Test: "internal/e2e/container.TestNodeLabelsTaintsAnnotationsFollowConfig"},
 	{Path: "machine.nodeTaints", Test: "internal/e2e/container.TestNodeLabelsTaintsAnnotationsFollowConfig"},
-	{
-		Path: "machine.pods", Refused: "static pods from the config are not written for the kubelet yet",
-		Fix: "remove them and deploy the pods through the Kubernetes API (or cluster.inlineManifests)",
-	},
 
 	{Path: "cluster.etcd.advertisedSubnets", Test: "internal/etcd.TestEtcdAdvertisedAndListenSubnets"},
 	{Path: "cluster.etcd.listenSubnets", Test: "internal/etcd.TestEtcdAdvertisedAndListenSubnets"},
 
 	{Path: "machine.sysctls", Test: "internal/machined/controllers/runtime.TestKernelParamController"},
-	{
-		Path: "machine.sysfs", Refused: "writing sysfs values is not implemented",
-		Fix: "remove it",
-	},
 
 	{Path: "machine.registries.mirrors", Test: "internal/e2e/container.TestRegistryMirror"},
 	{Path: "machine.registries.config.*.tls", Test: "internal/machined/controllers/cri.TestRegistryHosts"},
@@ -87,14 +72,7 @@ var machineRules = []Rule{
 		Path: "machine.udev.rules", Refused: "udev rules from the config are not implemented",
 		Fix: "remove them",
 	},
-	{
-		Path: "machine.kernel.modules", Refused: "loading kernel modules from the config is not implemented",
-		Fix: "remove them",
-	},
-	{
-		Path: "machine.seccompProfiles", Refused: "seccomp profiles from the config are not written for the kubelet yet",
-		Fix: "remove them, or put the profile in the pod (localhostProfile needs the file on the node)",
-	},
+
 	{
 		Path: "machine.baseRuntimeSpecOverrides", Refused: "overriding containerd's base OCI runtime spec is not implemented",
 		Fix: "remove it",
