@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -25,12 +26,46 @@ var extKeyUsageOIDs = map[x509.ExtKeyUsage]asn1.ObjectIdentifier{
 // NewCSR makes a key and a PEM CSR asking for l's subject, names and extended key usages (a
 // worker's, for trustd to sign).
 func NewCSR(l Leaf) (csrPEM, keyPEM []byte, err error) {
+	key, keyPEM, err := newKey()
+	if err != nil {
+		return nil, nil, err
+	}
+
+	csrPEM, err = keyCSR(l, key)
+
+	return csrPEM, keyPEM, err
+}
+
+// CSRForKey is NewCSR for an existing PEM key ("EC PRIVATE KEY"): a node that keeps its key
+// (join by approval: the key is what an admin approved).
+func CSRForKey(l Leaf, keyPEM []byte) ([]byte, error) {
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		return nil, errors.New("no PEM key")
+	}
+
+	key, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parsing key: %w", err)
+	}
+
+	return keyCSR(l, key)
+}
+
+// NewKey makes an ECDSA P-256 key, PEM encoded.
+func NewKey() ([]byte, error) {
+	_, keyPEM, err := newKey()
+
+	return keyPEM, err
+}
+
+func keyCSR(l Leaf, key *ecdsa.PrivateKey) ([]byte, error) {
 	oids := make([]asn1.ObjectIdentifier, 0, len(l.ExtKeyUsages))
 
 	for _, u := range l.ExtKeyUsages {
 		oid, ok := extKeyUsageOIDs[u]
 		if !ok {
-			return nil, nil, fmt.Errorf("CSR %q: extended key usage %d cannot be requested", l.CommonName, u)
+			return nil, fmt.Errorf("CSR %q: extended key usage %d cannot be requested", l.CommonName, u)
 		}
 
 		oids = append(oids, oid)
@@ -38,12 +73,7 @@ func NewCSR(l Leaf) (csrPEM, keyPEM []byte, err error) {
 
 	eku, err := asn1.Marshal(oids)
 	if err != nil {
-		return nil, nil, err
-	}
-
-	key, keyPEM, err := newKey()
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
@@ -53,10 +83,10 @@ func NewCSR(l Leaf) (csrPEM, keyPEM []byte, err error) {
 		ExtraExtensions: []pkix.Extension{{Id: OIDExtKeyUsage, Value: eku}},
 	}, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating CSR %q: %w", l.CommonName, err)
+		return nil, fmt.Errorf("creating CSR %q: %w", l.CommonName, err)
 	}
 
-	return pem.EncodeToMemory(&pem.Block{Type: cx509.PEMTypeCertificateRequest, Bytes: der}), keyPEM, nil
+	return pem.EncodeToMemory(&pem.Block{Type: cx509.PEMTypeCertificateRequest, Bytes: der}), nil
 }
 
 // ParseCSR decodes a PEM CSR and checks its signature.

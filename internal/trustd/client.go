@@ -23,12 +23,15 @@ import (
 // a control plane refuses the request for good (wrong token, refused CSR), or ctx ends.
 type Client struct {
 	Endpoints   func() []string // host or host:port; the port defaults to 50001
-	Token       string
-	Roots       *x509.CertPool // the OS CA: trustd's certificate is verified against it
-	CallTimeout time.Duration  // one attempt at one endpoint; 10s when zero
-	MinBackoff  time.Duration  // 250ms when zero
-	MaxBackoff  time.Duration  // 15s when zero
+	Token       string          // empty: join by approval (docs/join-approval.md)
+	Roots       *x509.CertPool  // the OS CA: trustd's certificate is verified against it
+	CallTimeout time.Duration   // one attempt at one endpoint; 10s when zero
+	MinBackoff  time.Duration   // 250ms when zero
+	MaxBackoff  time.Duration   // 15s when zero
 	Log         *zap.Logger
+	// Waiting, when set, is called while the control planes answer that the request waits for
+	// an admin's approval, with their message (it names the request's id).
+	Waiting func(msg string)
 	// LocalAddress, when set, is the source address of the calls: the node's own address, so
 	// trustd sees (and rate-limits) each node as itself.
 	LocalAddress string
@@ -41,6 +44,11 @@ type Signed struct {
 	Crt      []byte // PEM certificate
 	CA       []byte // PEM CA bundle
 	Endpoint string // who signed it
+}
+
+// IsWaiting reports whether err says the request waits for an admin's approval.
+func IsWaiting(err error) bool {
+	return status.Code(err) == codes.FailedPrecondition
 }
 
 // Permanent reports whether err is a refusal that retrying will not change.
@@ -56,6 +64,10 @@ func Permanent(err error) bool {
 type tokenCreds string
 
 func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	if t == "" {
+		return nil, nil // join by approval: the CSR alone
+	}
+
 	return map[string]string{TokenMetadataKey: string(t)}, nil
 }
 
@@ -108,6 +120,17 @@ func (c *Client) Sign(ctx context.Context, csrPEM []byte) (*Signed, error) {
 			}
 
 			lastErr = fmt.Errorf("trustd %s: %w", ep, err)
+
+			if IsWaiting(err) {
+				log.Warn("join request waiting for approval", zap.String("endpoint", ep), zap.String("status", status.Convert(err).Message()))
+
+				if c.Waiting != nil {
+					c.Waiting(status.Convert(err).Message())
+				}
+
+				continue
+			}
+
 			log.Info("trustd endpoint failed, trying the next", zap.String("endpoint", ep), zap.Error(err))
 		}
 

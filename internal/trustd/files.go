@@ -19,7 +19,7 @@ import (
 const (
 	CACrt     = "ca.crt"     // issuing CA first, then accepted CAs
 	CAKey     = "ca.key"     // issuing CA key
-	TokenFile = "token"      // the cluster token (machine.token)
+	TokenFile = "token"      // the cluster token (machine.token); empty: token joins are off
 	ServerCrt = "server.crt" // trustd's serving certificate
 	ServerKey = "server.key"
 )
@@ -68,10 +68,9 @@ func LoadBundle(dir string) (*Bundle, error) {
 		return nil, err
 	}
 
+	// An empty token (no machine.token on this control plane) turns token joins off: only
+	// joins by approval are signed.
 	token = bytes.TrimSpace(token)
-	if len(token) == 0 {
-		return nil, fmt.Errorf("%s is empty", TokenFile)
-	}
 
 	crt, err := read(ServerCrt)
 	if err != nil {

@@ -405,8 +405,9 @@ func TestWrongTokenRefused(t *testing.T) {
 		t.Fatalf("wrong token: got %v, want PermissionDenied", code)
 	}
 
-	if _, err := client.Certificate(context.Background(), &securityapi.CertificateRequest{Csr: csr}); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("missing token: got %v, want PermissionDenied", err)
+	// No token at all is a join by approval (docs/join-approval.md): it waits for an admin.
+	if _, err := client.Certificate(context.Background(), &securityapi.CertificateRequest{Csr: csr}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("missing token: got %v, want FailedPrecondition (waiting for approval)", err)
 	}
 
 	// The right token with a CSR asking for a CA is refused too.

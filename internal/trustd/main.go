@@ -21,6 +21,7 @@ const Port = 50001
 type Options struct {
 	Listen   string        // address:port to serve on
 	Dir      string        // the secrets folder: CA, token, serving certificate
+	Joins    string        // the join request folder (join by approval); none: refused
 	Lifetime time.Duration // of signed certificates
 	Reload   time.Duration // how often the folder is checked for rotated files
 	Burst    int           // failed attempts a peer may make before it is slowed down
@@ -32,7 +33,7 @@ type Options struct {
 
 // Main runs trustd as its own process until SIGTERM or SIGINT; SIGHUP reloads its secrets:
 //
-//	trustd --listen ADDR:50001 --secrets DIR [--cert-lifetime 24h]
+//	trustd --listen ADDR:50001 --secrets DIR [--joins DIR] [--cert-lifetime 24h]
 func Main(args []string) error {
 	opts, err := parseArgs(args)
 	if err != nil {
@@ -59,6 +60,7 @@ func parseArgs(args []string) (Options, error) {
 
 	fs.StringVar(&opts.Listen, "listen", "", "address:port to serve on (the node address, port 50001)")
 	fs.StringVar(&opts.Dir, "secrets", "", "trustd's folder: CA, token and serving certificate")
+	fs.StringVar(&opts.Joins, "joins", "", "the join request folder (join by approval, docs/join-approval.md); without it a CSR without a token is refused")
 	fs.DurationVar(&opts.Lifetime, "cert-lifetime", DefaultLifetime, "lifetime of signed certificates")
 	fs.DurationVar(&opts.Reload, "reload-interval", time.Second, "how often the folder is checked for rotated files")
 	fs.IntVar(&opts.Burst, "failed-burst", 5, "failed attempts a peer may make before it is slowed down")
@@ -90,8 +92,14 @@ func run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("loading %s: %w", opts.Dir, err)
 	}
 
+	var joins *Joins
+	if opts.Joins != "" {
+		joins = &Joins{Dir: opts.Joins}
+	}
+
 	srv := NewGRPCServer(&Server{
 		Certs:    store,
+		Joins:    joins,
 		Lifetime: opts.Lifetime,
 		Limiter:  &Limiter{Burst: opts.Burst, Refill: opts.Refill},
 		Log:      log,
@@ -120,6 +128,9 @@ func run(ctx context.Context, opts Options) error {
 	}()
 
 	wg.Go(func() { store.Watch(watchCtx, opts.Reload, logReload) })
+	if joins != nil {
+		wg.Go(func() { pruneJoins(watchCtx, joins, log) })
+	}
 
 	served := make(chan error, 1)
 
@@ -138,6 +149,25 @@ func run(ctx context.Context, opts Options) error {
 			gracefulStop(srv.GracefulStop, srv.Stop, 5*time.Second)
 
 			return nil
+		}
+	}
+}
+
+// pruneJoins drops stale pending join requests hourly (new requests prune too), so the list an
+// admin sees does not keep keys that stopped asking.
+func pruneJoins(ctx context.Context, joins *Joins, log *zap.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+
+	for {
+		if err := joins.Prune(time.Now()); err != nil {
+			log.Warn("pruning join requests", zap.Error(err))
+		}
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
