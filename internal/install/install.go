@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talos-go/talos/internal/blockwipe"
 	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/meta"
@@ -38,7 +39,9 @@ type Options struct {
 	// Encryption is the LUKS2 encryption of STATE and EPHEMERAL (by label) the config asks for.
 	Encryption map[string]*encryption.Spec
 	NodeUUID   string // the machine's SMBIOS UUID, for nodeID and KMS keys
-	Log        func(format string, args ...any)
+	// Wipe zeroes the whole disk before it is partitioned (machine.install.wipe).
+	Wipe bool
+	Log  func(format string, args ...any)
 }
 
 // UEFIBootPath is GRUB's UEFI program on the EFI partition: the removable-media path, which
@@ -92,6 +95,19 @@ func ToDisk(ctx context.Context, o Options) error {
 		}
 
 		o.Log("%v: installing the kernel and initramfs instead", ukiErr)
+	}
+
+	if o.Wipe {
+		// As upstream's installer with wipe: the whole disk is zeroed (BLKZEROOUT, which the device
+		// offloads where it can, or written zeroes), this disk only, refused if it is in use.
+		o.Log("wiping %s (machine.install.wipe): zeroing all of its %d MiB", o.Disk, size/partition.MiB)
+
+		start := time.Now()
+		if err = blockwipe.Wipe("/sys", "/dev", []blockwipe.Device{{Name: filepath.Base(disk), Method: blockwipe.Zeroes}}); err != nil {
+			return fmt.Errorf("machine.install.wipe: %w", err)
+		}
+
+		o.Log("wiped %s in %s", o.Disk, time.Since(start).Round(time.Millisecond))
 	}
 
 	o.Log("installing to %s (%d MiB, %d-byte sectors): partitions %s", o.Disk, size/partition.MiB, ss, layoutText(parts))

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/install"
+	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
@@ -29,8 +31,8 @@ func (n *node) needsInstall() bool {
 		return false
 	}
 
-	if cfg := n.r.Config(); cfg == nil || cfg.Machine().Install().Disk() == "" {
-		n.r.Log.Warn("machine.install.disk is empty: the node runs from memory and keeps nothing across a reboot")
+	if cfg := n.r.Config(); cfg == nil || cfg.Machine().Install().Disk() == "" && !hasDiskSelector(cfg.Machine().Install()) {
+		n.r.Log.Warn("machine.install.disk and diskSelector are empty: the node runs from memory and keeps nothing across a reboot")
 
 		return false
 	}
@@ -38,7 +40,16 @@ func (n *node) needsInstall() bool {
 	return true
 }
 
-// InstallToDisk installs the node to machine.install.disk: partitions, GRUB, slot A and STATE.
+// hasDiskSelector tells a config with machine.install.diskSelector (a bad one too: the install
+// then says what is wrong with it).
+func hasDiskSelector(i config.Install) bool {
+	expr, err := i.DiskMatchExpression()
+
+	return expr != nil || err != nil
+}
+
+// InstallToDisk installs the node to machine.install.disk, or the disk machine.install.diskSelector
+// chooses (wiped first with machine.install.wipe): partitions, GRUB, slot A and STATE.
 func (n *node) InstallToDisk(ctx context.Context) error {
 	n.setMachineStage(n.owned.ctx, runtimeres.MachineStageInstalling, false)
 
@@ -66,8 +77,23 @@ func (n *node) InstallToDisk(ctx context.Context) error {
 		}
 	}
 
+	disks, err := blockctrl.ReadDisks("/")
+	if err != nil {
+		return err
+	}
+
+	disk, err := install.ChooseDisk(cfg.Machine().Install(), disks)
+	if err != nil {
+		return err
+	}
+
+	if disk != cfg.Machine().Install().Disk() {
+		log.Info("machine.install.diskSelector chose " + disk)
+	}
+
 	err = install.ToDisk(ctx, install.Options{
-		Disk:       cfg.Machine().Install().Disk(),
+		Disk:       disk,
+		Wipe:       cfg.Machine().Install().Zero(),
 		Initramfs:  container.InitramfsDir,
 		State:      n.r.Paths.State(),
 		Cmdline:    install.Cmdline(string(cmdline), cfg.Machine().Install().ExtraKernelArgs()),

@@ -120,6 +120,9 @@ func ReadDisks(root string) (map[string]block.DiskSpec, error) {
 
 		if kind, _, ok := strings.Cut(spec.Modalias, ":"); ok {
 			spec.Transport = kind
+		} else if spec.SubSystem != "" {
+			// An NVMe namespace's device is its controller, of class nvme, which has no modalias.
+			spec.Transport = filepath.Base(spec.SubSystem)
 		}
 
 		disks[e.Name()] = spec
