@@ -595,14 +595,15 @@ func TestKubeconfig(t *testing.T) {
 }
 
 func TestPatchMachineConfig(t *testing.T) {
-	patch := `[{"op": "add", "path": "/machine/env", "value": {"E2E_PATCHED": "yes"}}]`
+	// A field that takes effect live (machine.env needs a reboot, as upstream).
+	patch := `[{"op": "add", "path": "/machine/nodeAnnotations", "value": {"e2e-patched": "yes"}}]`
 
 	_, stderr, code := talosctl(t, "-n", w1, "patch", "machineconfig", "--mode", "no-reboot", "-p", patch)
 	if code != 0 {
 		t.Fatalf("patch: exit %d\n%s", code, stderr)
 	}
 
-	if out := must(t, "-n", w1, "get", "machineconfig", "-o", "yaml"); !strings.Contains(out, "E2E_PATCHED: \"yes\"") && !strings.Contains(out, "E2E_PATCHED: yes") {
+	if out := must(t, "-n", w1, "get", "machineconfig", "-o", "yaml"); !strings.Contains(out, "e2e-patched: \"yes\"") && !strings.Contains(out, "e2e-patched: yes") {
 		t.Fatalf("patched config not in effect:\n%s", out)
 	}
 }

@@ -57,13 +57,14 @@ type BootAssets struct {
 
 // bootModules are the modules the initramfs carries: metal.BootModules, the drivers of the
 // devices a QEMU or cloud machine boots with, those machined loads when the config asks
-// (bonding, 8021q for VLANs, bridge, wireguard, dummy), nf_tables and its conntrack match for the ingress
+// (bonding, 8021q for VLANs, bridge, wireguard, dummy, and softdog: the watchdog a
+// WatchdogTimerConfig can drive where the machine has none the kernel knows), nf_tables and its conntrack match for the ingress
 // firewall, XFS for an installed disk's partitions, FAT for its EFI partition, dm-crypt and
 // its crypto for encrypted ones (metal.EncryptionModules) and ISO 9660 for
 // talos.config=metal-iso, each with what it depends on.
 var bootModules = append(append(slices.Clone(metal.BootModules),
 	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod",
-	"bonding", "8021q", "bridge", "wireguard", "dummy", "nf_tables", "nft_ct", "xfs", "vfat", "nls_cp437", "nls_ascii", "isofs"), metal.EncryptionModules...)
+	"bonding", "8021q", "bridge", "wireguard", "dummy", "softdog", "nf_tables", "nft_ct", "xfs", "vfat", "nls_cp437", "nls_ascii", "isofs"), metal.EncryptionModules...)
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
 // is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node

@@ -30,9 +30,9 @@ func TestStateWriteFailsDuringApply(t *testing.T) {
 		t.Fatalf("machined does not run on %s", node)
 	}
 
-	before := configEnv(t, node, "FAULTS_GEN")
+	before := configAnnotation(t, node, "faults-gen")
 	next := fmt.Sprintf("diskfull-%d", rng.IntN(1e6))
-	patch := fmt.Sprintf(`[{"op": "add", "path": "/machine/env", "value": {"FAULTS_GEN": %q}}]`, next)
+	patch := fmt.Sprintf(`[{"op": "add", "path": "/machine/nodeAnnotations", "value": {"faults-gen": %q}}]`, next)
 
 	var old unix.Rlimit
 	if err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 1024, Max: unix.RLIM_INFINITY}, &old); err != nil {
@@ -45,8 +45,8 @@ func TestStateWriteFailsDuringApply(t *testing.T) {
 	out, stderr, code := talosctl(t, "-n", node, "patch", "machineconfig", "--mode", "no-reboot", "-p", patch)
 	t.Logf("apply with a full disk: exit %d %s%s", code, out, strings.TrimSpace(stderr))
 
-	if got := configEnv(t, node, "FAULTS_GEN"); got != before {
-		t.Fatalf("config on a full disk: FAULTS_GEN=%q, want the old %q (apply exit %d)", got, before, code)
+	if got := configAnnotation(t, node, "faults-gen"); got != before {
+		t.Fatalf("config on a full disk: faults-gen=%q, want the old %q (apply exit %d)", got, before, code)
 	}
 
 	if code == 0 {
@@ -68,8 +68,8 @@ func TestStateWriteFailsDuringApply(t *testing.T) {
 		t.Fatalf("apply once the disk has room: exit %d\n%s", code, stderr)
 	}
 
-	if got := configEnv(t, node, "FAULTS_GEN"); got != next {
-		t.Fatalf("config after the retried apply: FAULTS_GEN=%q, want %q", got, next)
+	if got := configAnnotation(t, node, "faults-gen"); got != next {
+		t.Fatalf("config after the retried apply: faults-gen=%q, want %q", got, next)
 	}
 
 	if servicePID("machined", node) != pid {

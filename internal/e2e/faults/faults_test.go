@@ -38,11 +38,11 @@ func TestKillDuringApplyConfig(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", svc, run), func(t *testing.T) {
 				node := victim(svc)
 				keys := putKeys(t, ec, fmt.Sprintf("apply-%s-%d", svc, run), 20)
-				before := configEnv(t, node, "FAULTS_GEN")
+				before := configAnnotation(t, node, "faults-gen")
 				next := fmt.Sprintf("%s-%d-%d", svc, run, rng.IntN(1e6))
 				delay := time.Duration(rng.IntN(400)) * time.Millisecond
 
-				patch := fmt.Sprintf(`[{"op": "add", "path": "/machine/env", "value": {"FAULTS_GEN": %q}}]`, next)
+				patch := fmt.Sprintf(`[{"op": "add", "path": "/machine/nodeAnnotations", "value": {"faults-gen": %q}}]`, next)
 
 				var (
 					wg                 sync.WaitGroup
@@ -73,13 +73,13 @@ func TestKillDuringApplyConfig(t *testing.T) {
 				}
 
 				// Old or new, never torn; and a call that said it applied did apply.
-				got := configEnv(t, node, "FAULTS_GEN")
+				got := configAnnotation(t, node, "faults-gen")
 				if got != before && got != next {
-					t.Fatalf("machine config of %s holds FAULTS_GEN=%q, neither the old %q nor the new %q", node, got, before, next)
+					t.Fatalf("machine config of %s holds faults-gen=%q, neither the old %q nor the new %q", node, got, before, next)
 				}
 
 				if applyCode == 0 && got != next {
-					t.Fatalf("apply reported success but the config on disk holds FAULTS_GEN=%q, not %q", got, next)
+					t.Fatalf("apply reported success but the config on disk holds faults-gen=%q, not %q", got, next)
 				}
 
 				checkKeys(t, ec, keys)

@@ -278,9 +278,9 @@ func checkKeys(t *testing.T, c *clientv3.Client, keys map[string]string) {
 	}
 }
 
-// configEnv loads the node's machine config from its disk (a full parse and validation: a torn
-// file fails here) and returns the value of env var name in it.
-func configEnv(t *testing.T, addr, name string) string {
+// configAnnotation loads the node's machine config from its disk (a full parse and validation: a torn
+// file fails here) and returns its machine.nodeAnnotations[name] (the live field the faults patch).
+func configAnnotation(t *testing.T, addr, name string) string {
 	t.Helper()
 
 	path := filepath.Join(nodeState(t, addr), "STATE", "config.yaml")
@@ -295,5 +295,5 @@ func configEnv(t *testing.T, addr, name string) string {
 		t.Fatalf("machine config of %s on disk is torn or invalid: %v", addr, err)
 	}
 
-	return cfg.Machine().Env()[name]
+	return cfg.Machine().NodeAnnotations()[name]
 }

@@ -77,7 +77,7 @@ func TestKillDuringUpgrade(t *testing.T) {
 
 				keys := putKeys(t, ec, fmt.Sprintf("upgrade-%s-%d", svc, run), 20)
 				before := nodeVersion(t, node)
-				cfgBefore := configEnv(t, node, "FAULTS_GEN")
+				cfgBefore := configAnnotation(t, node, "faults-gen")
 				delay := time.Duration(rng.IntN(3000)) * time.Millisecond
 
 				var (
@@ -117,8 +117,8 @@ func TestKillDuringUpgrade(t *testing.T) {
 
 				t.Logf("%s: %s -> %s", node, before, after)
 
-				if got := configEnv(t, node, "FAULTS_GEN"); got != cfgBefore {
-					t.Fatalf("machine config changed by an upgrade: FAULTS_GEN %q -> %q", cfgBefore, got)
+				if got := configAnnotation(t, node, "faults-gen"); got != cfgBefore {
+					t.Fatalf("machine config changed by an upgrade: faults-gen %q -> %q", cfgBefore, got)
 				}
 
 				checkKeys(t, ec, keys)

@@ -69,6 +69,8 @@ var Definitions = []meta.ResourceWithRD{
 	&runtimeres.KernelParamStatus{},
 	&runtimeres.KmsgLogConfig{},
 	&runtimeres.EventSinkConfig{},
+	&runtimeres.WatchdogTimerConfig{},
+	&runtimeres.WatchdogTimerStatus{},
 	&secrets.API{},
 	&secrets.Trustd{},
 	&secrets.OSRoot{},
