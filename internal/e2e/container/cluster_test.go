@@ -429,6 +429,61 @@ func TestResetToMaintenance(t *testing.T) {
 	})
 }
 
+// kube-controller-manager and kube-scheduler run without a restart for the cluster's first 10
+// minutes: a probe on a path the component does not serve had the controller manager killed
+// every ~90 s, after the other tests were done (#40). The test waits out what is left of the
+// 10 minutes, then reads the pods' restart counts and the namespace's Unhealthy events.
+func TestControlPlaneStableForTenMinutes(t *testing.T) {
+	cs, _ := kube(t)
+
+	const stable = 10 * time.Minute
+
+	if wait := stable - time.Since(createdAt); wait > 0 {
+		t.Logf("waiting %s: the cluster is %s old", wait.Round(time.Second), time.Since(createdAt).Round(time.Second))
+		time.Sleep(wait)
+	}
+
+	ctx := testenv.Context(t, time.Minute)
+
+	pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	seen := map[string]bool{}
+
+	for _, p := range pods.Items {
+		component := p.Labels["k8s-app"]
+		if component != "kube-controller-manager" && component != "kube-scheduler" {
+			continue
+		}
+
+		seen[component] = true
+
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount != 0 {
+				t.Errorf("%s: container %s restarted %d times in the cluster's first %s (last: %v)", p.Name, c.Name, c.RestartCount,
+					time.Since(createdAt).Round(time.Second), c.LastTerminationState.Terminated)
+			}
+		}
+	}
+
+	if !seen["kube-controller-manager"] || !seen["kube-scheduler"] {
+		t.Fatalf("kube-system lacks the control plane's pods: found %v", seen)
+	}
+
+	events, err := cs.CoreV1().Events("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "reason=Unhealthy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, e := range events.Items {
+		if name := e.InvolvedObject.Name; strings.HasPrefix(name, "kube-controller-manager") || strings.HasPrefix(name, "kube-scheduler") {
+			t.Errorf("%s: %s (%d times)", name, e.Message, e.Count)
+		}
+	}
+}
+
 // Runs last: destroy removes everything the create made.
 func TestZDestroyLeavesNothing(t *testing.T) {
 	// A --provisioner that is not the cluster's is refused before anything is done.

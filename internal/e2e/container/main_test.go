@@ -24,6 +24,7 @@ var (
 	clusterName                                 = fmt.Sprintf("ce2e%d", os.Getpid()%100000)
 	before                                      hostState
 	destroyed                                   bool
+	createdAt                                   time.Time // when cluster create returned
 )
 
 // memoryMB are the control plane's and the worker's memory limits: room for Kubernetes when
@@ -143,6 +144,8 @@ func run(m *testing.M) int {
 
 		return 1
 	}
+
+	createdAt = time.Now()
 
 	rc := m.Run()
 	if rc != 0 {
