@@ -205,7 +205,7 @@ func List(opts Options) []controller.Controller {
 
 	if opts.RunsKubernetes {
 		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
-			&k8sctrl.NodeApplyController{},
+			&k8sctrl.NodeApplyController{}, &k8sctrl.TalosAPIAccessController{},
 			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{})
 	}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/gen/xerrors"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
@@ -61,6 +62,12 @@ func NewRootController() *RootController {
 					} else {
 						spec.CertSANDNSNames = append(spec.CertSANDNSNames, san)
 					}
+				}
+
+				// Pods reach the Talos API as the Service talos in default, as upstream.
+				if cfg.Config().Machine().Features().KubernetesTalosAPIAccess().Enabled() {
+					spec.CertSANDNSNames = append(spec.CertSANDNSNames, constants.KubernetesTalosAPIServiceName,
+						constants.KubernetesTalosAPIServiceName+"."+constants.KubernetesTalosAPIServiceNamespace)
 				}
 
 				spec.Token = sec.Token()
