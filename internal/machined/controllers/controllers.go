@@ -13,6 +13,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -112,6 +113,11 @@ func List(opts Options) []controller.Controller {
 		kubeletCertDir = k8sctrl.KubeletCertDir
 	}
 
+	seccompDir := ""
+	if opts.RunsKubernetes {
+		seccompDir = filepath.Join(opts.Root, constants.SeccompProfilesDirectory)
+	}
+
 	list := []controller.Controller{
 		configctrl.NewMachineTypeController(),
 		&hardwarectrl.SystemInformationController{},
@@ -152,6 +158,9 @@ func List(opts Options) []controller.Controller {
 		&controlplanectrl.ExtraManifestController{Roots: func() (*x509.CertPool, error) { return trustbundle.Pool(bundle) }},
 		&k8sctrl.StaticPodController{SecretsDir: opts.KubernetesSecretsDir, ConfigDir: opts.KubernetesConfigDir, AuditLogDir: opts.AuditLogDir,
 			AfterAPIReady: opts.RunsKubernetes},
+		&k8sctrl.StaticPodConfigController{},
+		// The profiles' files only where a kubelet reads them (no host folder written otherwise).
+		&crictrl.SeccompProfileController{Dir: seccompDir},
 		k8sctrl.NewKubeletConfigController(),
 		k8sctrl.NewKubeletSpecController(),
 		&k8sctrl.NodeSpecController{},

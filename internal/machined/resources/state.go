@@ -14,6 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cri"
 	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
@@ -40,6 +41,7 @@ var Namespaces = []struct {
 	{k8s.ControlPlaneNamespaceName, "Kubernetes control plane resources."},
 	{hardware.NamespaceName, "Hardware resources."},
 	{kubespan.NamespaceName, "KubeSpan resources."},
+	{cri.NamespaceName, "CRI Seccomp resources."},
 }
 
 // Definitions are the resource types the node serves.
@@ -126,6 +128,7 @@ var Definitions = []meta.ResourceWithRD{
 	&k8s.NodeTaintSpec{},
 	&k8s.NodeCordonedSpec{},
 	&k8s.Endpoint{},
+	&cri.SeccompProfile{},
 }
 
 // NewState creates an in-memory state with every namespace and definition registered.

@@ -7,13 +7,16 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 
+	crictrl "github.com/talos-go/talos/internal/machined/controllers/cri"
+	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
 	"github.com/talos-go/talos/internal/machined/userfiles"
 )
 
-// UserSettings refuses machine.files, machine.env and machine.network.extraHostEntries the node
-// cannot honour as given, each error naming the field and the fix: a file outside /var (other
-// than the CRI config part), an unknown op, a CRI part that is not TOML, an environment name that
-// cannot be one, a host entry without a valid IP or alias.
+// UserSettings refuses machine.files, machine.env, machine.network.extraHostEntries,
+// machine.pods and machine.seccompProfiles the node cannot honour as given, each error naming
+// the field and the fix: a file outside /var (other than the CRI config part), an unknown op, a
+// CRI part that is not TOML, an environment name that cannot be one, a host entry without a
+// valid IP or alias, a pod that is not kind Pod or has no name, a profile name that is a path.
 func UserSettings(cfg config.Config) error {
 	m := cfg.Machine()
 	if m == nil {
@@ -25,7 +28,7 @@ func UserSettings(cfg config.Config) error {
 		return fmt.Errorf("machine.files: %w", err)
 	}
 
-	errs := []error{userfiles.Check(files), userfiles.CheckEnv(m.Env())}
+	errs := []error{userfiles.Check(files), userfiles.CheckEnv(m.Env()), k8sctrl.CheckPods(m.Pods()), crictrl.CheckSeccompProfiles(m.SeccompProfiles())}
 
 	if n := m.Network(); n != nil {
 		for i, h := range n.ExtraHosts() {

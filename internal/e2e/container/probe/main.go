@@ -1,8 +1,8 @@
 // Command probe is the container end-to-end suite's workload, a static binary the suite puts
 // on the nodes and runs in pods (no image is pulled): `probe serve ADDR` answers every HTTP
 // request with "probe <hostname>" and logs it, `probe get URL` prints a URL's body, `probe
-// resolve NAME` prints the addresses the pod's resolver gives for a name, `probe sleep` waits
-// forever (a pod to exec into).
+// resolve NAME` prints the addresses the pod's resolver gives for a name, `probe mkdir DIR`
+// makes a folder or fails with the error, `probe sleep` waits forever (a pod to exec into).
 package main
 
 import (
@@ -18,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		log.Fatal("usage: probe serve ADDR | get URL | resolve NAME | sleep")
+		log.Fatal("usage: probe serve ADDR | get URL | resolve NAME | mkdir DIR | sleep")
 	}
 
 	switch os.Args[1] {
@@ -49,6 +49,14 @@ func main() {
 		}
 
 		fmt.Println(strings.Join(addrs, " "))
+	case "mkdir":
+		// The seccomp test's workload: the error (EPERM under a profile that denies mkdir)
+		// goes to the log and the exit code.
+		if err := os.Mkdir(os.Args[2], 0o755); err != nil { //nolint:gosec // making the folder it is given is its job
+			log.Fatal(err)
+		}
+
+		fmt.Println("mkdir ok")
 	case "sleep":
 		for { // not select{}: with no other goroutine the runtime calls that a deadlock
 			time.Sleep(time.Hour)

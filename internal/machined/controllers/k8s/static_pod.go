@@ -84,7 +84,8 @@ func (ctrl *StaticPodController) Inputs() []controller.Input {
 
 // Outputs implements controller.Controller.
 func (ctrl *StaticPodController) Outputs() []controller.Output {
-	return []controller.Output{{Type: k8s.StaticPodType, Kind: controller.OutputExclusive}}
+	// Shared with StaticPodConfigController (machine.pods): each cleans up only its own.
+	return []controller.Output{{Type: k8s.StaticPodType, Kind: controller.OutputShared}}
 }
 
 // Run implements controller.Controller.
