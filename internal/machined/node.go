@@ -295,6 +295,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		DHCPLinks:        bootDHCPLinks(n.opts.Platform, false),
 		DHCP6Links:       bootDHCPLinks(n.opts.Platform, true),
 		LoadModule:       metal.LoadModule,
+		LoadModuleWith:   metal.LoadModuleWith,
 		Udev:             n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine(),
 		LoadModalias:     metal.LoadForModalias,
 		StateDir:         n.r.Paths.State(),

@@ -63,9 +63,19 @@ func moduleName(path string) string {
 	return strings.ReplaceAll(base, "-", "_")
 }
 
+// ErrNoModule is the error of loading a module the modules folder does not have.
+var ErrNoModule = errors.New("no such module")
+
 // Load loads the module name and, before it, what it depends on. A module built into the
 // kernel or loaded already is no error.
 func (m *Modules) Load(name string) error {
+	return m.LoadWith(name, nil)
+}
+
+// LoadWith loads the module name with the parameters params ("numdummies=2"), and before it,
+// without parameters, what it depends on. A module loaded already keeps the parameters it was
+// loaded with: the kernel sets them at load time only.
+func (m *Modules) LoadWith(name string, params []string) error {
 	name = strings.ReplaceAll(name, "-", "_")
 
 	path, ok := m.paths[name]
@@ -74,25 +84,29 @@ func (m *Modules) Load(name string) error {
 			return nil
 		}
 
-		return fmt.Errorf("module %s: not in %s/modules.dep", name, m.dir)
+		return fmt.Errorf("module %s: %w in %s/modules.dep", name, ErrNoModule, m.dir)
 	}
 
 	// modules.dep lists every dependency, the ones loaded last first.
 	deps := m.deps[name]
 	for i := len(deps) - 1; i >= 0; i-- {
-		if err := m.insert(deps[i]); err != nil {
+		if err := m.insert(deps[i], moduleParams[moduleName(deps[i])]); err != nil {
 			return err
 		}
 	}
 
-	return m.insert(path)
+	if params == nil {
+		return m.insert(path, moduleParams[name])
+	}
+
+	return m.insert(path, strings.Join(params, " "))
 }
 
 // moduleParams are the parameters modules are loaded with: bonding would make a bond0 of its own
 // otherwise (the config names the bonds).
 var moduleParams = map[string]string{"bonding": "max_bonds=0"}
 
-func (m *Modules) insert(path string) error {
+func (m *Modules) insert(path, params string) error {
 	name := moduleName(path)
 	if m.loaded[name] {
 		return nil
@@ -104,8 +118,8 @@ func (m *Modules) insert(path string) error {
 	}
 	defer f.Close()
 
-	if err = unix.FinitModule(int(f.Fd()), moduleParams[name], 0); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("loading module %s: %w", name, err)
+	if err = unix.FinitModule(int(f.Fd()), params, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("loading module %s (parameters %q): %w", name, params, err)
 	}
 
 	m.loaded[name] = true
@@ -219,6 +233,22 @@ func LoadModule(name string) error {
 	}
 
 	return mods.Load(name)
+}
+
+// LoadModuleWith loads a module of the running kernel from NodeModules with parameters, for
+// machine.kernel.modules.
+func LoadModuleWith(name string, params []string) error {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return err
+	}
+
+	mods, err := OpenModules(filepath.Join(NodeModules, unix.ByteSliceToString(uts.Release[:])))
+	if err != nil {
+		return err
+	}
+
+	return mods.LoadWith(name, params)
 }
 
 // LoadForModalias loads the node's modules a device's modalias names (a uevent's MODALIAS), as

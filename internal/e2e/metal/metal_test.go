@@ -281,7 +281,7 @@ func TestApplyConfigRunsTheNode(t *testing.T) {
 	})
 
 	for key, want := range map[string]string{"kernel.kptr_restrict": "1", "kernel.dmesg_restrict": "1", "net.core.bpf_jit_harden": "2", "vm.overcommit_memory": "1"} {
-		if !regexp.MustCompile(`(?s)id: ` + regexp.QuoteMeta(key) + `\n.*?current: "` + want + `"`).MatchString(params) {
+		if !regexp.MustCompile(`(?s)id: ` + regexp.QuoteMeta("proc.sys."+key) + `\n.*?current: "` + want + `"`).MatchString(params) {
 			t.Errorf("kernelparamstatus: %s is not %s:\n%.3000s", key, want, params)
 		}
 	}

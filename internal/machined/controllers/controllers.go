@@ -53,6 +53,9 @@ type Options struct {
 	DHCP6Links []string
 	// LoadModule loads a kernel module (metal); nil: none is loaded.
 	LoadModule func(name string) error
+	// LoadModuleWith loads a kernel module with parameters, for machine.kernel.modules (metal);
+	// nil: the config's modules are not loaded.
+	LoadModuleWith func(name string, params []string) error
 	// Udev runs udevd's controllers: block devices from uevents, their probes, /dev/disk links
 	// (metal as PID 1 only: they write the machine's /dev).
 	Udev bool
@@ -210,6 +213,11 @@ func List(opts Options) []controller.Controller {
 			&kubespanctrl.PeerSpecController{}, &kubespanctrl.ManagerController{LoadModule: opts.LoadModule},
 			// The hardware watchdog is the machine's: only a node on its own kernel drives one.
 			runtimectrl.NewWatchdogTimerConfigController(), &runtimectrl.WatchdogTimerController{})
+	}
+
+	// The config's kernel modules: a node on its own kernel only, from its image's modules.
+	if opts.OwnKernel && opts.LoadModuleWith != nil {
+		list = append(list, &runtimectrl.KernelModuleController{Load: opts.LoadModuleWith})
 	}
 
 	if opts.RunsKubernetes {

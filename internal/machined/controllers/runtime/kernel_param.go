@@ -43,13 +43,50 @@ var KSPPDefaults = map[string]string{
 }
 
 // KernelParamController sets the KSPP defaults and the config's machine.sysctls (which win)
-// under /proc/sys, and publishes one KernelParamStatus per parameter: the value read back, the
-// value before the node changed it, and whether the kernel has no such parameter.
+// under /proc/sys and the config's machine.sysfs under /sys, and publishes one
+// KernelParamStatus per parameter, named as upstream's ("proc.sys.kernel.panic",
+// "sys.kernel.mm.transparent_hugepage.enabled"): the value read back, the value before the node
+// changed it, and whether the kernel has no such parameter.
 type KernelParamController struct {
 	// ProcSys is the sysctl folder ("/proc/sys" when empty).
 	ProcSys string
+	// Sysfs is the sysfs folder ("/sys" when empty).
+	Sysfs string
 
-	before map[string]string // each parameter's value before the node first set it
+	before map[string]string // each parameter's value before the node first set it, by status ID
+}
+
+// The status IDs' prefixes, upstream's: the folder of the parameter, dotted.
+const (
+	sysctlPrefix = "proc.sys."
+	sysfsPrefix  = "sys."
+)
+
+// param is one parameter to set: its status ID, its file, and the config field that names it
+// (empty for a default).
+type param struct {
+	id, path, field, value string
+}
+
+// ParamPath is the file of the parameter key under root: the key's dots are the path's slashes
+// (kernel.mm.transparent_hugepage.enabled is root/kernel/mm/transparent_hugepage/enabled), or,
+// as sysctl(8) reads a key with a slash, its slashes are, and its dots are part of the names
+// (net/ipv4/conf/eth0.100/forwarding). A key that is empty, has an empty name or one that
+// leaves root ("..") is an error.
+func ParamPath(root, key string) (string, error) {
+	sep := "."
+	if strings.Contains(key, "/") {
+		sep = "/"
+	}
+
+	names := strings.Split(key, sep)
+	for _, name := range names {
+		if name == "" || name == "." || name == ".." {
+			return "", fmt.Errorf("key %q: want names joined by dots (kernel.mm.transparent_hugepage.enabled) or by slashes where a name has a dot (class/net/eth0.100/mtu), none empty and none . or .. (those leave the folder)", key)
+		}
+	}
+
+	return filepath.Join(append([]string{root}, names...)...), nil
 }
 
 // Name implements controller.Controller.
@@ -71,6 +108,10 @@ func (ctrl *KernelParamController) Run(ctx context.Context, r controller.Runtime
 		ctrl.ProcSys = "/proc/sys"
 	}
 
+	if ctrl.Sysfs == "" {
+		ctrl.Sysfs = "/sys"
+	}
+
 	ctrl.before = map[string]string{}
 
 	for {
@@ -80,31 +121,35 @@ func (ctrl *KernelParamController) Run(ctx context.Context, r controller.Runtime
 		case <-r.EventCh():
 		}
 
-		want := maps.Clone(KSPPDefaults)
-
 		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
 		if err != nil && !state.IsNotFoundError(err) {
 			return err
 		}
 
+		var sysctls, sysfs map[string]string
 		if cfg != nil && cfg.Config().Machine() != nil {
-			maps.Copy(want, cfg.Config().Machine().Sysctls())
+			sysctls, sysfs = cfg.Config().Machine().Sysctls(), cfg.Config().Machine().Sysfs()
+		}
+
+		params, errs := ctrl.params(sysctls, sysfs)
+		for _, err := range errs {
+			log.Error("kernel parameter not set", zap.Error(err))
 		}
 
 		r.StartTrackingOutputs()
 
-		for _, key := range slices.Sorted(maps.Keys(want)) {
-			status, err := ctrl.apply(key, want[key])
+		for _, p := range params {
+			status, err := ctrl.apply(p)
 			if err != nil {
-				log.Warn("kernel parameter", zap.String("key", key), zap.Error(err))
+				log.Error("kernel parameter not set", zap.Error(err))
 			}
 
-			if err = safe.WriterModify(ctx, r, runtimeres.NewKernelParamStatus(runtimeres.NamespaceName, key), func(res *runtimeres.KernelParamStatus) error {
+			if err = safe.WriterModify(ctx, r, runtimeres.NewKernelParamStatus(runtimeres.NamespaceName, p.id), func(res *runtimeres.KernelParamStatus) error {
 				*res.TypedSpec() = status
 
 				return nil
 			}); err != nil {
-				return fmt.Errorf("writing the status of %s: %w", key, err)
+				return fmt.Errorf("writing the status of %s: %w", p.id, err)
 			}
 		}
 
@@ -114,28 +159,77 @@ func (ctrl *KernelParamController) Run(ctx context.Context, r controller.Runtime
 	}
 }
 
-// apply writes value to the parameter key and reads it back.
-func (ctrl *KernelParamController) apply(key, value string) (runtimeres.KernelParamStatusSpec, error) {
-	path := filepath.Join(ctrl.ProcSys, strings.ReplaceAll(key, ".", "/"))
+// params are the parameters to set, in order: the defaults with the config's sysctls over
+// them, then its sysfs values; and an error naming the field of each key that is no path.
+func (ctrl *KernelParamController) params(sysctls, sysfs map[string]string) ([]param, []error) {
+	var (
+		params []param
+		errs   []error
+	)
 
-	old, err := os.ReadFile(path)
+	want := maps.Clone(KSPPDefaults)
+	maps.Copy(want, sysctls)
+
+	for _, key := range slices.Sorted(maps.Keys(want)) {
+		field := ""
+		if _, ok := sysctls[key]; ok {
+			field = "machine.sysctls." + key
+		}
+
+		path, err := ParamPath(ctrl.ProcSys, key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+
+			continue
+		}
+
+		params = append(params, param{id: sysctlPrefix + key, path: path, field: field, value: want[key]})
+	}
+
+	for _, key := range slices.Sorted(maps.Keys(sysfs)) {
+		field := "machine.sysfs." + key
+
+		path, err := ParamPath(ctrl.Sysfs, key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+
+			continue
+		}
+
+		params = append(params, param{id: sysfsPrefix + key, path: path, field: field, value: sysfs[key]})
+	}
+
+	return params, errs
+}
+
+// apply writes the parameter's value and reads it back. A parameter the kernel lacks is
+// unsupported: no error for a default (not every kernel has every one), an error naming the
+// field for one the config sets.
+func (ctrl *KernelParamController) apply(p param) (runtimeres.KernelParamStatusSpec, error) {
+	old, err := os.ReadFile(p.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return runtimeres.KernelParamStatusSpec{Unsupported: true}, nil
+		if p.field != "" {
+			err = fmt.Errorf("%s: this kernel has no %s: remove it, or name a file there", p.field, p.path)
+		} else {
+			err = nil
+		}
+
+		return runtimeres.KernelParamStatusSpec{Unsupported: true}, err
 	}
 
 	if err != nil {
-		return runtimeres.KernelParamStatusSpec{}, err
+		return runtimeres.KernelParamStatusSpec{}, fmt.Errorf("%s: %w", p.id, err)
 	}
 
-	if _, ok := ctrl.before[key]; !ok {
-		ctrl.before[key] = strings.TrimSpace(string(old))
+	if _, ok := ctrl.before[p.id]; !ok {
+		ctrl.before[p.id] = strings.TrimSpace(string(old))
 	}
 
-	status := runtimeres.KernelParamStatusSpec{Default: ctrl.before[key]}
+	status := runtimeres.KernelParamStatusSpec{Default: ctrl.before[p.id]}
 
-	werr := os.WriteFile(path, []byte(value), 0o644)
+	werr := os.WriteFile(p.path, []byte(p.value), 0o644)
 
-	cur, err := os.ReadFile(path)
+	cur, err := os.ReadFile(p.path)
 	if err != nil {
 		return status, err
 	}
@@ -143,7 +237,12 @@ func (ctrl *KernelParamController) apply(key, value string) (runtimeres.KernelPa
 	status.Current = strings.TrimSpace(string(cur))
 
 	if werr != nil {
-		return status, fmt.Errorf("setting %s=%s: %w", key, value, werr)
+		name := p.field
+		if name == "" {
+			name = p.id
+		}
+
+		return status, fmt.Errorf("%s: writing %q to %s: %w", name, p.value, p.path, werr)
 	}
 
 	return status, nil
