@@ -72,11 +72,14 @@ func TestConfigStaticPodFollowsConfig(t *testing.T) {
 
 	testenv.WaitFor(t, "the mirror pod gone with the config pod", 3*time.Minute, func() error {
 		_, err := cs.CoreV1().Pods("default").Get(t.Context(), mirror, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return nil
+		case err != nil:
+			return err
+		default:
+			return errors.New("still there")
 		}
-
-		return fmt.Errorf("still there (%v)", err)
 	})
 }
 
@@ -174,10 +177,13 @@ func TestSeccompProfileFromConfig(t *testing.T) {
 	patchWorker(t, `[{"op":"remove","path":"/machine/seccompProfiles"}]`)
 
 	testenv.WaitFor(t, "the dropped profile's file gone", time.Minute, func() error {
-		if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("stat: %v", err)
+		switch _, err := os.Stat(file); {
+		case errors.Is(err, os.ErrNotExist):
+			return nil
+		case err != nil:
+			return err
+		default:
+			return errors.New("still there")
 		}
-
-		return nil
 	})
 }
