@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -274,7 +275,7 @@ func (a *apiAccess) fail(ctx context.Context, sa *unstructured.Unstructured, rea
 		return err
 	}
 
-	return a.event(ctx, sa, corev1.EventTypeWarning, "Failed", reason)
+	return a.event(ctx, sa, corev1.EventTypeWarning, eventReason(reason), reason)
 }
 
 // setReason writes status.failureReason ("" removes it). The CRD has no status subresource
@@ -308,4 +309,20 @@ func (a *apiAccess) event(ctx context.Context, sa *unstructured.Unstructured, ev
 	}, metav1.CreateOptions{})
 
 	return err
+}
+
+// eventReason is upstream's event reason for a failure reason.
+func eventReason(reason string) string {
+	for _, e := range []struct{ prefix, event string }{
+		{"Roles not found", "ErrRolesNotFound"},
+		{"Namespace is not allowed", "ErrNamespaceNotAllowed"},
+		{"Roles not allowed", "ErrRolesNotAllowed"},
+		{"Secret already exists", "ErrResourceExists"},
+	} {
+		if strings.HasPrefix(reason, e.prefix) {
+			return e.event
+		}
+	}
+
+	return "Failed"
 }
