@@ -103,6 +103,7 @@ func NewRootCommand() *cobra.Command {
 		pcapCmd(g),
 		dashboardCmd(g),
 		rotateCACmd(g),
+		joinCmd(g),
 	)
 
 	return root

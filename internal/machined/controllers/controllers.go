@@ -33,6 +33,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/controllers/timesync"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/trustbundle"
+	"github.com/talos-go/talos/internal/trustd"
 )
 
 // Options are what the controllers need from the node.
@@ -139,10 +140,11 @@ func List(opts Options) []controller.Controller {
 		&secretsctrl.TrustedRootsController{System: systemRoots, Bundle: bundle},
 		secretsctrl.NewRootController(),
 		secretsctrl.NewAPICertSANsController(),
-		&secretsctrl.APIController{Address: opts.Address},
+		&secretsctrl.APIController{Address: opts.Address, KeyFile: filepath.Join(opts.StateDir, secretsctrl.NodeKeyFile)},
 		&secretsctrl.APIFilesController{Dir: opts.APIDSecretsDir},
 		&secretsctrl.TrustdController{},
 		&secretsctrl.TrustdFilesController{Dir: opts.TrustdSecretsDir},
+		&secretsctrl.JoinRequestsController{Dir: filepath.Join(opts.StateDir, trustd.JoinsDir)},
 		secretsctrl.NewKubernetesRootController(),
 		secretsctrl.NewKubernetesCertSANsController(),
 		secretsctrl.NewKubeletController(),

@@ -22,11 +22,15 @@ import (
 	timeapi "github.com/siderolabs/talos/pkg/machinery/api/time"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/unixsock"
 )
@@ -143,11 +147,37 @@ func NewGRPCServer(s *Machine) *grpc.Server {
 	return srv
 }
 
-// readOnly refuses writes through the API: only controllers write resources.
+// readOnly refuses writes through the API: only controllers write resources, except an admin's
+// JoinDecision (talosctl join approve|deny, docs/join-approval.md).
 func readOnly(ctx context.Context, access state.Access) error {
 	if access.Verb.Readonly() {
 		return checkSensitive(ctx, access)
 	}
 
+	if access.ResourceNamespace == cluster.NamespaceName && access.ResourceType == resources.JoinDecisionType {
+		return checkAdminWrite(ctx)
+	}
+
 	return status.Errorf(codes.PermissionDenied, "resources are read-only through the API: change the machine config instead")
+}
+
+// checkAdminWrite lets only os:admin write (apid checks it first; this holds for any other way
+// in). A call on the socket without asserted roles comes from the node itself.
+func checkAdminWrite(ctx context.Context) error {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return nil
+	}
+
+	asserted := md.Get(constants.APIAuthzRoleMetadataKey)
+	if len(asserted) == 0 {
+		return nil
+	}
+
+	roles, _ := role.Parse(asserted)
+	if !roles.Includes(role.Admin) {
+		return status.Errorf(codes.PermissionDenied, "deciding a join request requires role %s", role.Admin)
+	}
+
+	return nil
 }

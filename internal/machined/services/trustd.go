@@ -23,9 +23,10 @@ import (
 
 // Trustd is the certificate endpoint for joining nodes (control planes run it). It runs as its
 // own process and sees only its folder: the CA, the token and its serving certificate, which
-// the secrets controllers write.
+// the secrets controllers write; and it writes only the join request folder on STATE.
 func Trustd(r *runtime.Runtime) *system.Service {
 	dir := r.Paths.Secrets("trustd")
+	joins := filepath.Join(r.Paths.State(), trustd.JoinsDir)
 	listen := net.JoinHostPort(r.Address, strconv.Itoa(trustd.Port))
 
 	return &system.Service{
@@ -48,16 +49,25 @@ func Trustd(r *runtime.Runtime) *system.Service {
 				return nil, err
 			}
 
+			// Join requests are kept on STATE, the one folder trustd writes.
+			if err = os.MkdirAll(joins, 0o700); err != nil {
+				return nil, err
+			}
+
+			sb := confined(r, dir)
+			sb.ReadWrite = append(sb.ReadWrite, joins)
+
 			return &runner.Process{
 				Args: []string{
 					r.Binary, "trustd",
 					"--listen", listen,
 					"--secrets", dir,
+					"--joins", joins,
 					"--cert-lifetime", secretsctrl.Lifetime().String(),
 				},
 				Output:          out,
 				GracefulTimeout: 5 * time.Second,
-				Sandbox:         confined(r, dir),
+				Sandbox:         sb,
 				Env:             userfiles.Env(r.Config()),
 			}, nil
 		},

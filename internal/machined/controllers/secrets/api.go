@@ -3,7 +3,10 @@ package secrets
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -18,6 +21,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/atomicfile"
+	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/pki"
 	"github.com/talos-go/talos/internal/trustd"
 )
@@ -34,11 +39,15 @@ type APIController struct {
 	Lifetime time.Duration
 	// Address is the node's address, the source of its calls to trustd (container mode).
 	Address string
+	// KeyFile keeps the node key of a join by approval (no machine.token): an admin approves
+	// that key, so it must outlive renewals and reboots. Without it a key lives in memory.
+	KeyFile string
 	// Now and Check are for tests: the wall clock, and how often it is checked.
 	Now   func() time.Time
 	Check time.Duration
 
-	client *trustd.Client
+	client  *trustd.Client
+	nodeKey []byte
 }
 
 // Name implements controller.Controller.
@@ -57,7 +66,10 @@ func (ctrl *APIController) Inputs() []controller.Input {
 
 // Outputs implements controller.Controller.
 func (ctrl *APIController) Outputs() []controller.Output {
-	return []controller.Output{{Type: secrets.APIType, Kind: controller.OutputExclusive}}
+	return []controller.Output{
+		{Type: secrets.APIType, Kind: controller.OutputExclusive},
+		{Type: resources.JoinStatusType, Kind: controller.OutputExclusive},
+	}
 }
 
 // Run implements controller.Controller.
@@ -186,11 +198,71 @@ func (ctrl *APIController) reconcile(ctx context.Context, r controller.Runtime, 
 	return nil
 }
 
+// NodeKeyFile is the node key of a join by approval, in the STATE folder (reset wipes it, and
+// the node then asks anew).
+const NodeKeyFile = "join-node.key"
+
+// joinStatus publishes the state of this node's join by approval.
+func (ctrl *APIController) joinStatus(ctx context.Context, r controller.Runtime, log *zap.Logger, id, st, msg string) {
+	if err := safe.WriterModify(ctx, r, resources.NewJoinStatus(), func(res *resources.JoinStatus) error {
+		*res.TypedSpec() = resources.JoinStatusSpec{ID: id, State: st, Message: msg}
+
+		return nil
+	}); err != nil && ctx.Err() == nil {
+		log.Warn("writing join status", zap.Error(err))
+	}
+}
+
+// nodeKeyCSR makes a CSR with the node key of a join by approval, made once and kept.
+func (ctrl *APIController) nodeKeyCSR(w want) (csr, key []byte, err error) {
+	if ctrl.KeyFile != "" {
+		key, err = os.ReadFile(ctrl.KeyFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("reading the node key: %w", err)
+		}
+	} else {
+		key = ctrl.nodeKey
+	}
+
+	if len(key) == 0 {
+		if key, err = pki.NewKey(); err != nil {
+			return nil, nil, err
+		}
+
+		if ctrl.KeyFile != "" {
+			if err = os.MkdirAll(filepath.Dir(ctrl.KeyFile), 0o700); err != nil {
+				return nil, nil, err
+			}
+
+			if err = atomicfile.WriteFile(ctrl.KeyFile, key, 0o600); err != nil {
+				return nil, nil, fmt.Errorf("writing the node key: %w", err)
+			}
+		}
+	}
+
+	ctrl.nodeKey = key
+
+	csr, err = pki.CSRForKey(w.leaf(0), key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node key %s: %w", ctrl.KeyFile, err)
+	}
+
+	return csr, key, nil
+}
+
+// csrJoinID is the id trustd gives a join request with this CSR.
+func csrJoinID(csrPEM []byte) (string, error) {
+	csr, err := pki.ParseCSR(csrPEM)
+	if err != nil {
+		return "", err
+	}
+
+	return trustd.JoinID(csr), nil
+}
+
 // remote gets one certificate signed by trustd on a control plane.
 func (ctrl *APIController) remote(ctx context.Context, r controller.Runtime, log *zap.Logger, root *secrets.OSRootSpec, w want) (*cx509.PEMEncodedCertificateAndKey, error) {
-	if root.Token == "" {
-		return nil, fmt.Errorf("no machine.token: cannot ask trustd for certificates")
-	}
+	var err error
 
 	roots := x509.NewCertPool()
 	for _, ca := range caBundle(root) {
@@ -231,14 +303,46 @@ func (ctrl *APIController) remote(ctx context.Context, r controller.Runtime, log
 		return endpoints
 	}
 
-	csr, key, err := pki.NewCSR(w.leaf(0))
+	var csr, key []byte
+
+	if root.Token == "" {
+		csr, key, err = ctrl.nodeKeyCSR(w)
+	} else {
+		csr, key, err = pki.NewCSR(w.leaf(0))
+	}
+
 	if err != nil {
 		return nil, err
 	}
 
+	// Without machine.token the worker joins by approval (docs/join-approval.md): it sends the
+	// CSR alone and says, on its console and in its JoinStatus, that it waits for an admin.
+	var joinID string
+
+	ctrl.client.Waiting = nil
+
+	if root.Token == "" {
+		if joinID, err = csrJoinID(csr); err != nil {
+			return nil, err
+		}
+
+		log.Warn("no machine.token: joining by approval; ask an admin to run: talosctl join approve "+joinID, zap.String("join_id", joinID))
+
+		ctrl.client.Waiting = func(msg string) { ctrl.joinStatus(ctx, r, log, joinID, "waiting", msg) }
+	}
+
 	signed, err := ctrl.client.Sign(ctx, csr)
 	if err != nil {
+		if joinID != "" && trustd.Permanent(err) {
+			log.Error("join request refused: this node gets no certificate; its apid stays stopped", zap.String("join_id", joinID), zap.Error(err))
+			ctrl.joinStatus(ctx, r, log, joinID, "denied", err.Error())
+		}
+
 		return nil, err
+	}
+
+	if joinID != "" {
+		ctrl.joinStatus(ctx, r, log, joinID, "signed", "signed by "+signed.Endpoint)
 	}
 
 	crt, err := parseCert(signed.Crt)

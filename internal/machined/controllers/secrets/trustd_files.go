@@ -16,7 +16,8 @@ import (
 )
 
 // TrustdFilesController writes trustd's folder: the CA and its key, the token and trustd's
-// serving certificate (all 0600). Nothing else reaches the trustd process.
+// serving certificate (all 0600). Nothing else reaches the trustd process. An empty token (no
+// machine.token) is written as such: trustd then accepts joins by approval only.
 type TrustdFilesController struct {
 	Dir string // <state>/system/secrets/trustd
 }
@@ -54,7 +55,7 @@ func (ctrl *TrustdFilesController) Run(ctx context.Context, r controller.Runtime
 			return fmt.Errorf("reading trustd certificate: %w", err)
 		}
 
-		if root == nil || crt == nil || !hasKey(root.TypedSpec()) || crt.TypedSpec().Server == nil || root.TypedSpec().Token == "" {
+		if root == nil || crt == nil || !hasKey(root.TypedSpec()) || crt.TypedSpec().Server == nil {
 			continue
 		}
 
