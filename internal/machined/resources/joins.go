@@ -135,6 +135,9 @@ func (joinStatusExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
 }
 
 func init() {
+	// Served beside the machinery types (kept here, so state.go's list stays upstream's).
+	Definitions = append(Definitions, &JoinRequest{}, &JoinDecision{}, &JoinStatus{})
+
 	proto.RegisterDefaultTypes()
 
 	for _, err := range []error{
