@@ -55,15 +55,14 @@ func joinCmd(g *Global) *cobra.Command {
 
 // setJoinDecision creates the JoinDecision, or changes an earlier one.
 func setJoinDecision(ctx context.Context, st state.State, id string, decision trustd.JoinState) error {
-	res := resources.NewJoinDecision(id)
-	res.TypedSpec().State = string(decision)
+	cur, err := safe.StateGetByID[*resources.JoinDecision](ctx, st, id)
+	if state.IsNotFoundError(err) {
+		res := resources.NewJoinDecision(id)
+		res.TypedSpec().State = string(decision)
 
-	err := st.Create(ctx, res)
-	if !state.IsConflictError(err) {
-		return err
+		return st.Create(ctx, res)
 	}
 
-	cur, err := safe.StateGetByID[*resources.JoinDecision](ctx, st, id)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ type joinRequestExtension struct{}
 func (joinRequestExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
 	return meta.ResourceDefinitionSpec{
 		Type:             JoinRequestType,
-		Aliases:          []resource.Type{"joinrequest", "joinrequests", "jr"},
+		Aliases:          []resource.Type{},
 		DefaultNamespace: cluster.NamespaceName,
 		PrintColumns: []meta.PrintColumn{
 			{Name: "State", JSONPath: `{.state}`},
@@ -94,7 +94,7 @@ type joinDecisionExtension struct{}
 func (joinDecisionExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
 	return meta.ResourceDefinitionSpec{
 		Type:             JoinDecisionType,
-		Aliases:          []resource.Type{"joindecision", "joindecisions"},
+		Aliases:          []resource.Type{},
 		DefaultNamespace: cluster.NamespaceName,
 		PrintColumns:     []meta.PrintColumn{{Name: "State", JSONPath: `{.state}`}},
 	}
@@ -124,7 +124,7 @@ type joinStatusExtension struct{}
 func (joinStatusExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
 	return meta.ResourceDefinitionSpec{
 		Type:             JoinStatusType,
-		Aliases:          []resource.Type{"joinstatus", "joinstatuses"},
+		Aliases:          []resource.Type{},
 		DefaultNamespace: cluster.NamespaceName,
 		PrintColumns: []meta.PrintColumn{
 			{Name: "Request", JSONPath: `{.id}`},
