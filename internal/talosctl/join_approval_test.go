@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/pki"
 	"github.com/talos-go/talos/internal/testenv"
@@ -122,6 +124,27 @@ func apidServerCrt(n *testenv.Node) string {
 	return filepath.Join(n.State, "system", "secrets", "apid", "server.crt")
 }
 
+func readCrt(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("%s: no PEM", path)
+	}
+
+	crt, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return crt
+}
+
 var joinIDInLog = regexp.MustCompile(`talosctl join approve ([0-9a-f]{16})`)
 
 // waitJoinID waits for a token-less worker to say, on its console, which request to approve.
@@ -166,6 +189,9 @@ func TestJoinByApproval(t *testing.T) {
 	isolate(t)
 
 	const cpAddr, wk1Addr, wk2Addr = "127.46.7.2", "127.46.7.3", "127.46.7.4"
+
+	// Short-lived certificates (inherited by the nodes), so the test sees a renewal.
+	t.Setenv(secretsctrl.LifetimeEnv, "12s")
 
 	c := newApprovalCluster(t, cpAddr)
 	testenv.StartNode(t, cpAddr, c.cp)
@@ -242,6 +268,17 @@ func TestJoinByApproval(t *testing.T) {
 
 	if _, o, _ = as("os:reader", "-n", cpAddr, "get", "joinrequests"); !strings.Contains(o, "approved") {
 		t.Errorf("get joinrequests after approval:\n%s", o)
+	}
+
+	// A renewal: a new certificate for the same node key, signed without any token.
+	first := readCrt(t, apidServerCrt(wk1))
+
+	testenv.WaitFor(t, "the approved worker's renewal", 60*time.Second, func() bool {
+		return readCrt(t, apidServerCrt(wk1)).SerialNumber.Cmp(first.SerialNumber) != 0
+	})
+
+	if renewed := readCrt(t, apidServerCrt(wk1)); !bytes.Equal(renewed.RawSubjectPublicKeyInfo, first.RawSubjectPublicKeyInfo) {
+		t.Error("the renewal changed the node key: an admin would have to approve it again")
 	}
 
 	// A second token-less worker, denied.
