@@ -61,7 +61,7 @@ func TestKernelModulesAndSysfsFromConfig(t *testing.T) {
 	// numdummies=2: the kernel made both links when machined loaded the module.
 	waitFor("dummy1 from numdummies=2", 4*time.Minute, `(?m)\sdummy1\s`, "get", "links")
 	waitFor("dummy0", 30*time.Second, `(?m)\sdummy0\s`, "get", "links")
-	waitFor("the module's spec", 30*time.Second, `(?s)name: dummy\n.*numdummies=2`, "get", "kernelmodulespecs", "dummy", "-o", "yaml")
+	waitFor("the module's spec", 30*time.Second, `(?s)id: dummy\n.*numdummies=2`, "get", "kernelmodulespecs", "dummy", "-o", "yaml")
 
 	if out := cli.Must(t, append(node, "read", "/sys/kernel/mm/transparent_hugepage/enabled")...); !strings.Contains(out, "[never]") {
 		t.Errorf("the guest's transparent_hugepage/enabled: %q, want [never]", out)
