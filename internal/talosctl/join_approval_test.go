@@ -281,6 +281,25 @@ func TestJoinByApproval(t *testing.T) {
 		t.Error("the renewal changed the node key: an admin would have to approve it again")
 	}
 
+	// A restart keeps the node key (STATE) and the decision (the control plane's STATE): the
+	// worker is signed again without asking anyone.
+	wk1.Stop(t)
+
+	if err := os.Remove(apidServerCrt(wk1)); err != nil {
+		t.Fatal(err)
+	}
+
+	wk1 = testenv.StartNodeArgs(t, wk1.State, "--platform", "container", "--state", wk1.State, "--address", wk1Addr)
+	testenv.WaitFor(t, "the restarted worker's certificate", 90*time.Second, func() bool { return exists(apidServerCrt(wk1)) })
+
+	if !strings.Contains(wk1.Output.String(), "talosctl join approve "+id) {
+		t.Error("the restarted worker asked with another key")
+	}
+
+	if strings.Contains(wk1.Output.String(), "join request waiting for approval") {
+		t.Error("the restarted worker waited for approval again")
+	}
+
 	// A second token-less worker, denied.
 	wk2 := testenv.StartNode(t, wk2Addr, c.wk)
 	id2 := waitJoinID(t, wk2)
