@@ -34,6 +34,7 @@ const (
 	JoinPendingTTL  = 24 * time.Hour // a pending request unseen this long is dropped
 	maxJoinAddrs    = 4              // addresses remembered per request, the latest
 	maxJoinNames    = 16             // names remembered per request
+	maxJoinName     = 253            // bytes of each name remembered
 )
 
 // JoinState is an approval decision.
@@ -91,8 +92,14 @@ func CSRNames(csr *x509.CertificateRequest) []string {
 	}
 
 	names = append(names, csr.DNSNames...)
+	names = names[:min(len(names), maxJoinNames)]
 
-	return names[:min(len(names), maxJoinNames)]
+	// A DNS name is at most 253 bytes; anything longer is cut, so a record stays small.
+	for i, n := range names {
+		names[i] = n[:min(len(n), maxJoinName)]
+	}
+
+	return names
 }
 
 // Joins is the join request folder.

@@ -142,6 +142,27 @@ func TestJoinsLimit(t *testing.T) {
 	}
 }
 
+// TestCSRNamesBounded: a request's record stays small whatever the CSR asks for.
+func TestCSRNamesBounded(t *testing.T) {
+	long := strings.Repeat("a", 5000)
+	dns := make([]string, 100)
+
+	for i := range dns {
+		dns[i] = fmt.Sprintf("%d.%s", i, long)
+	}
+
+	names := CSRNames(&x509.CertificateRequest{Subject: pkix.Name{CommonName: long}, DNSNames: dns})
+	if len(names) != maxJoinNames {
+		t.Fatalf("%d names kept, want %d", len(names), maxJoinNames)
+	}
+
+	for _, n := range names {
+		if len(n) > maxJoinName {
+			t.Fatalf("a name of %d bytes kept", len(n))
+		}
+	}
+}
+
 // keyCSR is a node's CSR made with its own key.
 func keyCSR(t *testing.T, key *ecdsa.PrivateKey, cn string) []byte {
 	t.Helper()
