@@ -429,11 +429,14 @@ func TestResetToMaintenance(t *testing.T) {
 	})
 }
 
-// kube-controller-manager and kube-scheduler run without a restart for the cluster's first 10
-// minutes: a probe on a path the component does not serve had the controller manager killed
-// every ~90 s, after the other tests were done (#40). The test waits out what is left of the
-// 10 minutes, then reads the pods' restart counts and the namespace's Unhealthy events.
-func TestControlPlaneStableForTenMinutes(t *testing.T) {
+// The control plane's liveness probes pass for the cluster's first 10 minutes: a probe on a
+// path kube-controller-manager does not serve had it killed every ~90 s, after the other tests
+// were done (#40). The test waits out what is left of the 10 minutes, then fails on any
+// liveness failure kube-system recorded for kube-controller-manager or kube-scheduler, and on
+// any restart of theirs the kubelet made for a failed probe. (Restarts alone are not the probe's:
+// TestKubeAPIServerCrashRecovers kills the API server, and a controller that loses its leader
+// lease exits; they are logged.)
+func TestControlPlaneProbesPassForTenMinutes(t *testing.T) {
 	cs, _ := kube(t)
 
 	const stable = 10 * time.Minute
@@ -461,10 +464,7 @@ func TestControlPlaneStableForTenMinutes(t *testing.T) {
 		seen[component] = true
 
 		for _, c := range p.Status.ContainerStatuses {
-			if c.RestartCount != 0 {
-				t.Errorf("%s: container %s restarted %d times in the cluster's first %s (last: %v)", p.Name, c.Name, c.RestartCount,
-					time.Since(createdAt).Round(time.Second), c.LastTerminationState.Terminated)
-			}
+			t.Logf("%s: %d restarts in the cluster's first %s (last: %v)", p.Name, c.RestartCount, time.Since(createdAt).Round(time.Second), c.LastTerminationState.Terminated)
 		}
 	}
 
@@ -472,14 +472,19 @@ func TestControlPlaneStableForTenMinutes(t *testing.T) {
 		t.Fatalf("kube-system lacks the control plane's pods: found %v", seen)
 	}
 
-	events, err := cs.CoreV1().Events("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "reason=Unhealthy"})
+	events, err := cs.CoreV1().Events("kube-system").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	for _, e := range events.Items {
-		if name := e.InvolvedObject.Name; strings.HasPrefix(name, "kube-controller-manager") || strings.HasPrefix(name, "kube-scheduler") {
-			t.Errorf("%s: %s (%d times)", name, e.Message, e.Count)
+		name := e.InvolvedObject.Name
+		if !strings.HasPrefix(name, "kube-controller-manager") && !strings.HasPrefix(name, "kube-scheduler") {
+			continue
+		}
+
+		if e.Reason == "Unhealthy" || strings.Contains(e.Message, "failed liveness probe") {
+			t.Errorf("%s: %s: %s (%d times)", name, e.Reason, e.Message, e.Count)
 		}
 	}
 }
