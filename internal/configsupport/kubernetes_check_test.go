@@ -81,9 +81,6 @@ func TestKubernetesRefusals(t *testing.T) {
 		"machine.kubelet.credentialProviderConfig": func(c *v1alpha1.Config) {
 			c.MachineConfig.MachineKubelet.KubeletCredentialProviderConfig = v1alpha1.Unstructured{Object: map[string]any{"kind": "CredentialProviderConfig"}}
 		},
-		"machine.features.kubernetesTalosAPIAccess": func(c *v1alpha1.Config) {
-			c.MachineConfig.MachineFeatures.KubernetesTalosAPIAccessConfig = &v1alpha1.KubernetesTalosAPIAccessConfig{AccessEnabled: new(true)}
-		},
 		"cluster.externalCloudProvider": func(c *v1alpha1.Config) {
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}
 		},

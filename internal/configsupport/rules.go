@@ -63,7 +63,7 @@ func (r Rule) StatusOn(node Node) Status {
 func Rules() []Rule {
 	var all []Rule
 
-	for _, area := range [][]Rule{machineRules, networkRules, kubernetesRules, storageRules, documentRules, kernelRules, podRules, installRules, watchdogRules} {
+	for _, area := range [][]Rule{machineRules, networkRules, kubernetesRules, storageRules, documentRules, kernelRules, podRules, installRules, watchdogRules, apiAccessRules} {
 		all = append(all, area...)
 	}
 

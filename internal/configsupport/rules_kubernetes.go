@@ -91,7 +91,6 @@ var kubernetesRules = []Rule{
 
 	// Features.
 	{Path: "machine.features.kubePrism", Test: "internal/machined/controllers/k8s.TestKubePrism"},
-	{Path: "machine.features.kubernetesTalosAPIAccess", Refused: "the Talos API is not served to Kubernetes workloads here", Fix: "remove it; reach the Talos API with a talosconfig from outside the pods"},
 	{Path: "machine.features.rbac", Test: "internal/apid.TestEveryMethodCertificatesAndRoles"},
 	{Path: "machine.features.apidCheckExtKeyUsage", Test: "internal/apid.TestEveryMethodCertificatesAndRoles"},
 	{Path: "machine.features.stableHostname", Test: "internal/machined/controllers/network.TestHostnameSpecKeepsItsSeed"},
