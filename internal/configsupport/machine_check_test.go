@@ -33,8 +33,6 @@ func TestCheckNamesTheRefusedField(t *testing.T) {
 			[]string{"machine.registries.config.registry.local.auth: registry credentials are not passed"}},
 		{"sysfs", base + "  sysfs:\n    devices.system.cpu.cpu0.cpufreq.scaling_governor: performance\n", configsupport.Process,
 			[]string{"machine.sysfs: a process or container node shares the host's kernel and /sys", "(on a process node)"}},
-		{"install disk selector", base + "  install:\n    diskSelector:\n      size: '>= 1TB'\n", configsupport.Metal,
-			[]string{"machine.install.diskSelector: choosing the install disk by a selector", "machine.install.disk (talosctl get disks"}},
 		{"watchdog document", base + "---\napiVersion: v1alpha1\nkind: WatchdogTimerConfig\ndevice: /dev/watchdog0\n", configsupport.Container,
 			[]string{"WatchdogTimerConfig: a watchdog device belongs to the machine's own kernel", "(on a container node)"}},
 		{"swap volume", base + "---\napiVersion: v1alpha1\nkind: SwapVolumeConfig\nname: swap1\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 2GiB\n", configsupport.Metal,
