@@ -63,9 +63,12 @@ func TestKernelModulesAndSysfsFromConfig(t *testing.T) {
 	waitFor("dummy0", 30*time.Second, `(?m)\sdummy0\s`, "get", "links")
 	waitFor("the module's spec", 30*time.Second, `(?s)id: dummy\n.*numdummies=2`, "get", "kernelmodulespecs", "dummy", "-o", "yaml")
 
-	if out := cli.Must(t, append(node, "read", "/sys/kernel/mm/transparent_hugepage/enabled")...); !strings.Contains(out, "[never]") {
-		t.Errorf("the guest's transparent_hugepage/enabled: %q, want [never]", out)
+	thp := cli.Must(t, append(node, "read", "/sys/kernel/mm/transparent_hugepage/enabled")...)
+	if !strings.Contains(thp, "[never]") {
+		t.Errorf("the guest's transparent_hugepage/enabled: %q, want [never]", thp)
 	}
+
+	t.Logf("links: %s; transparent_hugepage/enabled: %s", regexp.MustCompile(`dummy\d`).FindAllString(cli.Must(t, append(node, "get", "links")...), -1), strings.TrimSpace(thp))
 
 	waitFor("the sysfs value's status", 30*time.Second, `(?s)current: always madvise \[never\]\n.*default: '?\[always\] madvise never`,
 		"get", "kernelparamstatus", "sys.kernel.mm.transparent_hugepage.enabled", "-o", "yaml")
