@@ -64,7 +64,7 @@ func TestKubernetesTalosAPIAccess(t *testing.T) {
 
 	t.Cleanup(func() {
 		for _, sa := range accounts {
-			dyn.Resource(talosSAs).Namespace(sa.GetNamespace()).Delete(ctx, sa.GetName(), metav1.DeleteOptions{})
+			dyn.Resource(talosSAs).Namespace(sa.GetNamespace()).Delete(context.Background(), sa.GetName(), metav1.DeleteOptions{}) // t.Context() is canceled by now
 		}
 
 		must(t, "-n", cp, "patch", "machineconfig", "--mode", "no-reboot", "-p",

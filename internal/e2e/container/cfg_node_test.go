@@ -5,6 +5,7 @@ package container
 // cluster_test.go, whose tests reset and destroy the worker.
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -146,7 +147,7 @@ func TestUncordonAfterReboot(t *testing.T) {
 	nodes := cs.CoreV1().Nodes()
 
 	t.Cleanup(func() {
-		nodes.Patch(t.Context(), worker, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{})
+		nodes.Patch(context.Background(), worker, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{})
 	})
 
 	// An admin's cordon, then a config change: the controller runs and leaves the cordon.

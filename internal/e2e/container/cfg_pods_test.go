@@ -5,6 +5,7 @@ package container
 // Named to run before cluster_test.go, whose tests reset and destroy the worker.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -137,7 +138,23 @@ func TestSeccompProfileFromConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		t.Cleanup(func() { _ = pods.Delete(t.Context(), name, metav1.DeleteOptions{}) })
+		// A finished pod left on the worker is still its pod: TestResetToMaintenance's drain
+		// check sees it. t.Context() is canceled before cleanups run, so the delete gets its own.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+
+			zero := int64(0)
+			_ = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+
+			testenv.WaitFor(t, name+" deleted", time.Minute, func() error {
+				if _, err := pods.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("still there (%w)", err)
+				}
+
+				return nil
+			})
+		})
 
 		var phase corev1.PodPhase
 
