@@ -55,8 +55,8 @@ func TestRefusedFieldChangesNothing(t *testing.T) {
 			t.Errorf("%s: want InvalidArgument, got %v %s", what, err, text)
 		}
 
-		if msg := text + " " + status.Convert(err).Message(); !strings.Contains(msg, "machine.kernel.modules[0]: loading kernel modules") {
-			t.Errorf("%s: the refusal does not name machine.kernel.modules[0] and why: %v %s", what, err, text)
+		if msg := text + " " + status.Convert(err).Message(); !strings.Contains(msg, "machine.kernel.modules[0]: ") || !strings.Contains(msg, "(on a process node)") {
+			t.Errorf("%s: the refusal does not name machine.kernel.modules[0] and the node kind that refuses it: %v %s", what, err, text)
 		}
 	}
 
