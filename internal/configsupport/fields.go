@@ -8,6 +8,7 @@ package configsupport
 import (
 	"encoding"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
@@ -87,7 +88,7 @@ func Kinds() []string {
 		}
 	}
 
-	slicesSort(kinds[1:])
+	slices.Sort(kinds[1:])
 
 	return kinds
 }
@@ -141,7 +142,7 @@ func field(f reflect.StructField) (name string, inline bool) {
 		return "", false
 	}
 
-	if tag[0] == "" && (f.Anonymous || slicesContains(tag[1:], "inline")) {
+	if tag[0] == "" && (f.Anonymous || slices.Contains(tag[1:], "inline")) {
 		return "", true
 	}
 

@@ -108,6 +108,3 @@ func parent(p string) string {
 
 	return ""
 }
-
-func slicesSort(s []string)                    { slices.Sort(s) }
-func slicesContains(s []string, v string) bool { return slices.Contains(s, v) }

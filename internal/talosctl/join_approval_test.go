@@ -18,12 +18,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
-	"github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
-	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	gensecrets "github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	mtype "github.com/siderolabs/talos/pkg/machinery/config/machine"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -49,29 +44,7 @@ type approvalCluster struct {
 func newApprovalCluster(t *testing.T, cpAddr string) *approvalCluster {
 	t.Helper()
 
-	bundle, err := gensecrets.NewBundle(gensecrets.NewFixedClock(time.Now()), config.TalosVersionCurrent)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	in, err := generate.NewInput("test", fmt.Sprintf("https://%s:6443", cpAddr), constants.DefaultKubernetesVersion, generate.WithSecretsBundle(bundle))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	encode := func(typ mtype.Type) []byte {
-		cfg, err := in.Config(typ)
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		out, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		return out
-	}
+	bundle, cp, wk := testenv.Configs(t, cpAddr)
 
 	// `token: ` with nothing after it: machine.token is empty (the cluster's bootstrap token is
 	// another value).
@@ -84,7 +57,7 @@ func newApprovalCluster(t *testing.T, cpAddr string) *approvalCluster {
 		return out
 	}
 
-	c := &approvalCluster{bundle: bundle, cp: encode(mtype.TypeControlPlane), wkWithTok: encode(mtype.TypeWorker)}
+	c := &approvalCluster{bundle: bundle, cp: cp, wkWithTok: wk}
 	c.wk, c.cpNoToken = noToken(c.wkWithTok), noToken(c.cp)
 
 	ca, err := pki.ParseCA(bundle.Certs.OS.Crt, bundle.Certs.OS.Key)

@@ -15,8 +15,10 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	gensecrets "github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
@@ -34,6 +36,30 @@ func Config(t testing.TB, typ machine.Type, endpointAddr string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	return encodeConfig(t, in, typ)
+}
+
+// Configs generates one cluster's secrets and the configs of its control plane and worker,
+// for tests that need the secrets too (the OS CA, the join token).
+func Configs(t testing.TB, endpointAddr string) (bundle *gensecrets.Bundle, controlPlane, worker []byte) {
+	t.Helper()
+
+	bundle, err := gensecrets.NewBundle(gensecrets.NewFixedClock(time.Now()), config.TalosVersionCurrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	in, err := generate.NewInput("test", fmt.Sprintf("https://%s:6443", endpointAddr), constants.DefaultKubernetesVersion, generate.WithSecretsBundle(bundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return bundle, encodeConfig(t, in, machine.TypeControlPlane), encodeConfig(t, in, machine.TypeWorker)
+}
+
+func encodeConfig(t testing.TB, in *generate.Input, typ machine.Type) []byte {
+	t.Helper()
 
 	cfg, err := in.Config(typ)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,12 +24,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	securityapi "github.com/siderolabs/talos/pkg/machinery/api/security"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
-	"github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
-	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	gensecrets "github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	mtype "github.com/siderolabs/talos/pkg/machinery/config/machine"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -57,31 +51,8 @@ type cluster struct {
 func newCluster(t *testing.T, cpAddr string, workerToken string) *cluster {
 	t.Helper()
 
-	bundle, err := gensecrets.NewBundle(gensecrets.NewFixedClock(time.Now()), config.TalosVersionCurrent)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	in, err := generate.NewInput("test", fmt.Sprintf("https://%s:6443", cpAddr), constants.DefaultKubernetesVersion, generate.WithSecretsBundle(bundle))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	encode := func(typ mtype.Type) []byte {
-		cfg, err := in.Config(typ)
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		out, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		return out
-	}
-
-	c := &cluster{bundle: bundle, cp: encode(mtype.TypeControlPlane), wk: encode(mtype.TypeWorker)}
+	bundle, cp, wk := testenv.Configs(t, cpAddr)
+	c := &cluster{bundle: bundle, cp: cp, wk: wk}
 
 	if workerToken != "" {
 		c.wk = bytes.ReplaceAll(c.wk, []byte(bundle.TrustdInfo.Token), []byte(workerToken))
@@ -94,6 +65,7 @@ func newCluster(t *testing.T, cpAddr string, workerToken string) *cluster {
 	c.caPool = x509.NewCertPool()
 	c.caPool.AppendCertsFromPEM(bundle.Certs.OS.Crt)
 
+	var err error
 	if c.ca, err = pki.ParseCA(bundle.Certs.OS.Crt, bundle.Certs.OS.Key); err != nil {
 		t.Fatal(err)
 	}
