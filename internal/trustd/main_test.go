@@ -1,14 +1,19 @@
 package trustd
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/pem"
+	"errors"
 	"net"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -52,20 +57,49 @@ func TestRun(t *testing.T) {
 
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: ca.pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}}
 
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	// served is the serving certificate trustd presents now.
+	served := func() ([]byte, error) {
 		conn, err := tls.Dial("tcp", addr, cfg)
-		if err == nil {
-			conn.Close()
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
 
-			break
+		return conn.ConnectionState().PeerCertificates[0].Raw, nil
+	}
+
+	testenv.WaitFor(t, "trustd serving its certificate", 10*time.Second, func() error {
+		got, err := served()
+		if err == nil && !bytes.Equal(got, pemDER(t, crt)) {
+			return errors.New("served a certificate that is not the folder's")
 		}
 
-		if time.Now().After(deadline) {
-			t.Fatalf("trustd did not serve its certificate: %v", err)
-		}
+		return err
+	})
+
+	// A rotated certificate is served once SIGHUP asks for it (the periodic check is an hour
+	// away): until then the old one is.
+	crt2, key2 := ca.serverPair(t, "127.0.0.1")
+	if err := WriteFiles(dir, map[string][]byte{
+		CACrt: ca.crtPEM, CAKey: ca.keyPEM, TokenFile: []byte(testToken), ServerCrt: crt2, ServerKey: key2,
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	if got, err := served(); err != nil || !bytes.Equal(got, pemDER(t, crt)) {
+		t.Fatalf("before SIGHUP the first certificate is served: %v", err)
 	}
 
 	hup <- syscall.SIGHUP
+
+	testenv.WaitFor(t, "the rotated certificate served after SIGHUP", 10*time.Second, func() error {
+		got, err := served()
+		if err == nil && !bytes.Equal(got, pemDER(t, crt2)) {
+			return errors.New("still the first certificate")
+		}
+
+		return err
+	})
 
 	cancel()
 
@@ -77,4 +111,16 @@ func TestRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not stop with its context")
 	}
+}
+
+// pemDER is the DER bytes of a PEM certificate.
+func pemDER(t *testing.T, crtPEM []byte) []byte {
+	t.Helper()
+
+	b, _ := pem.Decode(crtPEM)
+	if b == nil {
+		t.Fatal("not a PEM certificate")
+	}
+
+	return b.Bytes
 }
