@@ -95,3 +95,13 @@ func In(nsPath string, fn func() error) error {
 
 	return <-errc
 }
+
+// Outer is the network namespace the test binary was started in, where the machine's own links
+// are (/proc/PID/ns/net of the process Isolate re-ran it from), or "" when the tests run there.
+func Outer() string {
+	if os.Getenv(envIsolated) == "" {
+		return ""
+	}
+
+	return fmt.Sprintf("/proc/%d/ns/net", os.Getppid())
+}
