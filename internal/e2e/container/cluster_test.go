@@ -316,18 +316,60 @@ func TestCgroupsInTheNode(t *testing.T) {
 	}
 }
 
-// machined, the node's init, reaps orphans: no zombie stays in the node's process table.
+// machined, the node's init, reaps orphans: a process whose parent exits in the node's PID
+// namespace is handed to machined, and when it exits machined waits for it, so no zombie stays.
 func TestNoZombies(t *testing.T) {
-	testenv.WaitFor(t, "no zombies", 30*time.Second, func() error {
-		out := must(t, "-n", cp, "processes")
-		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) > 2 && f[2] == "Z" {
-				return fmt.Errorf("a zombie in the node:\n%s", out)
-			}
+	pid1 := nodeInitPID(t, clusterName+"-controlplane-1")
+
+	// A shell in the node's PID namespace starts a sleep and exits: the sleep is orphaned to the
+	// node's PID 1. $! is its PID as the node sees it.
+	out, err := exec.Command("nsenter", "-t", pid1, "-p", "--", "sh", "-c", "sleep 600 </dev/null >/dev/null 2>&1 & echo $!").Output()
+	if err != nil {
+		t.Fatalf("starting an orphan in the node: %v", err)
+	}
+
+	orphan := strings.TrimSpace(string(out))
+	stat := "/proc/" + orphan + "/stat"
+
+	t.Cleanup(func() { _ = exec.Command("nsenter", "-t", pid1, "-p", "--", "kill", "-9", orphan).Run() })
+
+	// Its parent is the node's init, as the node's own /proc says.
+	if f := strings.Fields(statAfterComm(must(t, "-n", cp, "read", stat))); len(f) < 2 || f[1] != "1" {
+		t.Fatalf("orphan %s: want parent 1 in %s, got %v", orphan, stat, f)
+	}
+
+	if err = exec.Command("nsenter", "-t", pid1, "-p", "--", "kill", "-9", orphan).Run(); err != nil {
+		t.Fatalf("killing the orphan: %v", err)
+	}
+
+	// Reaped: its /proc entry goes away (a zombie keeps it, in state Z).
+	testenv.WaitFor(t, "the orphan reaped", 30*time.Second, func() error {
+		if out, errOut, code := talosctl(t, "-n", cp, "read", stat); code == 0 {
+			return fmt.Errorf("orphan %s still in the process table: %s", orphan, statAfterComm(out))
+		} else if !strings.Contains(errOut, "no such file") && !strings.Contains(errOut, "NotFound") {
+			return fmt.Errorf("reading %s: %s", stat, errOut)
 		}
 
 		return nil
 	})
+
+	// Nor is any other process of the node a zombie.
+	out2 := must(t, "-n", cp, "processes")
+	for _, line := range strings.Split(out2, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "Z" {
+			t.Fatalf("a zombie in the node:\n%s", out2)
+		}
+	}
+}
+
+// statAfterComm is /proc/PID/stat after the command name (which may hold spaces): state, then
+// the parent's PID.
+func statAfterComm(stat string) string {
+	if i := strings.LastIndexByte(stat, ')'); i >= 0 {
+		return stat[i+1:]
+	}
+
+	return stat
 }
 
 // Upgrade needs A/B slots a node in a container does not have: it says so and changes nothing.
