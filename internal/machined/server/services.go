@@ -121,7 +121,9 @@ func (s *Machine) Logs(req *machine.LogsRequest, srv grpc.ServerStreamingServer[
 		return srv.Send(&common.Data{Metadata: md, Bytes: b})
 	})
 	if errors.Is(err, logging.ErrNotFound) {
-		return status.Errorf(codes.NotFound, "no log for %q: see `talosctl services` for service IDs", req.Id)
+		// Upstream answers a plain error here, which grpc sends as Unknown: clients see the
+		// same code and words from us.
+		return status.Errorf(codes.Unknown, "log %q was not registered: see `talosctl services` for service IDs", req.Id)
 	}
 
 	if err != nil && srv.Context().Err() == nil {

@@ -37,7 +37,12 @@ func serveViews(t *testing.T, root string) *client.Client {
 		t.Fatal(err)
 	}
 
-	m := &Machine{R: &runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, State: st}}
+	return serveMachine(t, &Machine{R: &runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, State: st}})
+}
+
+// serveMachine serves m on a unix socket and returns a client.
+func serveMachine(t *testing.T, m *Machine) *client.Client {
+	t.Helper()
 
 	sock := filepath.Join(t.TempDir(), "m.sock")
 

@@ -76,8 +76,15 @@ type serviceLog struct {
 	changed chan struct{}
 }
 
-func (m *Manager) get(id string) (*serviceLog, error) {
+// get returns id's log. A log is registered once a writer was handed out for it or its file
+// exists (written before a restart); otherwise get creates it only when create is set, so that
+// reads of unknown IDs are refused and leave nothing behind.
+func (m *Manager) get(id string, create bool) (*serviceLog, error) {
 	if !validID.MatchString(id) {
+		if !create {
+			return nil, notRegistered(id) // no writer takes such an ID: a path, say
+		}
+
 		return nil, fmt.Errorf("invalid log id %q", id)
 	}
 
@@ -88,15 +95,29 @@ func (m *Manager) get(id string) (*serviceLog, error) {
 		return l, nil
 	}
 
-	l := &serviceLog{id: id, m: m, path: filepath.Join(m.dir, id+".log"), changed: make(chan struct{})}
+	path := filepath.Join(m.dir, id+".log")
+
+	if !create {
+		if _, err := os.Stat(path); err != nil {
+			return nil, notRegistered(id)
+		}
+	}
+
+	l := &serviceLog{id: id, m: m, path: path, changed: make(chan struct{})}
 	m.logs[id] = l
 
 	return l, nil
 }
 
-// Writer returns the writer for a service's output. Writes are safe from many goroutines.
+// notRegistered is upstream's wording for a log nobody writes.
+func notRegistered(id string) error {
+	return fmt.Errorf("%w: log %q was not registered", ErrNotFound, id)
+}
+
+// Writer returns the writer for a service's output, registering its log. Writes are safe from
+// many goroutines.
 func (m *Manager) Writer(id string) (io.Writer, error) {
-	l, err := m.get(id)
+	l, err := m.get(id, true)
 	if err != nil {
 		return nil, err
 	}
@@ -205,14 +226,17 @@ func (l *serviceLog) shrink() {
 	}
 }
 
-// ErrNotFound is returned for a log that was never written.
+// ErrNotFound is returned for a log that is not registered: no writer was handed out for it
+// and it has no file.
 var ErrNotFound = errors.New("log not found")
 
 // Read sends the last tailLines lines (all when negative) of a service's log to fn, then, when
 // follow is set, every new chunk until ctx ends. It sends in pieces of at most ChunkSize, which
-// fn must not keep after it returns; the file is never read whole.
+// fn must not keep after it returns; the file is never read whole. An unregistered log is
+// ErrNotFound, following or not (as upstream: only a writer registers a log); a registered one
+// without lines yet sends nothing, or waits for them when following.
 func (m *Manager) Read(ctx context.Context, id string, tailLines int, follow bool, fn func([]byte) error) error {
-	l, err := m.get(id)
+	l, err := m.get(id, false)
 	if err != nil {
 		return err
 	}
@@ -227,10 +251,7 @@ func (m *Manager) Read(ctx context.Context, id string, tailLines int, follow boo
 	var offset int64
 
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if !follow {
-			return fmt.Errorf("%w: %s", ErrNotFound, id)
-		}
+	case errors.Is(err, os.ErrNotExist): // registered, nothing written yet
 	case err != nil:
 		return err
 	default:

@@ -3,6 +3,7 @@ package logging
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -140,5 +141,66 @@ func TestForward(t *testing.T) {
 
 	if want := []string{"etcd|a", "etcd|b", "machined|own line"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("forwarded %q, want %q", got, want)
+	}
+}
+
+// As upstream, only a writer registers a log: an unknown ID is refused at once, following or
+// not, and leaves nothing behind; a registered log without lines sends nothing, and a follower
+// gets its first line; a log written before a restart is still readable.
+func TestRegistered(t *testing.T) {
+	dir := t.TempDir()
+
+	m, err := NewManager(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, follow := range []bool{false, true} {
+		err = m.Read(t.Context(), "nope", 10, follow, func([]byte) error { return nil })
+		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `log "nope" was not registered`) {
+			t.Fatalf("unknown log, follow %v: %v", follow, err)
+		}
+	}
+
+	if err = m.Read(t.Context(), "../machined", -1, false, func([]byte) error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a path as the ID: %v", err)
+	}
+
+	if len(m.logs) != 0 {
+		t.Fatalf("reads of unknown logs left %d entries", len(m.logs))
+	}
+
+	w, _ := m.Writer("svc")
+
+	if err = m.Read(t.Context(), "svc", -1, false, func(b []byte) error { return fmt.Errorf("sent %q", b) }); err != nil {
+		t.Fatalf("registered log without lines: %v", err)
+	}
+
+	got := make(chan string, 1)
+
+	go m.Read(t.Context(), "svc", 10, true, func(b []byte) error { got <- string(b); return nil }) // the test's end stops it
+
+	time.Sleep(50 * time.Millisecond) // the follower waits for the file
+	fmt.Fprint(w, "first\n")
+
+	select {
+	case s := <-got:
+		if s != "first\n" {
+			t.Fatalf("followed %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower did not get the first line")
+	}
+
+	m.Close()
+
+	again, err := NewManager(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var buf bytes.Buffer
+	if err = again.Read(t.Context(), "svc", -1, false, func(b []byte) error { buf.Write(b); return nil }); err != nil || buf.String() != "first\n" {
+		t.Fatalf("a log of before the restart: %q, %v", buf.String(), err)
 	}
 }
