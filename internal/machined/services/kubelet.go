@@ -3,6 +3,8 @@ package services
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,6 +27,10 @@ const kubeletImageWait = 2 * time.Minute
 
 // KubeletServiceID is the supervisor ID of kubelet.
 const KubeletServiceID = "kubelet"
+
+// KubeletHealthzURL is kubelet's health endpoint: its default healthz address and port, in the
+// node's network namespace, where kubelet runs with the host's network.
+const KubeletHealthzURL = "http://127.0.0.1:10248/healthz"
 
 // kubeletConfigName is kubelet's config file in its folder (the spec's --config points there).
 const kubeletConfigName = "kubelet.yaml"
@@ -96,7 +102,33 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 				Env:         userfiles.Env(r.Config()),
 			}, nil
 		},
+		HealthFunc: func(ctx context.Context) error { return KubeletHealth(ctx, KubeletHealthzURL) },
+		// As upstream: kubelet takes a moment to serve healthz.
+		HealthSettings: system.HealthSettings{InitialDelay: 2 * time.Second},
 	}
+}
+
+// KubeletHealth asks kubelet's healthz endpoint at url, as upstream's kubelet health check:
+// healthy is 200 OK.
+func KubeletHealth(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+
+		return fmt.Errorf("kubelet healthz: %s: %s", resp.Status, body)
+	}
+
+	return nil
 }
 
 // writeKubeletConfig writes kubelet's config file (it holds no secrets, but kubelet's folder

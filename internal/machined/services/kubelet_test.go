@@ -1,9 +1,13 @@
 package services
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -54,4 +58,38 @@ func TestKubeletMounts(t *testing.T) {
 			assert.Equal(t, filepath.Join(root, m.Destination), m.Source)
 		}
 	}
+}
+
+// KubeletHealth is healthy on 200 from healthz, and not on an error status (naming it and
+// kubelet's words) or when nothing listens; the kubelet service carries it.
+func TestKubeletHealth(t *testing.T) {
+	var status atomic.Int32
+
+	status.Store(http.StatusServiceUnavailable)
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+
+			return
+		}
+
+		w.WriteHeader(int(status.Load()))
+		fmt.Fprint(w, "[-]syncloop failed")
+	}))
+
+	url := srv.URL + "/healthz"
+
+	err := KubeletHealth(t.Context(), url)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "503 Service Unavailable: [-]syncloop failed")
+
+	status.Store(http.StatusOK)
+	require.NoError(t, KubeletHealth(t.Context(), url))
+
+	srv.Close()
+	require.Error(t, KubeletHealth(t.Context(), url), "nothing listens")
+
+	svc := Kubelet(&runtime.Runtime{Paths: runtime.Paths{Root: t.TempDir()}})
+	require.NotNil(t, svc.HealthFunc, "the kubelet service has no health check")
 }
