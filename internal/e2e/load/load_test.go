@@ -45,6 +45,9 @@ var (
 	streams  = flag.Int("load.streams", 40, "concurrent logs -f and events streams (half each)")
 	unary    = flag.Int("load.unary", 4, "clients calling Version in a loop")
 	conns    = flag.Int("load.conns", 4, "client connections the streams are spread over")
+	// maxP99 is far above what a loaded 2-core machine under -race shows (tens of milliseconds):
+	// it fails a hang or a pathological slowdown, not a slow machine.
+	maxP99 = flag.Duration("load.max-p99", 5*time.Second, "the unary calls' p99 latency that fails the test")
 )
 
 const nodeAddr = "127.5.42.2"
@@ -124,6 +127,20 @@ func TestLoad(t *testing.T) {
 
 		if len(r.latencies) == 0 || r.streamsUp != int64(*streams) {
 			t.Fatalf("round %d: the load did not run: %d unary calls, %d of %d streams up", i+1, len(r.latencies), r.streamsUp, *streams)
+		}
+
+		if p99 := pct(r.latencies, 99); p99 > *maxP99 {
+			t.Errorf("round %d: unary p99 latency %v, over %v", i+1, p99, *maxP99)
+		}
+
+		// Calls did not stall: at least one per client per second (thousands run meanwhile).
+		if minCalls := *unary * int(duration.Seconds()); len(r.latencies) < minCalls {
+			t.Errorf("round %d: %d unary calls in %v from %d clients, want at least %d", i+1, len(r.latencies), *duration, *unary, minCalls)
+		}
+
+		// Every stream delivered its history: the tail of machined's log or of the events.
+		if r.streamMsgs < int64(*streams) {
+			t.Errorf("round %d: %d stream messages over %d streams, want at least one each", i+1, r.streamMsgs, *streams)
 		}
 
 		silentDeadline := time.Now().Add(30 * time.Second)
