@@ -61,6 +61,15 @@ type nodeView struct {
 	logs                   string
 	cpu, mem               []float64 // percent samples, oldest first
 	lastBusy, lastTotal    uint64
+	io                     ioCounters  // network and disk bytes at the last sample
+	ioRate                 *ioCounters // bytes per second between the last two samples
+}
+
+// ioCounters are a node's network bytes (every device but lo: a process-mode node's own API
+// traffic is loopback) and disk bytes (sectors of 512 bytes).
+type ioCounters struct {
+	at                                time.Time
+	netRx, netTx, diskRead, diskWrite float64
 }
 
 type dashboard struct {
@@ -94,7 +103,7 @@ func newDashboard(s *session, interval time.Duration) *dashboard {
 	top := tview.NewFlex().AddItem(d.summary, 0, 1, false).AddItem(d.graphs, 0, 1, false)
 	layout := tview.NewFlex().SetDirection(tview.FlexRow).
 		AddItem(d.header, 1, 0, false).
-		AddItem(top, 14, 0, false).
+		AddItem(top, 16, 0, false).
 		AddItem(d.logBox, 0, 1, false).
 		AddItem(footer, 1, 0, false)
 
@@ -237,9 +246,49 @@ func readNode(ctx context.Context, c *client.Client, v *nodeView) error {
 		slices.Sort(v.addresses)
 	}
 
+	readIO(ctx, c, v)
+
 	v.logs = tailLog(ctx, c, "machined", 30)
 
 	return nil
+}
+
+// readIO samples the network and disk counters; from the second sample on, v.ioRate holds
+// their rates.
+func readIO(ctx context.Context, c *client.Client, v *nodeView) {
+	netStats, err := c.MachineClient.NetworkDeviceStats(ctx, &emptypb.Empty{})
+	if err != nil || len(netStats.GetMessages()) == 0 {
+		return
+	}
+
+	disk, err := c.MachineClient.DiskStats(ctx, &emptypb.Empty{})
+	if err != nil || len(disk.GetMessages()) == 0 {
+		return
+	}
+
+	now := ioCounters{at: time.Now()}
+
+	for _, dev := range netStats.GetMessages()[0].GetDevices() {
+		if dev.GetName() != "lo" {
+			now.netRx += float64(dev.GetRxBytes())
+			now.netTx += float64(dev.GetTxBytes())
+		}
+	}
+
+	total := disk.GetMessages()[0].GetTotal()
+	now.diskRead, now.diskWrite = float64(total.GetReadSectors()*512), float64(total.GetWriteSectors()*512)
+
+	if last := v.io; !last.at.IsZero() {
+		if secs := now.at.Sub(last.at).Seconds(); secs > 0 {
+			rate := func(a, b float64) float64 { return max(0, b-a) / secs }
+			v.ioRate = &ioCounters{
+				netRx: rate(last.netRx, now.netRx), netTx: rate(last.netTx, now.netTx),
+				diskRead: rate(last.diskRead, now.diskRead), diskWrite: rate(last.diskWrite, now.diskWrite),
+			}
+		}
+	}
+
+	v.io = now
 }
 
 func tailLog(ctx context.Context, c *client.Client, id string, lines int32) string {
@@ -299,6 +348,12 @@ func (d *dashboard) render() {
 
 	fmt.Fprintf(&b, "Node:      %s\nHost:      %s\nVersion:   %s\nUptime:    %s\n", node, v.hostname, v.version, v.uptime)
 	fmt.Fprintf(&b, "CPU:       %s\nMemory:    %d MiB / %d MiB\nProcesses: %d\n", percent(v.cpu), v.memUsed>>20, v.memTotal>>20, v.processes)
+	if r := v.ioRate; r != nil {
+		fmt.Fprintf(&b, "Network:   rx %s/s, tx %s/s\nDisk:      read %s/s, write %s/s\n", bytesText(r.netRx), bytesText(r.netTx), bytesText(r.diskRead), bytesText(r.diskWrite))
+	} else {
+		b.WriteString("Network:   -\nDisk:      -\n")
+	}
+
 	fmt.Fprintf(&b, "Addresses: %s\nServices:  %s\n", strings.Join(v.addresses, ", "), strings.Join(v.services, ", "))
 
 	if v.err != "" {
@@ -308,6 +363,22 @@ func (d *dashboard) render() {
 	d.summary.SetText(b.String())
 	d.graphs.SetText(fmt.Sprintf("CPU %s\n%s\n\nMemory %s\n%s", percent(v.cpu), sparkline(v.cpu), percent(v.mem), sparkline(v.mem)))
 	d.logBox.SetText(tview.Escape(v.logs)).ScrollToEnd()
+}
+
+// bytesText is n bytes in binary units: "512 B", "1.5 KiB".
+func bytesText(n float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB"}
+	i := 0
+
+	for ; n >= 1024 && i < len(units)-1; i++ {
+		n /= 1024
+	}
+
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", n)
+	}
+
+	return fmt.Sprintf("%.1f %s", n, units[i])
 }
 
 func percent(s []float64) string {

@@ -90,6 +90,8 @@ func TestIntegrationDashboardTmux(t *testing.T) {
 	}
 
 	screen("Host:      "+hostnames[0], "Version:   "+tag, "apid", "Node:      "+nodes[0], "CPU")
+	// From the second sample on: rates from NetworkDeviceStats and DiskStats.
+	screen("Network:   rx ", "/s, tx ", "Disk:      read ", "/s, write ")
 
 	tmux("send-keys", "-t", "dash", "Right")
 	screen("Host:      "+hostnames[1], "Node:      "+nodes[1])
