@@ -2,18 +2,26 @@
 # The test suite: vet, golangci-lint (hack/lint.sh), then every package's tests with the race
 # detector. Integration tests start real machined, apid and etcd processes on loopback addresses
 # (127.5.x.y).
+#
+# The tests run with -json through hack/testcheck, which prints what go test prints, fails the
+# run on a skipped test whose reason is not allowed in hack/skips.txt, and ends with the skips
+# and each package's duration. The raw events are kept in _out/test.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 go vet ./...
 ./hack/lint.sh
+
+mkdir -p _out
+go build -o _out/testcheck ./hack/testcheck
+
 # -count=1: the end-to-end packages build the node binaries themselves, which the test cache
 # cannot see, so a cached pass could hide a change.
-go test -count=1 -race -timeout 60m "$@" ./...
+go test -count=1 -race -timeout 60m -json "$@" ./... | tee _out/test.json | _out/testcheck
 # The clock-jump fault sets the host's clock, so it runs alone, after every other package, and
 # only as root (internal/e2e/faults/clock_test.go).
 if [ "$(id -u)" = 0 ]; then
-  FAULTS_CLOCK_JUMP=1 go test -count=1 -v -run TestClockJump "$@" ./internal/e2e/faults/
+  FAULTS_CLOCK_JUMP=1 go test -count=1 -json -run TestClockJump "$@" ./internal/e2e/faults/ | _out/testcheck
 fi
 # Every fuzz target for a bounded time (hack/fuzz.sh: 30 s each, FuzzApplyConfig 90 s).
 ./hack/fuzz.sh

@@ -61,9 +61,7 @@ func run(m *testing.M) int {
 	}
 
 	if reason != "" {
-		fmt.Fprintf(os.Stderr, "SKIP container e2e suite: %s\n", reason)
-
-		return 0
+		return testenv.SkipSuite("container e2e suite", reason)
 	}
 
 	for _, d := range []*string{&binDir, &home, &stateRoot, &hostMount} {

@@ -78,8 +78,7 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(home)
 
 	if flag.Parse(); testing.Short() {
-		fmt.Fprintln(os.Stderr, "faults: skipped with -short (the suite takes minutes)")
-		return 0
+		return testenv.SkipSuite("faults suite", "skipped with -short (the suite takes minutes)")
 	}
 
 	if binDir, err = testenv.Binaries(); err != nil {

@@ -44,9 +44,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	if reason := skipReason(); reason != "" {
-		fmt.Fprintf(os.Stderr, "SKIP metal e2e suite: %s\n", reason)
-
-		return 0
+		return testenv.SkipSuite("metal e2e suite", reason)
 	}
 
 	var err error
