@@ -60,10 +60,11 @@ type BootAssets struct {
 // (bonding, 8021q for VLANs, bridge, wireguard, dummy, and softdog: the watchdog a
 // WatchdogTimerConfig can drive where the machine has none the kernel knows), nf_tables and its conntrack match for the ingress
 // firewall, XFS for an installed disk's partitions, FAT for its EFI partition, dm-crypt and
-// its crypto for encrypted ones (metal.EncryptionModules) and ISO 9660 for
-// talos.config=metal-iso, each with what it depends on.
+// its crypto for encrypted ones (metal.EncryptionModules), ISO 9660 for
+// talos.config=metal-iso, and the IDE controller and CD-ROM driver nocloud's cidata drive sits
+// on under Proxmox (ata_piix, sr_mod), each with what it depends on.
 var bootModules = append(append(slices.Clone(metal.BootModules),
-	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod",
+	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod", "ata_piix", "sr_mod",
 	"bonding", "8021q", "bridge", "wireguard", "dummy", "softdog", "nf_tables", "nft_ct", "xfs", "vfat", "nls_cp437", "nls_ascii", "isofs"), metal.EncryptionModules...)
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it

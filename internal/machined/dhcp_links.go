@@ -7,15 +7,21 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/platform"
 )
 
 // bootDHCPLinks are the links a metal boot leased addresses on (no ip= on the kernel's command
 // line): those not in talos.network.interface.ignore that have a global IPv4 address (DHCPv4)
 // or, v6, a global IPv6 /128 (DHCPv6's; router advertisements' are /64). machined keeps their
-// leases.
-func bootDHCPLinks(platform string, v6 bool) []string {
-	if platform != runtime.PlatformMetal {
+// leases. A platform that configured the links (nocloud's network-config) names those it
+// leased on: a static address is no lease.
+func bootDHCPLinks(mode string, published *platform.Published, v6 bool) []string {
+	if mode != runtime.PlatformMetal {
 		return nil
+	}
+
+	if published != nil && published.Network != nil && len(published.Network.Links) > 0 {
+		return published.DHCPLinks
 	}
 
 	data, err := os.ReadFile("/proc/cmdline")

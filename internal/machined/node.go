@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/machined/controllers"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/resources"
@@ -34,6 +36,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/system/logsend"
 	"github.com/talos-go/talos/internal/machined/upgrade"
 	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/platform"
 )
 
 type powerAction int
@@ -288,12 +291,26 @@ func (n *node) StartResources(ctx context.Context) error {
 		return fmt.Errorf("parsing node address: %w", err)
 	}
 
+	// What the platform said at boot (metal's initramfs wrote it; internal/platform).
+	var published *platform.Published
+
+	if n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine() {
+		p, ok, err := platform.Read(filepath.Join(n.r.Paths.Root, container.InitramfsDir, platform.File))
+		if err != nil {
+			return err
+		}
+
+		if ok {
+			published, n.r.PlatformName = &p, p.Metadata.Platform
+		}
+	}
+
 	if err = controllers.Register(rt, controllers.Options{
 		Address:          n.opts.Address,
 		SharesHost:       n.r.SharesHost(),
 		OwnKernel:        n.opts.Platform == runtime.PlatformMetal,
-		DHCPLinks:        bootDHCPLinks(n.opts.Platform, false),
-		DHCP6Links:       bootDHCPLinks(n.opts.Platform, true),
+		DHCPLinks:        bootDHCPLinks(n.opts.Platform, published, false),
+		DHCP6Links:       bootDHCPLinks(n.opts.Platform, published, true),
 		LoadModule:       metal.LoadModule,
 		LoadModuleWith:   metal.LoadModuleWith,
 		Udev:             n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine(),
@@ -314,6 +331,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		DNSLog:               n.dnsLog,
 		RegistryHostsDir:     services.NewContainerdPaths(n.r.Paths).RegistryHosts,
 		Events:               n.r.Events,
+		Platform:             published,
 	}); err != nil {
 		return err
 	}

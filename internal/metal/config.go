@@ -2,6 +2,7 @@ package metal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/talos-go/talos/internal/platform"
 )
 
 // Fetching talos.config: each try is bounded, and the tries go on, a little further apart each
@@ -76,22 +79,34 @@ func ConfigURL(arg string, vars map[string]string) (string, error) {
 // FetchConfig downloads the machine config at rawURL into dst, retrying for a while: the
 // server may come up after the machine.
 func FetchConfig(ctx context.Context, rawURL, dst string) error {
+	body, err := download(ctx, "talos.config", rawURL, false)
+	if err != nil {
+		return err
+	}
+
+	return os.WriteFile(dst, body, 0o600)
+}
+
+// download GETs rawURL, trying again for configFetchFor; what names the download in the
+// console's lines. With notFoundFinal, a 404 is an answer (platform.ErrNotFound), not tried
+// again: a platform's optional document.
+func download(ctx context.Context, what, rawURL string, notFoundFinal bool) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, configFetchFor)
 	defer cancel()
 
 	wait := time.Second
 
 	for {
-		err := fetchOnce(ctx, rawURL, dst)
-		if err == nil {
-			return nil
+		body, err := fetchOnce(ctx, rawURL)
+		if err == nil || (notFoundFinal && errors.Is(err, platform.ErrNotFound)) {
+			return body, err
 		}
 
-		log("talos.config: %v; trying again in %s", err, wait)
+		log("%s: %v; trying again in %s", what, err, wait)
 
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("talos.config=%s: no config after %s: %w", rawURL, configFetchFor, err)
+			return nil, fmt.Errorf("%s=%s: nothing after %s: %w", what, rawURL, configFetchFor, err)
 		case <-time.After(wait):
 		}
 
@@ -99,33 +114,37 @@ func FetchConfig(ctx context.Context, rawURL, dst string) error {
 	}
 }
 
-func fetchOnce(ctx context.Context, rawURL, dst string) error {
+func fetchOnce(ctx context.Context, rawURL string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, configTryFor)
 	defer cancel()
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, fmt.Errorf("GET %s: %s: %w", rawURL, resp.Status, platform.ErrNotFound)
+	}
+
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", rawURL, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", rawURL, resp.Status)
 	}
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, configMaxSize+1))
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", rawURL, err)
+		return nil, fmt.Errorf("GET %s: %w", rawURL, err)
 	}
 
 	if len(body) > configMaxSize {
-		return fmt.Errorf("GET %s: larger than %d MiB: not a machine config", rawURL, configMaxSize>>20)
+		return nil, fmt.Errorf("GET %s: larger than %d MiB: not a machine config", rawURL, configMaxSize>>20)
 	}
 
-	return os.WriteFile(dst, body, 0o600)
+	return body, nil
 }

@@ -14,12 +14,14 @@ import (
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/udev"
 	"github.com/talos-go/talos/internal/uki"
@@ -44,7 +46,7 @@ const (
 // the folders the boot mounts things on (an installed disk's partitions are mounted under /disk,
 // which is a tmpfs otherwise).
 var InitramfsAdded = []string{
-	strings.TrimPrefix(downloadedConfig, "/"), ".extra", "root", "image", "metal-iso",
+	strings.TrimPrefix(downloadedConfig, "/"), strings.TrimPrefix(platform.File, "/"), strings.TrimPrefix(volumeDir, "/"), ".extra", "root", "image", "metal-iso",
 	"disk/" + partition.Boot, "disk/" + partition.Meta, "disk/" + partition.State, "disk/" + partition.Ephemeral, "disk/rootfs",
 }
 
@@ -78,8 +80,9 @@ func InitMain([]string) error {
 
 	cmdline := ParseCmdline(string(b))
 
-	if p := cmdline.Get("talos.platform"); p != "metal" {
-		return fmt.Errorf("talos.platform=%q: this initramfs boots talos.platform=metal", p)
+	platformName := cmdline.Get("talos.platform")
+	if err = platform.Check(platformName); err != nil {
+		return err
 	}
 
 	if err = cmdline.CheckKSPP(); err != nil {
@@ -119,18 +122,32 @@ func InitMain([]string) error {
 	phases := startPhases()
 
 	// A static ip= configures its link; otherwise DHCPv4 runs on every link not ignored, and the
-	// first lease's address is the node's.
-	if ip.Address.IsValid() {
-		err = configureNetwork(ip)
-	} else {
-		ip, err = fromDHCP(cmdline.List("talos.network.interface.ignore"))
+	// first lease's address is the node's. A platform other than metal says what the network is
+	// (nocloud's network-config) and brings the boot's own up only when it needs it.
+	boot := &bootNetwork{ip: ip, ignore: cmdline.List("talos.network.interface.ignore")}
+	published := platform.Published{Data: platform.Data{Metadata: runtimeres.PlatformMetadataSpec{Platform: platform.Metal}}}
+
+	if p, ok := platforms[platformName]; ok {
+		if published.Data, err = p.Data(context.Background(), platformEnv(cmdline, mods, boot)); err != nil {
+			return err
+		}
 	}
 
+	address, leased, err := applyPlatformNetwork(published.Network, boot)
 	if err != nil {
 		return err
 	}
 
+	ip, ip.Address = boot.ip, address
+	if published.Network != nil && len(published.Network.Links) > 0 {
+		published.DHCPLinks = leased
+	}
+
 	hostname := ip.Hostname
+	if host, _ := published.Network.HostnameParts(); host != "" {
+		hostname = host
+	}
+
 	if hostname == "" {
 		hostname = "talos"
 	}
@@ -165,8 +182,22 @@ func InitMain([]string) error {
 	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules, Initramfs: "/", Init: "/init"}
 
 	// talos.config= is the first boot's config, downloaded now that the network is up, or read
-	// from a metal-iso volume; an installed node has its config on STATE.
-	if arg := cmdline.Get("talos.config"); arg == MetalISO && !installed {
+	// from a metal-iso volume; a platform's is its user data; an installed node has its config
+	// on STATE.
+	if arg := cmdline.Get("talos.config"); platformName != platform.Metal {
+		if arg != "" {
+			log("talos.config=%s is metal's: on talos.platform=%s the machine config is the platform's user data", arg, platformName)
+		}
+
+		if published.Config != nil && !installed {
+			spec.Config = downloadedConfig
+			if err = os.WriteFile(spec.Config, published.Config, 0o600); err != nil {
+				return err
+			}
+
+			log("talos.platform=%s: the machine config is the platform's user data", platformName)
+		}
+	} else if arg == MetalISO && !installed {
 		spec.Config = downloadedConfig
 
 		dev, err := configFromISO(mods, spec.Config)
@@ -187,6 +218,10 @@ func InitMain([]string) error {
 		}
 
 		log("talos.config: downloaded the machine config from %s", url)
+	}
+
+	if err = platform.Write(platform.File, published); err != nil {
+		return err
 	}
 
 	if err = container.BuildMetalRoot(spec); err != nil {
@@ -386,22 +421,6 @@ func mountDisk(mods *Modules) (bool, error) {
 	log("booting the installed disk %s: BOOT, STATE and EPHEMERAL mounted", parts[partition.Boot].Disk)
 
 	return true, nil
-}
-
-// fromDHCP runs DHCP on the links and returns the first lease as the node's network.
-func fromDHCP(ignore []string) (IPConfig, error) {
-	if err := loUp(); err != nil {
-		return IPConfig{}, err
-	}
-
-	leases, err := dhcpAll(context.Background(), ignore)
-	if err != nil {
-		return IPConfig{}, err
-	}
-
-	l := leases[0]
-
-	return IPConfig{Address: l.Address, Gateway: l.Gateway, Hostname: l.Hostname, Device: l.Link, DNS: l.DNS}, nil
 }
 
 func loUp() error {

@@ -33,6 +33,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/controllers/timesync"
 	"github.com/talos-go/talos/internal/machined/events"
 	"github.com/talos-go/talos/internal/machined/trustbundle"
+	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -87,6 +88,10 @@ type Options struct {
 	RegistryHostsDir string
 	// Events is the node's event bus, which an EventSinkConfig sends on; nil: none is sent.
 	Events *events.Bus
+	// Platform is what the platform the node booted on said (internal/platform): its
+	// PlatformMetadata, and the hostname, name servers and time servers under the config's.
+	// Nil: none (a node not booted by the metal initramfs).
+	Platform *platform.Published
 }
 
 // List is every controller of the node.
@@ -122,18 +127,24 @@ func List(opts Options) []controller.Controller {
 		seccompDir = filepath.Join(opts.Root, constants.SeccompProfilesDirectory)
 	}
 
+	// The platform's network: its hostname, name servers and time servers, under the config's.
+	var p platform.Network
+	if opts.Platform != nil && opts.Platform.Network != nil {
+		p = *opts.Platform.Network
+	}
+
 	list := []controller.Controller{
 		configctrl.NewMachineTypeController(),
 		&hardwarectrl.SystemInformationController{},
 		&hardwarectrl.ProcessorController{},
 		&blockctrl.DiskController{},
-		networkctrl.NewHostnameSpecController(opts.Address),
+		networkctrl.NewHostnameSpecController(opts.Address, p.Hostname),
 		networkctrl.NewHostnameStatusController(applyHostname),
 		nodeAddresses,
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},
 		&networkctrl.RouteStatusController{},
-		&timesync.SyncController{Sync: opts.OwnKernel, Log: opts.TimeLog},
+		&timesync.SyncController{Sync: opts.OwnKernel, Log: opts.TimeLog, PlatformServers: p.TimeServers},
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
 		&clusterctrl.MemberController{},
 		&etcdctrl.MemberController{Etcd: opts.Etcd},
@@ -183,6 +194,10 @@ func List(opts Options) []controller.Controller {
 		list = append(list, &runtimectrl.EventsSinkController{Events: opts.Events})
 	}
 
+	if opts.Platform != nil {
+		list = append(list, &runtimectrl.PlatformMetadataController{Spec: opts.Platform.Metadata})
+	}
+
 	// A node on its own kernel runs udevd: its block devices, their probes and links.
 	if opts.Udev {
 		list = append(list, &blockctrl.UdevController{Sysfs: "/sys", LoadModalias: opts.LoadModalias},
@@ -197,7 +212,7 @@ func List(opts Options) []controller.Controller {
 			list = append(list, &networkctrl.EtcHostsController{Address: opts.Address, Path: container.HostsPath})
 		}
 
-		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog},
+		list = append(list, &networkctrl.ResolverController{Root: opts.Root, Log: opts.DNSLog, Platform: p.Resolvers},
 			&crictrl.RegistriesController{Dir: opts.RegistryHostsDir},
 			// The ingress firewall: the node's own network namespace only, never the host's.
 			&networkctrl.NfTablesChainConfigController{}, &networkctrl.NfTablesChainController{LoadModule: opts.LoadModule})

@@ -69,6 +69,7 @@ var Definitions = []meta.ResourceWithRD{
 	&runtimeres.MachineStatus{},
 	&runtimeres.MetaKey{},
 	&runtimeres.KernelParamStatus{},
+	&runtimeres.PlatformMetadata{},
 	&runtimeres.KernelModuleSpec{},
 	&runtimeres.KmsgLogConfig{},
 	&runtimeres.EventSinkConfig{},

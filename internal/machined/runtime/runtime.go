@@ -40,10 +40,13 @@ func (m Mode) InContainer() bool { return m == PlatformContainer }
 
 // Runtime is shared by every part of one machined.
 type Runtime struct {
-	Platform string
-	Address  string // the node's address (container mode: its loopback address)
-	Paths    Paths
-	Binary   string // path of the multi-call binary, for starting apid and trustd
+	Platform string // the mode: container or metal
+	// PlatformName is the platform a metal node booted on (talos.platform=: metal, nocloud);
+	// empty: Platform's.
+	PlatformName string
+	Address      string // the node's address (container mode: its loopback address)
+	Paths        Paths
+	Binary       string // path of the multi-call binary, for starting apid and trustd
 
 	State state.State
 	// Controllers gives the controller runtime's dependency graph (the inspect API).

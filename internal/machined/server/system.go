@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -27,7 +28,7 @@ func (s *Machine) Version(ctx context.Context, _ *emptypb.Empty) (*machine.Versi
 			Tag: version.Tag, Sha: version.SHA, Built: version.Built, GoVersion: version.GoVersion(),
 			Os: goruntime.GOOS, Arch: goruntime.GOARCH,
 		},
-		Platform: &machine.PlatformInfo{Name: s.R.Platform, Mode: s.R.Platform},
+		Platform: &machine.PlatformInfo{Name: cmp.Or(s.R.PlatformName, s.R.Platform), Mode: s.R.Platform},
 		Features: &machine.FeaturesInfo{Rbac: true},
 	}}}, nil
 }

@@ -21,11 +21,12 @@ import (
 type HostnameSpecController = transform.Controller[*network.NodeAddress, *network.HostnameSpec]
 
 // NewHostnameSpecController declares HostnameSpec: machine.network.hostname from the config,
-// else a name generated from address, the one the node was started with (stable across
-// restarts, and unchanged when links come up later). The default NodeAddress, not the config,
+// else the platform's (platformHostname, which may be a FQDN: nocloud's local-hostname), else a
+// name generated from address, the one the node was started with (stable across restarts, and
+// unchanged when links come up later). The default NodeAddress, not the config,
 // is the input: it exists from the start, and a node has a hostname before it has a config
 // (maintenance mode answers with it).
-func NewHostnameSpecController(address string) *HostnameSpecController {
+func NewHostnameSpecController(address, platformHostname string) *HostnameSpecController {
 	return transform.NewController(
 		transform.Settings[*network.NodeAddress, *network.HostnameSpec]{
 			Name: "network.HostnameSpecController",
@@ -44,6 +45,10 @@ func NewHostnameSpecController(address string) *HostnameSpecController {
 
 				spec := out.TypedSpec()
 				spec.Hostname, spec.Domainname, spec.ConfigLayer = GeneratedHostname(address), "", network.ConfigDefault
+				if platformHostname != "" {
+					spec.ConfigLayer = network.ConfigPlatform
+					spec.Hostname, spec.Domainname, _ = strings.Cut(platformHostname, ".")
+				}
 
 				if cfg != nil && cfg.Config().Machine() != nil {
 					if configured := cfg.Config().Machine().Network().Hostname(); configured != "" {

@@ -34,7 +34,7 @@ func withHostname(name string) func(*v1alpha1.Config) {
 }
 
 func TestHostnameSpec(t *testing.T) {
-	env := ctest.Start(t, networkctrl.NewHostnameSpecController("127.5.0.2"))
+	env := ctest.Start(t, networkctrl.NewHostnameSpecController("127.5.0.2", ""))
 
 	assertSpec := func(hostname, domain string, layer network.ConfigLayer) {
 		t.Helper()
@@ -75,7 +75,7 @@ func TestHostnameSpec(t *testing.T) {
 }
 
 func TestHostnameSpecKeepsItsSeed(t *testing.T) {
-	env := ctest.Start(t, networkctrl.NewHostnameSpecController("10.5.0.2"))
+	env := ctest.Start(t, networkctrl.NewHostnameSpecController("10.5.0.2", ""))
 
 	// Links come up with other addresses later (DHCP): the generated name does not change.
 	addr := nodeAddress(network.NodeAddressDefaultID)
@@ -95,6 +95,31 @@ func TestHostnameSpecKeepsItsSeed(t *testing.T) {
 		a.Equal(networkctrl.GeneratedHostname("10.5.0.2"), r.TypedSpec().Hostname)
 		a.Equal(network.ConfigDefault, r.TypedSpec().ConfigLayer)
 	})
+}
+
+// A platform's hostname (nocloud's local-hostname) is under the config's and over the
+// generated one.
+func TestHostnameSpecFromPlatform(t *testing.T) {
+	env := ctest.Start(t, networkctrl.NewHostnameSpecController("10.5.0.2", "node-1.lab.example"))
+	env.Create(nodeAddress(network.NodeAddressDefaultID))
+
+	assertSpec := func(hostname, domain string, layer network.ConfigLayer) {
+		t.Helper()
+
+		ctest.AssertResource(env, network.HostnameID, func(r *network.HostnameSpec, a *assert.Assertions) {
+			a.Equal(hostname, r.TypedSpec().Hostname)
+			a.Equal(domain, r.TypedSpec().Domainname)
+			a.Equal(layer, r.TypedSpec().ConfigLayer)
+		})
+	}
+
+	assertSpec("node-1", "lab.example", network.ConfigPlatform)
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
+	assertSpec("node-1", "lab.example", network.ConfigPlatform)
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, withHostname("cp-1")))
+	assertSpec("cp-1", "", network.ConfigMachineConfiguration)
 }
 
 func TestGeneratedHostname(t *testing.T) {

@@ -91,6 +91,9 @@ type ResolverController struct {
 	// Log is where the host DNS logs (`talosctl logs dns-resolve-cache`); nil: the
 	// controller's logger.
 	Log *zap.Logger
+	// Platform are the platform's name servers (nocloud's network-config), under the config's
+	// and the DHCP leases'.
+	Platform []netip.Addr
 
 	resolver  *hostdns.Resolver
 	listeners map[netip.AddrPort]*hostdns.Listener
@@ -197,8 +200,8 @@ func leasedNameservers(ctx context.Context, r controller.Reader) ([]netip.Addr, 
 	return out, nil
 }
 
-// reconcile runs the resolvers: the config's, else the DHCP leases' (leased), else upstream's
-// defaults.
+// reconcile runs the resolvers: the config's, else the DHCP leases' (leased), else the
+// platform's, else upstream's defaults.
 func (ctrl *ResolverController) reconcile(ctx context.Context, r controller.Runtime, log *zap.Logger, c talosconfig.Config, leased []netip.Addr) error {
 	var servers []netip.Addr
 
@@ -208,8 +211,14 @@ func (ctrl *ResolverController) reconcile(ctx context.Context, r controller.Runt
 		}
 	}
 
-	if len(leased) > 0 && (c == nil || c.Machine() == nil || len(c.Machine().Network().Resolvers()) == 0) {
-		servers = leased
+	// Under the config's: the leases', else the platform's (nocloud's network-config).
+	if c == nil || c.Machine() == nil || len(c.Machine().Network().Resolvers()) == 0 {
+		switch {
+		case len(leased) > 0:
+			servers = leased
+		case len(ctrl.Platform) > 0:
+			servers = ctrl.Platform
+		}
 	}
 
 	want := hostDNSOf(c)

@@ -49,6 +49,9 @@ type SyncController struct {
 	// Log gets the syncs and failures (the runtime's logger, which shows warnings only, when
 	// nil): the node's log, where a clock step belongs.
 	Log *zap.Logger
+	// PlatformServers are the platform's NTP servers, used when the config names none (before
+	// upstream's default).
+	PlatformServers []string
 }
 
 // Name implements controller.Controller.
@@ -76,6 +79,9 @@ type settings struct {
 
 func (ctrl *SyncController) settings(ctx context.Context, r controller.Runtime) (settings, error) {
 	s := settings{servers: []string{constants.DefaultNTPServer}}
+	if len(ctrl.PlatformServers) > 0 {
+		s.servers = ctrl.PlatformServers
+	}
 
 	cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
 	if err != nil {

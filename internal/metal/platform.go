@@ -1,0 +1,330 @@
+package metal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/platform"
+	"github.com/talos-go/talos/internal/platform/nocloud"
+	"github.com/talos-go/talos/internal/udev"
+)
+
+// platforms are the platforms with a source of their own, by talos.platform= value; metal's is
+// the boot's (talos.config=, ip=).
+var platforms = map[string]platform.Platform{platform.Nocloud: nocloud.Nocloud{}}
+
+// volumeDir is where a platform's volume (nocloud's cidata) is mounted while it is read; in
+// InitramfsAdded.
+const volumeDir = "/platform-volume"
+
+// bootNetwork is the boot's own network, brought up once: ip='s, else DHCP on every link not
+// ignored (the first lease is the node's address).
+type bootNetwork struct {
+	ip     IPConfig
+	ignore []string
+	up     bool
+	leased []string // the links DHCP leased addresses on
+}
+
+// Up brings the network up, once.
+func (b *bootNetwork) Up() error {
+	if b.up {
+		return nil
+	}
+
+	if b.ip.Address.IsValid() {
+		if err := configureNetwork(b.ip); err != nil {
+			return err
+		}
+
+		b.up = true
+
+		return nil
+	}
+
+	if err := loUp(); err != nil {
+		return err
+	}
+
+	leases, err := dhcpAll(context.Background(), b.ignore)
+	if err != nil {
+		return err
+	}
+
+	l := leases[0]
+	b.ip = IPConfig{Address: l.Address, Gateway: l.Gateway, Hostname: l.Hostname, Device: l.Link, DNS: l.DNS}
+
+	for _, l := range leases {
+		b.leased = append(b.leased, l.Link)
+	}
+
+	b.up = true
+
+	return nil
+}
+
+// platformEnv is what a platform may use of this boot.
+func platformEnv(cmdline Cmdline, mods *Modules, net *bootNetwork) platform.Env {
+	serial, _ := os.ReadFile("/sys/class/dmi/id/product_serial")
+
+	return platform.Env{
+		Cmdline:   cmdline.Get,
+		Serial:    strings.TrimSpace(string(serial)),
+		Volume:    func(labels ...string) (string, string, func(), error) { return mountVolume(mods, labels) },
+		NetworkUp: net.Up,
+		Get: func(ctx context.Context, url string) ([]byte, error) {
+			return download(ctx, "talos.platform", url, true)
+		},
+		Log: log,
+	}
+}
+
+// mountVolume mounts read-only the ISO 9660 or FAT filesystem labelled one of labels. A CD-ROM
+// behind an IDE or SATA controller (Proxmox's cloud-init drive) shows up a little after its
+// controller's driver loads: the devices are looked at again, with their drivers, for a few
+// seconds.
+func mountVolume(mods *Modules, labels []string) (string, string, func(), error) {
+	for try := 0; ; try++ {
+		dev, fs, err := findVolume(labels)
+		if err != nil {
+			return "", "", nil, err
+		}
+
+		if dev != "" {
+			return mountRO(mods, dev, fs)
+		}
+
+		if try == 4 {
+			return "", "", nil, fmt.Errorf("%s: %w", strings.Join(labels, " or "), platform.ErrNoVolume)
+		}
+
+		if _, err = mods.LoadForDevices("/sys"); err != nil {
+			return "", "", nil, err
+		}
+
+		time.Sleep(time.Second)
+	}
+}
+
+// findVolume is the first block device holding an ISO 9660 or FAT filesystem with one of the
+// labels, and its filesystem ("" when there is none).
+func findVolume(labels []string) (string, string, error) {
+	devs, err := partition.Devices("/sys")
+	if err != nil {
+		return "", "", err
+	}
+
+	for _, d := range devs {
+		dev := filepath.Join("/dev", d.Name)
+
+		v, err := udev.Probe(dev)
+		if err == nil && (v.Filesystem == "iso9660" || v.Filesystem == "vfat") && slices.Contains(labels, v.Label) {
+			return dev, v.Filesystem, nil
+		}
+	}
+
+	return "", "", nil
+}
+
+func mountRO(mods *Modules, dev, fs string) (string, string, func(), error) {
+	modules := map[string][]string{"iso9660": {"isofs"}, "vfat": {"vfat", "nls_cp437", "nls_ascii"}}[fs] // FAT's default code page and character set
+	for _, m := range modules {
+		if err := mods.Load(m); err != nil {
+			return "", "", nil, err
+		}
+	}
+
+	if err := os.MkdirAll(volumeDir, 0o700); err != nil {
+		return "", "", nil, err
+	}
+
+	if err := unix.Mount(dev, volumeDir, fs, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return "", "", nil, fmt.Errorf("mounting %s (%s): %w", dev, fs, err)
+	}
+
+	return volumeDir, dev, func() { unix.Unmount(volumeDir, 0) }, nil //nolint:errcheck // read-only: nothing to lose
+}
+
+// applyPlatformNetwork sets a platform's network on the links, over the boot's own: a network
+// without links is the boot's own (ip=, else DHCP on every link), plus its routes. It returns
+// the node's address (the first static one, IPv4 first, else the first lease) and the links
+// DHCP leased on.
+func applyPlatformNetwork(n *platform.Network, boot *bootNetwork) (netip.Prefix, []string, error) {
+	if n == nil || len(n.Links) == 0 {
+		if err := boot.Up(); err != nil {
+			return netip.Prefix{}, nil, err
+		}
+
+		if n != nil {
+			if err := addRoutes("", n.Routes); err != nil {
+				return netip.Prefix{}, nil, err
+			}
+		}
+
+		return boot.ip.Address, boot.leased, nil
+	}
+
+	if err := loUp(); err != nil {
+		return netip.Prefix{}, nil, err
+	}
+
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return netip.Prefix{}, nil, fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer c.Close()
+
+	var (
+		static, leases []netip.Prefix
+		leased         = slices.Clone(boot.leased)
+	)
+
+	for i, l := range n.Links {
+		name, err := linkName(l)
+		if err != nil {
+			return netip.Prefix{}, nil, fmt.Errorf("talos.platform network: links[%d]: %w", i, err)
+		}
+
+		idx, err := container.LinkIndex(c, name)
+		if err != nil {
+			return netip.Prefix{}, nil, fmt.Errorf("talos.platform network: %w (is its driver in the initramfs?)", err)
+		}
+
+		if l.MTU > 0 {
+			if err = c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Attributes: &rtnetlink.LinkAttributes{MTU: uint32(l.MTU)}}); err != nil {
+				return netip.Prefix{}, nil, fmt.Errorf("%s: setting MTU %d: %w", name, l.MTU, err)
+			}
+		}
+
+		if err = container.SetLinkUp(c, idx); err != nil {
+			return netip.Prefix{}, nil, err
+		}
+
+		for _, a := range l.Addresses {
+			if err = container.AddAddress(name, a); err != nil && !errors.Is(err, unix.EEXIST) {
+				return netip.Prefix{}, nil, fmt.Errorf("%s: %w", name, err)
+			}
+
+			static = append(static, a)
+
+			log("%s: %s", name, a)
+		}
+
+		if (l.DHCP4 || l.DHCP6) && !slices.Contains(leased, name) {
+			lease, err := acquire(context.Background(), c, name)
+			if err != nil {
+				log("DHCP on %s: %v", name, err) // the link keeps its static addresses, if any
+			} else {
+				log("DHCP on %s: %s", name, lease.Address)
+
+				leases, leased = append(leases, lease.Address), append(leased, name)
+			}
+		}
+
+		if err = addRoutes(name, l.Routes); err != nil {
+			return netip.Prefix{}, nil, err
+		}
+	}
+
+	if err = addRoutes("", n.Routes); err != nil {
+		return netip.Prefix{}, nil, err
+	}
+
+	// The node's address: IPv4 before IPv6, static before leased, the boot's last.
+	all := append(append(static, leases...), boot.ip.Address)
+	slices.SortStableFunc(all, func(a, b netip.Prefix) int {
+		return map[bool]int{true: 0, false: 1}[a.Addr().Is4()] - map[bool]int{true: 0, false: 1}[b.Addr().Is4()]
+	})
+
+	for _, a := range all {
+		if a.IsValid() {
+			return a, leased, nil
+		}
+	}
+
+	return netip.Prefix{}, nil, errors.New("talos.platform network: no link got an address: give a link a static address or DHCP")
+}
+
+// linkName is the kernel's name of a platform's link: its name, or the card's with its MAC.
+func linkName(l platform.Link) (string, error) {
+	if l.MAC == "" {
+		return l.Name, nil
+	}
+
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+
+	for _, i := range ifaces {
+		if strings.EqualFold(i.HardwareAddr.String(), l.MAC) {
+			return i.Name, nil
+		}
+	}
+
+	return "", fmt.Errorf("no network card has the MAC address %s", l.MAC)
+}
+
+// addRoutes adds routes through link ("": the kernel picks the link that reaches the gateway),
+// with upstream's default metrics (1024 for IPv4, 2048 for IPv6) when they name none.
+func addRoutes(link string, routes []platform.Route) error {
+	if len(routes) == 0 {
+		return nil
+	}
+
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	defer c.Close()
+
+	var idx uint32
+	if link != "" {
+		if idx, err = container.LinkIndex(c, link); err != nil {
+			return err
+		}
+	}
+
+	for _, r := range routes {
+		family, metric := uint8(unix.AF_INET), uint32(network.DefaultRouteMetric)
+		if r.Via.Is6() {
+			family, metric = unix.AF_INET6, 2*network.DefaultRouteMetric
+		}
+
+		if r.Metric != 0 {
+			metric = r.Metric
+		}
+
+		msg := &rtnetlink.RouteMessage{
+			Family: family, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST,
+			Attributes: rtnetlink.RouteAttributes{Gateway: r.Via.AsSlice(), OutIface: idx, Priority: metric},
+		}
+
+		to := "default"
+		if r.To.IsValid() {
+			msg.DstLength, msg.Attributes.Dst, to = uint8(r.To.Bits()), r.To.Addr().AsSlice(), r.To.String()
+		}
+
+		if err = c.Route.Add(msg); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("adding the route to %s via %s: %w", to, r.Via, err)
+		}
+
+		log("route to %s via %s (metric %d)", to, r.Via, metric)
+	}
+
+	return nil
+}

@@ -1,0 +1,165 @@
+// Package platform is upstream's talos.platform=: where a node's first machine config (its
+// user data), its network and its metadata come from. The initramfs of a node on its own
+// kernel (internal/metal) chooses the platform by name, asks it for its Data, applies the
+// network and hands the rest to machined in File, which publishes it (PlatformMetadata, the
+// hostname, resolvers and time servers under the machine config's). Each platform is a package
+// below this one (nocloud); metal is the initramfs's own path (talos.config=, ip=).
+package platform
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+)
+
+// Names of the platforms a node boots on.
+const (
+	Metal   = "metal"
+	Nocloud = "nocloud"
+)
+
+// Known are the talos.platform= values a node boots with.
+var Known = []string{Metal, Nocloud}
+
+// Check refuses a talos.platform= value that names no platform here, listing those that are.
+func Check(name string) error {
+	if slices.Contains(Known, name) {
+		return nil
+	}
+
+	return fmt.Errorf("talos.platform=%q is not a platform this node boots on: give one of %s", name, strings.Join(Known, ", "))
+}
+
+// Platform is one source of a node's data.
+type Platform interface {
+	// Name is the talos.platform= value.
+	Name() string
+	// Data reads the user data, the network and the metadata from the platform's source. A
+	// source that is not there is no error: Data has no config (maintenance mode), and its
+	// Network is nil (the boot's own: ip= or DHCP on every link).
+	Data(ctx context.Context, env Env) (Data, error)
+}
+
+// Env is what a platform uses of the machine while the node boots.
+type Env struct {
+	// Cmdline is a kernel argument's value ("" when it is not given).
+	Cmdline func(key string) string
+	// Serial is the SMBIOS system serial number (/sys/class/dmi/id/product_serial).
+	Serial string
+	// Volume mounts read-only the filesystem with one of labels and returns its folder, its
+	// device and its unmount; ErrNoVolume when no device has such a label.
+	Volume func(labels ...string) (dir, dev string, unmount func(), err error)
+	// NetworkUp brings up the boot's network (ip=, else DHCP on every link), for a source that
+	// is reached over it.
+	NetworkUp func() error
+	// Get downloads a URL, trying again for a while; ErrNotFound when the server answers 404.
+	Get func(ctx context.Context, url string) ([]byte, error)
+	// Log writes a line to the console.
+	Log func(format string, args ...any)
+}
+
+// Errors an Env's functions return.
+var (
+	ErrNoVolume = errors.New("no volume with the label")
+	ErrNotFound = errors.New("not found")
+)
+
+// Data is what a platform gives a node.
+type Data struct {
+	// Config is the machine config (the user data); nil: none, the node waits in maintenance
+	// mode for one.
+	Config []byte `json:"-"`
+	// Network is the platform's network; nil: the boot's own.
+	Network  *Network                     `json:"network,omitempty"`
+	Metadata runtime.PlatformMetadataSpec `json:"metadata"`
+}
+
+// Network is a platform's network configuration (upstream's PlatformNetworkConfig): the node
+// applies it at boot, and the machine config's network comes on top of it.
+type Network struct {
+	Hostname string `json:"hostname,omitempty"` // may be a FQDN
+	// Links are the cards' configurations; none: the boot's own (ip=, else DHCP on every link).
+	Links []Link `json:"links,omitempty"`
+	// Routes go through no named link: the kernel picks the one that reaches the gateway.
+	Routes      []Route      `json:"routes,omitempty"`
+	Resolvers   []netip.Addr `json:"resolvers,omitempty"`
+	TimeServers []string     `json:"timeServers,omitempty"`
+}
+
+// Link is one network card's configuration.
+type Link struct {
+	Name      string         `json:"name,omitempty"` // the kernel's name; empty: the card with MAC
+	MAC       string         `json:"mac,omitempty"`  // picks the card when set
+	MTU       int            `json:"mtu,omitempty"`
+	DHCP4     bool           `json:"dhcp4,omitempty"`
+	DHCP6     bool           `json:"dhcp6,omitempty"`
+	Addresses []netip.Prefix `json:"addresses,omitempty"`
+	Routes    []Route        `json:"routes,omitempty"`
+}
+
+// Route is a route through a link; a zero To is the default route of Via's family.
+type Route struct {
+	To     netip.Prefix `json:"to"`
+	Via    netip.Addr   `json:"via"`
+	Metric uint32       `json:"metric,omitempty"`
+}
+
+// HostnameParts are the short name and the domain of the hostname, which may be a FQDN.
+func (n *Network) HostnameParts() (host, domain string) {
+	if n == nil {
+		return "", ""
+	}
+
+	host, domain, _ = strings.Cut(n.Hostname, ".")
+
+	return host, domain
+}
+
+// Published is what the boot hands machined in File: the platform's metadata and the parts of
+// its network machined keeps (the addresses and routes are on the links already).
+type Published struct {
+	Data
+	// DHCPLinks are the links the boot leased addresses on, whose leases machined renews; nil
+	// when Network is nil (machined finds them itself, as on metal).
+	DHCPLinks []string `json:"dhcpLinks,omitempty"`
+}
+
+// File is where the initramfs writes Published, at its root (machined sees the initramfs at
+// /system/initramfs).
+const File = "/platform.json"
+
+// Write stores p at path for machined.
+func Write(path string, p Published) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+
+	return os.WriteFile(path, b, 0o600)
+}
+
+// Read loads what the boot published; ok is false when it published nothing (a node booted
+// before platforms were published, or not by the initramfs).
+func Read(path string) (p Published, ok bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return p, false, nil
+	}
+
+	if err != nil {
+		return p, false, err
+	}
+
+	if err = json.Unmarshal(b, &p); err != nil {
+		return p, false, fmt.Errorf("%s: %w", path, err)
+	}
+
+	return p, true, nil
+}
