@@ -223,43 +223,50 @@ func TestEtcdMembers(t *testing.T) {
 	}
 }
 
+// Each command's answer is checked for what only the real answer holds: the node asked (its
+// address in the row), and a value from that node.
 func TestEverydayCommandsThroughApid(t *testing.T) {
+	row := func(node string, cols ...string) string { // a table row: the node, then the columns
+		return `(?m)^` + regexp.QuoteMeta(node) + `\s+` + strings.Join(cols, `\s+`) + `\s*$`
+	}
+	n2, nw := regexp.QuoteMeta(cp2), regexp.QuoteMeta(w1)
+
 	for _, tc := range []struct {
 		args []string
-		want string
+		want []string // regular expressions, each to match; one after "!" must not
 	}{
-		{[]string{"-n", cp2, "version"}, "Tag:"},
-		{[]string{"-n", cp2, "processes"}, "machined"},
-		{[]string{"-n", cp2, "mounts"}, "EPHEMERAL"},
-		{[]string{"-n", cp2, "ls", "/var/log"}, "machined.log"},
-		{[]string{"-n", cp2, "read", "/var/log/machined.log"}, "node is running"},
-		{[]string{"-n", cp2, "service", "apid"}, "Running"},
-		{[]string{"-n", cp2, "get", "hostname", "-o", "yaml"}, "hostname: e2e-controlplane-2"},
-		{[]string{"-n", cp2, "get", "etcdmembers"}, "EtcdMember   local"},
-		{[]string{"-n", w1, "get", "machinetype"}, "worker"},
-		{[]string{"-n", w1, "get", "cpus"}, "CPU_0"},
-		{[]string{"-n", w1, "get", "systeminformation"}, "systeminformation"},
-		{[]string{"-n", w1, "get", "disks", "-o", "yaml"}, "dev_path: /dev/"},
-		{[]string{"-n", cp2, "usage", "-d", "1", "/var"}, "/var/log"},
-		{[]string{"-n", cp1 + "," + cp2, "du", "/var/log"}, cp2},
+		{[]string{"-n", cp2, "version"}, []string{`(?m)^Server:\n\s+NODE:\s+` + n2 + `\n\s+Tag:\s+v\d+\.\d+\.\d+`}},
+		// The node's own etcd and apid, by their flags.
+		{[]string{"-n", cp2, "processes"}, []string{
+			row(cp2, `\d+`, `[RS]`, `.*/etcd --name=e2e-controlplane-2 .*`),
+			row(cp2, `\d+`, `[RS]`, `.*/machined apid --listen `+n2+`:50000 .*`),
+			`!/e2e-(controlplane-[13]|worker-1)/`, // nor another node's
+		}},
+		{[]string{"-n", cp2, "mounts"}, []string{row(cp2, "EPHEMERAL", `.*`, "/var"), row(cp2, "STATE", `.*`, "/system/state")}},
+		{[]string{"-n", cp2, "ls", "/var/log"}, []string{row(cp2, `machined\.log`), row(cp2, `etcd\.log`)}},
+		{[]string{"-n", cp2, "read", "/var/log/machined.log"}, []string{`node is running\s+\{"node": "` + n2 + `"`}},
+		{[]string{"-n", cp2, "service", "apid"}, []string{`(?m)^NODE\s+` + n2 + `\nID\s+apid\nSTATE\s+Running\nHEALTH\s+OK$`}},
+		{[]string{"-n", cp2, "get", "hostname", "-o", "yaml"}, []string{`(?ms)^node: ` + n2 + `$.*^\s+hostname: e2e-controlplane-2$`}},
+		{[]string{"-n", cp2, "get", "etcdmembers"}, []string{row(cp2, "etcd", "EtcdMember", "local", `\d+`, `[0-9a-f]{16}`)}},
+		{[]string{"-n", w1, "get", "machinetype"}, []string{row(w1, "config", "MachineType", "machine-type", `\d+`, "worker")}},
+		{[]string{"-n", w1, "get", "cpus"}, []string{row(w1, "hardware", "Processor", "CPU_0", `\d+`, `.*`, `[1-9]\d*`, `[1-9]\d*`)}},
+		{[]string{"-n", w1, "get", "systeminformation"}, []string{row(w1, "hardware", "SystemInformation", "systeminformation", `\d+.*`)}},
+		{[]string{"-n", w1, "get", "disks", "-o", "yaml"}, []string{`(?ms)^node: ` + nw + `$.*^\s+dev_path: /dev/\w+$.*^\s+size: [1-9]\d*$`}},
+		{[]string{"-n", cp2, "usage", "-d", "1", "/var"}, []string{row(cp2, `[1-9]\d*`, "/var/log"), row(cp2, `[1-9]\d*`, "/var")}},
+		{[]string{"-n", cp1 + "," + cp2, "du", "/var/log"}, []string{row(cp1, `[1-9]\d*`, "/var/log"), row(cp2, `[1-9]\d*`, "/var/log")}},
 	} {
 		// Some resources (etcd members) are polled by their controllers: allow them a moment.
-		deadline := time.Now().Add(20 * time.Second)
-
-		for {
+		testenv.WaitFor(t, "talosctl "+strings.Join(tc.args, " "), 20*time.Second, func() error {
 			out := must(t, tc.args...)
-			if strings.Contains(out, tc.want) {
-				break
+			for _, re := range tc.want {
+				not, ok := strings.CutPrefix(re, "!")
+				if regexp.MustCompile(not).MatchString(out) == ok {
+					return fmt.Errorf("want %s in\n%s", re, out)
+				}
 			}
 
-			if time.Now().After(deadline) {
-				t.Errorf("talosctl %s: want %q in\n%s", strings.Join(tc.args, " "), tc.want, out)
-
-				break
-			}
-
-			time.Sleep(500 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 }
 
@@ -608,11 +615,23 @@ func TestPatchMachineConfig(t *testing.T) {
 	}
 }
 
+// A reboot is a new boot: the node's boot ID (new at every start of machined) changes.
 func TestRebootReturns(t *testing.T) {
+	bootID := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n$`)
+
+	before := must(t, "-n", w1, "read", "/proc/sys/kernel/random/boot_id")
+	if !bootID.MatchString(before) {
+		t.Fatalf("boot ID before the reboot: %q", before)
+	}
+
 	must(t, "-n", w1, "reboot", "--wait=true", "--timeout", "2m")
 
-	out := must(t, "-n", w1, "version")
-	if !strings.Contains(out, "Tag:") {
+	after := must(t, "-n", w1, "read", "/proc/sys/kernel/random/boot_id")
+	if !bootID.MatchString(after) || after == before {
+		t.Fatalf("boot ID %q after the reboot, %q before: want a new one", after, before)
+	}
+
+	if out := must(t, "-n", w1, "version"); !regexp.MustCompile(`NODE:\s+` + regexp.QuoteMeta(w1)).MatchString(out) {
 		t.Fatalf("worker did not come back:\n%s", out)
 	}
 }
