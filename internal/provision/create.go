@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
@@ -318,6 +319,22 @@ func patch(cfg []byte, patches ...[]string) ([]byte, error) {
 	return out.Bytes()
 }
 
+// defaultTimeServer names the cluster's gateway as the node's time server when its config names
+// none: the network process serves NTP there, so the node keeps time (and etcd starts) without
+// the internet, instead of waiting for time.cloudflare.com. Servers the user named stay.
+func defaultTimeServer(cfg []byte, gw netip.Addr) ([]byte, error) {
+	loaded, err := configloader.NewFromBytes(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	if loaded.Machine() == nil || len(loaded.Machine().Time().Servers()) > 0 {
+		return cfg, nil
+	}
+
+	return patch(cfg, []string{fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gw)})
+}
+
 // Create writes the configs and starts every node; it does not wait for health (see Wait).
 func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	if err := req.check(); err != nil {
@@ -437,6 +454,11 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
+	if req.Provisioner == ProvisionerQEMU && len(req.Nameservers) == 0 {
+		// The cluster's network process forwards DNS on the bridge (qemu.NetworkSpec).
+		req.Nameservers = []string{gateway(req.networkCIDR()).Addr().String()}
+	}
+
 	for i, addr := range addrs {
 		typ, index, base, extra := TypeControlPlane, i+1, cfgs.ControlPlane, req.CPPatches
 		if i >= req.ControlPlanes {
@@ -474,6 +496,12 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		nodeCfg, err := patch(base, req.Patches, extra, own)
 		if err != nil {
 			return nil, nil, err
+		}
+
+		if req.Provisioner == ProvisionerQEMU {
+			if nodeCfg, err = defaultTimeServer(nodeCfg, gateway(req.networkCIDR()).Addr()); err != nil {
+				return nil, nil, err
+			}
 		}
 
 		node := Node{Name: name, Type: typ, Address: addr.String(), State: filepath.Join(dir, name), Config: filepath.Join(dir, name+".yaml"), UUID: id}

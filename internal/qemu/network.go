@@ -57,6 +57,9 @@ type NetworkSpec struct {
 	// (router advertisements: on-link, addresses from DHCPv6), and the nodes lease their
 	// addresses in it over DHCPv6 (NodeLease.Address6).
 	IPv6 netip.Prefix `json:"ipv6,omitempty"`
+	// DNSUpstreams are the servers the DNS on the gateway forwards to; none: the host's
+	// resolv.conf's.
+	DNSUpstreams []netip.AddrPort `json:"dnsUpstreams,omitempty"`
 }
 
 // ListenOnBridge listens on TCP at addr, an address of the cluster's bridge, before the bridge
@@ -139,8 +142,8 @@ type dhcpServer interface {
 	Close() error
 }
 
-// Serve answers DHCP (v4, and v6 with IPv6) on the bridge and serves the configs on l until ctx
-// ends.
+// Serve answers DHCP (v4, and v6 with IPv6) on the bridge, serves the configs on l, and NTP and
+// DNS on the gateway's address, until ctx ends.
 func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 	var (
 		dhcp, dhcp6 dhcpServer // nil: that family is not served
@@ -191,6 +194,8 @@ func Serve(ctx context.Context, spec NetworkSpec, l net.Listener) error {
 		}
 		defer stop()
 	}
+
+	defer spec.serveTimeAndNames()()
 
 	errs := make(chan error, 4)
 

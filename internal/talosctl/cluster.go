@@ -116,6 +116,12 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 				cidr = provision.DefaultContainerCIDR
 			}
 
+			if provisioner == provision.ProvisionerQEMU && !cmd.Flags().Changed("nameservers") {
+				// The cluster's network process answers DNS on the bridge (forwarding to the
+				// host's resolvers): the nodes resolve through it, online or not.
+				req.Nameservers = nil
+			}
+
 			prefix, err := netip.ParsePrefix(cidr)
 			if err != nil {
 				return fmt.Errorf("--cidr %q: %w (use a prefix like 127.5.0.0/24)", cidr, err)
@@ -271,7 +277,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.IntVar(&req.ControlPlanes, "controlplanes", 1, "the number of control plane nodes to create")
 	f.IntVar(&req.Workers, "workers", 1, "the number of worker nodes to create")
 	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ... (default 10.5.0.0/24 for --provisioner container or qemu)")
-	f.StringSliceVar(&req.Nameservers, "nameservers", []string{"8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2606:4700:4700::1111"}, "list of nameservers to use (--provisioner container or qemu)")
+	f.StringSliceVar(&req.Nameservers, "nameservers", []string{"8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2606:4700:4700::1111"}, "list of nameservers to use (--provisioner container or qemu; qemu's default: the bridge's address, where the cluster's network process forwards DNS to the host's resolvers)")
 	f.StringArrayVar(&req.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
 	f.StringArrayVar(&req.CPPatches, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'init' and 'controlplane' types)")
 	f.StringArrayVar(&req.WorkerPatches, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
