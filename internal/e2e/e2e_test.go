@@ -635,28 +635,3 @@ func TestRebootReturns(t *testing.T) {
 		t.Fatalf("worker did not come back:\n%s", out)
 	}
 }
-
-// TestStoppedNodeReported runs last (alphabetical order is not guaranteed: it is the last
-// function in the file, and go test runs tests in source order).
-func TestZStoppedNodeReported(t *testing.T) {
-	must(t, "-n", w1, "shutdown", "--wait=false")
-
-	deadline := time.Now().Add(time.Minute)
-
-	for {
-		stdout, stderr, code := talosctl(t, "-e", cp1, "-n", strings.Join([]string{cp1, cp2, w1}, ","), "memory")
-		if code != 0 && strings.Contains(stderr, w1) {
-			if len(rowsFor(stdout, cp1, cp2)) != 2 {
-				t.Fatalf("the live nodes must still answer:\n%s", stdout)
-			}
-
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("stopped node not reported: exit %d\n%s%s", code, stdout, stderr)
-		}
-
-		time.Sleep(200 * time.Millisecond)
-	}
-}

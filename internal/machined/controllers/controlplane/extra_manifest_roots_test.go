@@ -15,6 +15,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/controllers/controlplane"
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // An https extra manifest from a server of a private CA is fetched only once the node's roots
@@ -28,11 +29,14 @@ func TestExtraManifestsTrustNodeRoots(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		trusted bool
+		asked   int // fetches so far: each reads the roots
 	)
 
 	roots := func() (*x509.CertPool, error) {
 		mu.Lock()
 		defer mu.Unlock()
+
+		asked++
 
 		pool := x509.NewCertPool()
 		if trusted {
@@ -58,7 +62,14 @@ func TestExtraManifestsTrustNodeRoots(t *testing.T) {
 		return false
 	}
 
-	time.Sleep(time.Second) // several retries, each refused as an unknown authority
+	// Three fetches began, so two ended, each refused as an unknown authority (or one that
+	// should not have been fetched the manifest).
+	testenv.WaitFor(t, "three fetches", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+
+		return asked >= 3 || fetched()
+	})
 
 	if fetched() {
 		t.Fatal("the manifest was fetched from a server no root trusts")
