@@ -144,7 +144,7 @@ func (n *testNode) meta(t *testing.T) *meta.Store {
 func (n *testNode) run(t *testing.T, extra ...string) error {
 	t.Helper()
 
-	o, err := parseArgs(append([]string{"--state", n.state, "--address", "127.5.9.9"}, extra...))
+	o, err := parseArgs(append([]string{"--state", n.state, "--address", "127.5.0.9"}, extra...))
 	if err != nil {
 		t.Fatal(err)
 	}

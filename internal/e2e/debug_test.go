@@ -31,7 +31,7 @@ func TestClusterCreateWithDebugAndEndpoint(t *testing.T) {
 
 	t.Cleanup(func() { c.Run(t, "cluster", "destroy", "--name", "debug") })
 	c.Must(t, "cluster", "create", "--name", "debug", "--controlplanes", "2", "--workers", "0",
-		"--cidr", "127.5.41.0/24", "--with-debug", "--endpoint", "127.5.41.3", "--wait-timeout", "3m",
+		"--cidr", "127.5.46.0/24", "--with-debug", "--endpoint", "127.5.46.3", "--wait-timeout", "3m",
 		"--config-patch", fmt.Sprintf(`{"machine": {"logging": {"destinations": [{"endpoint": "tcp://%s", "format": "json_lines", "extraTags": {"test": "e2e"}}]}}}`, received.addr))
 
 	testenv.WaitFor(t, "apid's and machined's lines at the logging destination", time.Minute, func() error {
@@ -57,9 +57,9 @@ func TestClusterCreateWithDebugAndEndpoint(t *testing.T) {
 
 	// A change of the destinations takes effect without a reboot.
 	live := receiveJSONLogs(t)
-	c.Must(t, "-n", "127.5.41.2", "patch", "machineconfig", "--mode", "no-reboot", "--patch",
+	c.Must(t, "-n", "127.5.46.2", "patch", "machineconfig", "--mode", "no-reboot", "--patch",
 		fmt.Sprintf(`[{"op": "replace", "path": "/machine/logging/destinations/0/endpoint", "value": "tcp://%s"}]`, live.addr))
-	c.Must(t, "-n", "127.5.41.2", "logs", "apid") // something to log: apid serves the call
+	c.Must(t, "-n", "127.5.46.2", "logs", "apid") // something to log: apid serves the call
 
 	testenv.WaitFor(t, "the node's lines at the new destination", time.Minute, func() error {
 		if !live.has(func(m map[string]string) bool { return m["talos-service"] != "" && m["test"] == "e2e" }) {
@@ -85,7 +85,7 @@ func TestClusterCreateWithDebugAndEndpoint(t *testing.T) {
 	})
 
 	// apid's own log has the same lines, without the prefix.
-	if out := c.Must(t, "-n", "127.5.41.2", "logs", "apid"); strings.Contains(out, "apid: ") || out == "" {
+	if out := c.Must(t, "-n", "127.5.46.2", "logs", "apid"); strings.Contains(out, "apid: ") || out == "" {
 		t.Errorf("apid's log: %q", out[:min(len(out), 300)])
 	}
 }

@@ -20,7 +20,7 @@ import (
 // writes (nodes, control plane mirror pods, kube-proxy and CoreDNS with their status): each
 // fails, naming what is missing, until the cluster state it looks for is there.
 func TestKubernetesChecks(t *testing.T) {
-	kubeconfig := testenv.StartAPIServer(t, "127.5.14.2")
+	kubeconfig := testenv.StartAPIServer(t, "127.5.15.2")
 
 	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kubeconfig))
 	if err != nil {

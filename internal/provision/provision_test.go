@@ -34,7 +34,7 @@ func TestCreateShowDestroy(t *testing.T) {
 	var progress bytes.Buffer
 
 	req := provision.Request{
-		Name: "t1", ControlPlanes: 1, Workers: 1, CIDR: netip.MustParsePrefix("127.5.20.0/24"),
+		Name: "t1", ControlPlanes: 1, Workers: 1, CIDR: netip.MustParsePrefix("127.5.26.0/24"),
 		StateRoot: root, Binary: testenv.MachinedBinary(t), Progress: &progress,
 		Patches:       []string{`{"machine": {"certSANs": ["example.test"]}}`},
 		CPPatches:     []string{`{"machine": {"env": {"ROLE_PATCH": "controlplane"}}}`},
@@ -48,11 +48,11 @@ func TestCreateShowDestroy(t *testing.T) {
 
 	t.Cleanup(func() { provision.Destroy(root, "t1", &progress) })
 
-	if len(c.Nodes) != 2 || c.Nodes[0].Address != "127.5.20.2" || c.Nodes[1].Type != provision.TypeWorker {
+	if len(c.Nodes) != 2 || c.Nodes[0].Address != "127.5.26.2" || c.Nodes[1].Type != provision.TypeWorker {
 		t.Fatalf("nodes: %+v", c.Nodes)
 	}
 
-	if ctx := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctx == nil || ctx.Endpoints[0] != "127.5.20.2" {
+	if ctx := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctx == nil || ctx.Endpoints[0] != "127.5.26.2" {
 		t.Fatalf("talosconfig endpoints: %+v", ctx)
 	}
 

@@ -67,7 +67,7 @@ func TestClusterCreateRegistryFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gen, err := provision.GenerateConfigs("reg", netip.MustParseAddr("127.5.22.2"), "", provision.GenerateOptions{Options: opts})
+	gen, err := provision.GenerateConfigs("reg", netip.MustParseAddr("127.5.0.2"), "", provision.GenerateOptions{Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ const watchdogOnly = "apiVersion: v1alpha1\nkind: WatchdogTimerConfig\ndevice: /
 
 // TestValidateRequiresV1Alpha1: the one check every path that takes a config shares.
 func TestValidateRequiresV1Alpha1(t *testing.T) {
-	full := string(testenv.Config(t, machine.TypeControlPlane, "127.5.9.1"))
+	full := string(testenv.Config(t, machine.TypeControlPlane, "127.5.0.1"))
 	r := &runtime.Runtime{Platform: runtime.PlatformContainer}
 
 	for _, tc := range []struct {

@@ -15,7 +15,7 @@ import (
 // machine.seccompProfiles in upstream's form, and refuses a pod that is not kind Pod or has no
 // name, and a profile name that is a path, naming the item.
 func TestValidateRefusesBadPodsAndProfiles(t *testing.T) {
-	full := string(testenv.Config(t, machine.TypeWorker, "127.5.9.1"))
+	full := string(testenv.Config(t, machine.TypeWorker, "127.5.0.1"))
 
 	r := &runtime.Runtime{Platform: runtime.PlatformContainer}
 

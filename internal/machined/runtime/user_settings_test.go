@@ -17,7 +17,7 @@ import (
 // path outside /var, an unknown op, a bad machine.env name and a bad extraHostEntries IP, each
 // naming its field; the upstream forms are taken.
 func TestValidateRefusesUserSettings(t *testing.T) {
-	full := string(testenv.Config(t, machine.TypeWorker, "127.5.9.1"))
+	full := string(testenv.Config(t, machine.TypeWorker, "127.5.0.1"))
 	r := &runtime.Runtime{Platform: runtime.PlatformContainer}
 
 	withMachine := func(extra string) string {
