@@ -3,6 +3,8 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +48,15 @@ func TestControlPlaneWaitsForBootstrap(t *testing.T) {
 	c := newTestCluster(t, 1, caCert, caKey)
 	c.nodes[0].start()
 
-	time.Sleep(3 * time.Second)
+	// It looked for a cluster, found none, and waits: it has decided not to start one (or it
+	// started one, which fails below at once).
+	testenv.WaitFor(t, "the control plane waiting for bootstrap", time.Minute, func() error {
+		if p := c.nodes[0].m.Phase(); !strings.HasPrefix(p, "waiting for bootstrap") && !HasData(c.nodes[0].opts.DataDir) {
+			return fmt.Errorf("phase %q", p)
+		}
+
+		return nil
+	})
 
 	if HasData(c.nodes[0].opts.DataDir) {
 		t.Fatal("a control plane that is not an init node started a cluster without bootstrap")
