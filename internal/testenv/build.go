@@ -74,7 +74,9 @@ func built(name string, produce func(path string) error) (string, error) {
 
 const binDirPrefix = "talos-go-bin-"
 
-// removeStaleBinDirs removes the binary folders of test processes that no longer run.
+// removeStaleBinDirs removes the binary folders of test processes that no longer run, after
+// killing what still runs from them: the nodes of a killed run's clusters (talosctl cluster
+// create detaches them on purpose), which would hold their addresses against this run.
 func removeStaleBinDirs() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
 	for _, d := range dirs {
@@ -87,7 +89,24 @@ func removeStaleBinDirs() {
 			continue // alive (or not ours to signal): in use
 		}
 
+		killRunningFrom(d)
 		_ = os.RemoveAll(d)
+	}
+}
+
+// killRunningFrom kills every process whose executable is in dir.
+func killRunningFrom(dir string) {
+	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, exe := range exes {
+		target, err := os.Readlink(exe)
+		if err != nil || !strings.HasPrefix(target, dir+"/") {
+			continue
+		}
+
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(exe))); err == nil && pid != os.Getpid() {
+			fmt.Fprintf(os.Stderr, "testenv: killing %d (%s), left by a test run that is gone\n", pid, target)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
 

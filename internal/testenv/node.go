@@ -125,6 +125,10 @@ func StartNodeArgs(t testing.TB, state string, args ...string) *Node {
 
 	n.Cmd = exec.Command(MachinedBinary(t), args...)
 	n.Cmd.Stdout, n.Cmd.Stderr = n.Output, n.Output
+	// The node dies with the test process, however that ends (a timeout's panic, a kill): it
+	// would hold its addresses and ports against the next run. (Pdeathsig follows the thread
+	// that started the node; no test starts one from a thread it locks and lets end.)
+	n.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 
 	if err := n.Cmd.Start(); err != nil {
 		t.Fatal(err)
