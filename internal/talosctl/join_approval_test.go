@@ -213,7 +213,32 @@ func TestJoinByApproval(t *testing.T) {
 		}
 	}
 
-	time.Sleep(3 * time.Second) // a poll of the control plane and a retry of the worker
+	// The worker asks again after the refusals (the control plane's request shows it), and its
+	// request is still pending: nothing was decided.
+	refused := time.Now()
+
+	testenv.WaitFor(t, "the worker asking again after the refusals", 60*time.Second, func() error {
+		code, o, e := as("os:reader", "-n", cpAddr, "get", "joinrequests", id, "-o", "yaml")
+		if code != 0 {
+			return fmt.Errorf("exit %d: %s", code, e)
+		}
+
+		if !regexp.MustCompile(`(?m)^\s+state: pending$`).MatchString(o) {
+			t.Fatalf("the request is no longer pending after refused approvals:\n%s", o)
+		}
+
+		m := regexp.MustCompile(`(?m)^\s+lastSeen: (\S+)$`).FindStringSubmatch(o)
+		if m == nil {
+			return fmt.Errorf("no lastSeen in\n%s", o)
+		}
+
+		if seen, err := time.Parse(time.RFC3339Nano, m[1]); err != nil || !seen.After(refused) {
+			return fmt.Errorf("last seen %s (%v), the refusals ended %s", m[1], err, refused.Format(time.RFC3339Nano))
+		}
+
+		return nil
+	})
+
 	if exists(apidServerCrt(wk1)) {
 		t.Fatal("the worker got a certificate after refused approvals")
 	}
