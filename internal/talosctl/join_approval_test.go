@@ -233,7 +233,7 @@ func TestJoinByApproval(t *testing.T) {
 		}
 
 		if seen, err := time.Parse(time.RFC3339Nano, m[1]); err != nil || !seen.After(refused) {
-			return fmt.Errorf("last seen %s (%v), the refusals ended %s", m[1], err, refused.Format(time.RFC3339Nano))
+			return fmt.Errorf("last seen %s (%w), the refusals ended %s", m[1], err, refused.Format(time.RFC3339Nano))
 		}
 
 		return nil
