@@ -150,18 +150,27 @@ func TestReadLoadavg(t *testing.T) {
 	}
 }
 
+// Every service with a health check as upstream's is running and healthy on both nodes:
+// kubelet's is its healthz answering (where the image carries Kubernetes).
 func TestServicesHealthy(t *testing.T) {
-	testenv.WaitFor(t, "healthy services", time.Minute, func() error {
-		out := must(t, "-n", cp, "services")
+	for node, svcs := range map[string][]string{cp: {"apid", "etcd", "trustd", "containerd"}, w: {"apid", "containerd"}} {
+		testenv.WaitFor(t, "healthy services on "+node, time.Minute, func() error {
+			out := must(t, "-n", node, "services")
 
-		for _, svc := range []string{"apid", "etcd", "trustd"} {
-			if !regexp.MustCompile(`(?m)^\S+\s+` + svc + `\s+Running\s+OK`).MatchString(out) {
-				return fmt.Errorf("%s not running and healthy:\n%s", svc, out)
+			want := svcs
+			if strings.Contains(out, "kubelet") {
+				want = append(slices.Clone(svcs), "kubelet")
 			}
-		}
 
-		return nil
-	})
+			for _, svc := range want {
+				if !regexp.MustCompile(`(?m)^\S+\s+` + svc + `\s+Running\s+OK`).MatchString(out) {
+					return fmt.Errorf("%s not running and healthy:\n%s", svc, out)
+				}
+			}
+
+			return nil
+		})
+	}
 }
 
 func bootID(t *testing.T, node string) string {
