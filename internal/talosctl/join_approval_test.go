@@ -232,8 +232,13 @@ func TestJoinByApproval(t *testing.T) {
 			return fmt.Errorf("no lastSeen in\n%s", o)
 		}
 
-		if seen, err := time.Parse(time.RFC3339Nano, m[1]); err != nil || !seen.After(refused) {
-			return fmt.Errorf("last seen %s (%w), the refusals ended %s", m[1], err, refused.Format(time.RFC3339Nano))
+		seen, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			return fmt.Errorf("lastSeen: %w", err)
+		}
+
+		if !seen.After(refused) {
+			return fmt.Errorf("last seen %s, the refusals ended %s", m[1], refused.Format(time.RFC3339Nano))
 		}
 
 		return nil
