@@ -2,11 +2,13 @@ package network_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,8 +161,32 @@ func TestVIPElection(t *testing.T) {
 	b, bOp := node("cp-2")
 	b.Create(bOp)
 
-	// The second node campaigns and waits: the address stays with the first.
-	time.Sleep(2 * time.Second)
+	// The second node campaigns (its candidacy is in etcd, behind the first's) and waits: the
+	// address stays with the first.
+	cli, err := etcdClient(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+
+	testenv.WaitFor(t, "cp-2 campaigning", 30*time.Second, func() error {
+		resp, err := cli.Get(t.Context(), "/talos/vip/"+vip.String()+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			return err
+		}
+
+		var who []string
+		for _, kv := range resp.Kvs {
+			who = append(who, string(kv.Value))
+		}
+
+		if !slices.Equal(who, []string{"cp-1", "cp-2"}) {
+			return fmt.Errorf("candidates in order: %v", who)
+		}
+
+		return nil
+	})
+
 	ctest.AssertNoResource[*network.AddressSpec](b, id)
 
 	a.Destroy(aOp)
