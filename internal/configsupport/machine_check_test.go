@@ -29,8 +29,6 @@ func TestCheckNamesTheRefusedField(t *testing.T) {
 	}{
 		{"kernel module", base + "  kernel:\n    modules:\n      - name: btrfs\n      - name: zfs\n", configsupport.Container,
 			[]string{"machine.kernel.modules[0]: a process or container node runs on the host's kernel", "machine.kernel.modules[1]: ", "(on a container node)"}},
-		{"registry credentials", base + "  registries:\n    config:\n      registry.local:\n        auth:\n          username: u\n", configsupport.Container,
-			[]string{"machine.registries.config.registry.local.auth: registry credentials are not passed"}},
 		{"sysfs", base + "  sysfs:\n    devices.system.cpu.cpu0.cpufreq.scaling_governor: performance\n", configsupport.Process,
 			[]string{"machine.sysfs: a process or container node shares the host's kernel and /sys", "(on a process node)"}},
 		{"watchdog document", base + "---\napiVersion: v1alpha1\nkind: WatchdogTimerConfig\ndevice: /dev/watchdog0\n", configsupport.Container,

@@ -45,10 +45,11 @@ var machineRules = []Rule{
 
 	{Path: "machine.registries.mirrors", Test: "internal/e2e/container.TestRegistryMirror"},
 	{Path: "machine.registries.config.*.tls", Test: "internal/machined/controllers/cri.TestRegistryHosts"},
-	{
-		Path: "machine.registries.config.*.auth", Refused: "registry credentials are not passed to containerd yet",
-		Fix: "remove them and pull from a registry (or mirror) that allows anonymous pulls",
-	},
+	{Path: "machine.registries.config.*.auth.username", Test: "internal/e2e/container.TestPodPullsThroughMirrorWithAuth"},
+	{Path: "machine.registries.config.*.auth.password", Test: "internal/e2e/container.TestPodPullsThroughMirrorWithAuth"},
+	// Passed to CRI as the others (a pull with them is not tried here: no token server).
+	{Path: "machine.registries.config.*.auth.auth", Test: "internal/machined/controllers/cri.TestRegistryAuthAndMirrorTLS"},
+	{Path: "machine.registries.config.*.auth.identityToken", Test: "internal/machined/controllers/cri.TestRegistryAuthAndMirrorTLS"},
 
 	{Path: "machine.systemDiskEncryption", Test: "internal/e2e/metal.TestClusterCreateQEMUEncrypted"},
 	{Path: "machine.systemDiskEncryption.state.keys[].tpm", Test: "internal/e2e/metal.TestClusterCreateQEMUFromUKI"},

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/atomicfile"
+	"github.com/talos-go/talos/internal/machined/controllers/cri"
 	"github.com/talos-go/talos/internal/machined/errkind"
 )
 
@@ -132,6 +133,11 @@ func needsReboot(oldCfg, newCfg config.Provider) []string {
 	if len(om.Env()) > 0 || len(nm.Env()) > 0 {
 		check("machine.env", om.Env(), nm.Env())
 	}
+
+	// CRI reads registry credentials only when containerd starts (services.Containerd).
+	oAuth, _ := cri.AuthPart(om.Registries()) // a map of strings always encodes
+	nAuth, _ := cri.AuthPart(nm.Registries())
+	check("machine.registries.config.*.auth", oAuth, nAuth)
 
 	oFiles, _ := om.Files() // v1alpha1's Files never fails
 	nFiles, _ := nm.Files()

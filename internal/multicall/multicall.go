@@ -9,6 +9,7 @@ import (
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/portforward"
 	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/registry"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -29,4 +30,6 @@ var Commands = map[string]func(args []string) error{
 	"trustd":       trustd.Main,
 	// port-forward publishes a container cluster's ports on the host (-p).
 	"port-forward": portforward.Main,
+	// registry is a container cluster's image registry (--with-registry).
+	"registry": registry.Main,
 }

@@ -91,6 +91,11 @@ type Request struct {
 	Container ContainerRequest
 	QEMU      QEMURequest
 
+	// WithRegistry is --with-registry (container): an image registry with TLS and basic auth
+	// on the cluster network's gateway (port RegistryPort), started with the cluster and
+	// stopped with it; the nodes' configs trust it and mirror every registry through it.
+	WithRegistry bool
+
 	// Generate are the choices made when the configs are generated (not with InputDir).
 	Generate GenerateOptions
 }
@@ -155,6 +160,8 @@ func (r *Request) check() error {
 		return errors.New("--use-vip: the nodes hold the VIP on their own network cards, which only the qemu provisioner's have (container and process nodes do not run machine.network): use --provisioner qemu")
 	case r.QEMU.UseVIP && r.CIDR.Bits() > 26:
 		return fmt.Errorf("--use-vip takes the network's 50th address for the VIP: --cidr %s is too small, give a /26 or larger", r.CIDR)
+	case r.WithRegistry && r.Provisioner != ProvisionerContainer:
+		return errors.New("--with-registry starts a registry on a container cluster's bridge: use --provisioner container")
 	case r.Provisioner != ProvisionerContainer && r.Container.dockerFlagsUsed() != "":
 		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
 	case r.WireguardCIDR.IsValid() && r.Provisioner != ProvisionerQEMU:
@@ -447,6 +454,15 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 
 	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.networkCIDR().String(), Binary: req.Binary, Provisioner: req.Provisioner}
 
+	if req.WithRegistry {
+		var regPatch string
+		if c.Registry, regPatch, err = registryFiles(dir, netip.AddrPortFrom(gateway(req.networkCIDR()).Addr(), RegistryPort)); err != nil {
+			return nil, nil, err
+		}
+
+		req.Patches = append(slices.Clone(req.Patches), regPatch)
+	}
+
 	var wireguard []string
 	if req.WireguardCIDR.IsValid() {
 		if wireguard, err = wireguardPatches(req.WireguardCIDR, addrs, req.ControlPlanes); err != nil {
@@ -522,6 +538,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	case ProvisionerContainer:
 		if err = c.createNetwork(req, progress); err == nil {
 			err = c.publishPorts(req, progress)
+		}
+
+		if err == nil && c.Registry != nil {
+			err = c.startRegistry(netip.MustParseAddrPort(c.Registry.Host), progress)
 		}
 	case ProvisionerQEMU:
 		err = c.prepareQEMU(req, progress)
@@ -679,6 +699,14 @@ func Destroy(root, name string, progress io.Writer) error {
 		fmt.Fprintf(progress, "stopping the port forwarder\n")
 
 		if err = stopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
+			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
+		}
+	}
+
+	if c.Registry != nil && c.Registry.PID != 0 {
+		fmt.Fprintf(progress, "stopping the registry\n")
+
+		if err = stopProcess("the registry", c.Registry.PID, c.Dir, 10*time.Second); err != nil {
 			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
 		}
 	}

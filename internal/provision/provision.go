@@ -82,6 +82,10 @@ type Cluster struct {
 
 	// PortsPID is the port forwarder's, publishing -p's ports (container provisioner).
 	PortsPID int `yaml:"portsPid,omitempty"`
+
+	// Registry is --with-registry's (container provisioner): the nodes' mirror, stopped with
+	// the cluster.
+	Registry *Registry `yaml:"registry,omitempty"`
 }
 
 // DefaultStateRoot is where clusters are kept: ~/.talos/clusters.

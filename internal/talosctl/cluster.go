@@ -294,6 +294,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&kubeSpan, "with-kubespan", false, "enable KubeSpan system (qemu: a WireGuard mesh between the nodes, its peers found through discovery)")
 	f.StringSliceVar(&mirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
 	f.StringSliceVar(&insecure, "registry-insecure-skip-verify", nil, "list of registry hostnames to skip TLS verification for")
+	f.BoolVar(&req.WithRegistry, "with-registry", false, "start an image registry (TLS, basic auth) on the cluster network's gateway, port 5000, stopped with the cluster; the nodes trust it and mirror every registry through it (container; its CA, user and password are in the cluster's folder, registry/)")
 	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")
 	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")

@@ -13,7 +13,9 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 
+	"github.com/talos-go/talos/internal/machined/controllers/cri"
 	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/system"
 	"github.com/talos-go/talos/internal/machined/system/runner"
@@ -155,6 +157,17 @@ func Containerd(r *runtime.Runtime) *system.Service {
 				if bin, err = exec.LookPath("containerd"); err != nil {
 					return nil, fmt.Errorf("containerd is neither at /usr/bin/containerd (the node image's place) nor on PATH: %w", err)
 				}
+			}
+
+			// CRI reads credentials only at its start: machine.registries.config auth goes
+			// into this start's config (a change of them needs a reboot, see needsReboot).
+			var regs talosconfig.Registries
+			if cfg := r.Config(); cfg != nil && cfg.Machine() != nil {
+				regs = cfg.Machine().Registries()
+			}
+
+			if err := cri.WriteAuthPart(paths.CRIParts, regs); err != nil {
+				return nil, err
 			}
 
 			if err := WriteContainerdConfig(paths); err != nil {

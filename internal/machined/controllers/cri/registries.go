@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -118,16 +119,26 @@ func HostFiles(dir string, regs talosconfig.Registries) (map[string][]byte, erro
 			fmt.Fprintf(&b, "server = %q\n", server)
 		}
 
-		tlsLines, tlsFiles := tlsSettings(dir, folder, regs.Config()[host])
+		tlsLines, tlsFiles := tlsSettings(dir, folder, "", regs.Config()[host])
+		maps.Copy(files, tlsFiles)
 
-		for name, data := range tlsFiles {
-			files[name] = data
+		// The server's TLS: the registry's, or with skipFallback the last mirror's own.
+		serverLines := tlsLines
+
+		if u, err := url.Parse(server); err == nil && u.Host != host {
+			if rc, ok := regs.Config()[u.Host]; ok {
+				var serverFiles map[string][]byte
+
+				serverLines, serverFiles = tlsSettings(dir, folder, strings.ReplaceAll(u.Host, ":", "_")+"-", rc)
+				maps.Copy(files, serverFiles)
+			}
 		}
 
-		b.WriteString(tlsLines)
+		b.WriteString(serverLines)
 
 		for _, ep := range endpoints {
-			if _, err := url.Parse(ep.Endpoint()); err != nil {
+			u, err := url.Parse(ep.Endpoint())
+			if err != nil {
 				return nil, fmt.Errorf("machine.registries.mirrors.%s.endpoints: %q: %w", host, ep.Endpoint(), err)
 			}
 
@@ -137,8 +148,18 @@ func HostFiles(dir string, regs talosconfig.Registries) (map[string][]byte, erro
 				b.WriteString("  override_path = true\n")
 			}
 
-			// The registry's TLS settings apply to its mirrors too, as upstream's.
-			b.WriteString(indent(tlsLines))
+			// A mirror's TLS settings are those of its own host:port, as upstream's (and as CRI
+			// looks up its credentials); without any, the registry's apply.
+			epLines := tlsLines
+
+			if rc, ok := regs.Config()[u.Host]; ok && u.Host != host {
+				var epFiles map[string][]byte
+
+				epLines, epFiles = tlsSettings(dir, folder, strings.ReplaceAll(u.Host, ":", "_")+"-", rc)
+				maps.Copy(files, epFiles)
+			}
+
+			b.WriteString(indent(epLines))
 		}
 
 		files[filepath.Join(folder, "hosts.toml")] = []byte(b.String())
@@ -159,8 +180,9 @@ func registryServer(host string) string {
 	}
 }
 
-// tlsSettings are a registry's TLS lines of hosts.toml and the files they name.
-func tlsSettings(dir, folder string, rc talosconfig.RegistryConfig) (string, map[string][]byte) {
+// tlsSettings are a registry's TLS lines of hosts.toml and the files they name (prefix
+// before their names).
+func tlsSettings(dir, folder, prefix string, rc talosconfig.RegistryConfig) (string, map[string][]byte) {
 	if rc == nil || rc.TLS() == nil {
 		return "", nil
 	}
@@ -176,14 +198,14 @@ func tlsSettings(dir, folder string, rc talosconfig.RegistryConfig) (string, map
 	}
 
 	if ca := tls.CA(); len(ca) > 0 {
-		files[filepath.Join(folder, "ca.crt")] = ca
-		fmt.Fprintf(&b, "ca = %q\n", filepath.Join(dir, folder, "ca.crt"))
+		files[filepath.Join(folder, prefix+"ca.crt")] = ca
+		fmt.Fprintf(&b, "ca = %q\n", filepath.Join(dir, folder, prefix+"ca.crt"))
 	}
 
 	if id := tls.ClientIdentity(); id != nil && len(id.Crt) > 0 {
-		files[filepath.Join(folder, "client.crt")] = id.Crt
-		files[filepath.Join(folder, "client.key")] = id.Key
-		fmt.Fprintf(&b, "client = [[%q, %q]]\n", filepath.Join(dir, folder, "client.crt"), filepath.Join(dir, folder, "client.key"))
+		files[filepath.Join(folder, prefix+"client.crt")] = id.Crt
+		files[filepath.Join(folder, prefix+"client.key")] = id.Key
+		fmt.Fprintf(&b, "client = [[%q, %q]]\n", filepath.Join(dir, folder, prefix+"client.crt"), filepath.Join(dir, folder, prefix+"client.key"))
 	}
 
 	return b.String(), files
