@@ -271,7 +271,8 @@ func (g *group) stop() {
 
 // StartResources creates the resource state and runs the controllers.
 func (n *node) StartResources(ctx context.Context) error {
-	st, err := resources.NewState(ctx)
+	// The types this kind of node fills: another answers NotFound (resources.For).
+	st, err := resources.NewNodeState(ctx, n.r.Node())
 	if err != nil {
 		return err
 	}
@@ -381,12 +382,18 @@ func serviceAction(st system.State) machine.ServiceStateEvent_Action {
 }
 
 // writeServiceResources mirrors service states into Service resources (runtime namespace).
+// The services' states also make MachineStatus's services condition.
 func (n *node) writeServiceResources(ctx context.Context) error {
+	states := map[string]system.Info{}
+
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case info := <-n.svcUpdates:
+			states[info.ID] = info
+			n.setServicesCondition(ctx, states)
+
 			if err := safe.StateModify(ctx, n.r.State, v1alpha1.NewService(info.ID), func(res *v1alpha1.Service) error {
 				spec := res.TypedSpec()
 				spec.Running = info.State == system.StateRunning

@@ -6,6 +6,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
+	"github.com/talos-go/talos/internal/configsupport"
 	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -24,7 +25,7 @@ func TestIntegrationGetEveryType(t *testing.T) {
 
 	withRows := 0
 
-	for _, def := range resources.Definitions {
+	for _, def := range resources.For(configsupport.Process) {
 		rd := def.ResourceDefinition()
 
 		out, stderr := runUntil(t, ok, append([]string{"get", rd.Type, "-n", "local"}, sock...)...)
@@ -56,9 +57,9 @@ func TestIntegrationGetEveryType(t *testing.T) {
 		}
 	}
 
-	t.Logf("%d types, %d with resources on a process-mode node", len(resources.Definitions), withRows)
+	t.Logf("%d types, %d with resources on a process-mode node", len(resources.For(configsupport.Process)), withRows)
 
-	if withRows < len(resources.Definitions)/3 {
-		t.Errorf("only %d of %d types had resources", withRows, len(resources.Definitions))
+	if withRows < len(resources.For(configsupport.Process))/3 {
+		t.Errorf("only %d of %d types had resources", withRows, len(resources.For(configsupport.Process)))
 	}
 }

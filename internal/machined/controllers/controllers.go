@@ -14,10 +14,13 @@ import (
 	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/images"
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
@@ -35,6 +38,8 @@ import (
 	"github.com/talos-go/talos/internal/machined/trustbundle"
 	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/trustd"
+	"github.com/talos-go/talos/internal/uki"
+	"github.com/talos-go/talos/internal/version"
 )
 
 // Options are what the controllers need from the node.
@@ -59,7 +64,8 @@ type Options struct {
 	// nil: the config's modules are not loaded.
 	LoadModuleWith func(name string, params []string) error
 	// Udev runs udevd's controllers: block devices from uevents, their probes, /dev/disk links
-	// (metal as PID 1 only: they write the machine's /dev).
+	// (metal as PID 1 only: they write the machine's /dev). Such a node also reports the
+	// machine's kernel command line and security state (firmware, UKI).
 	Udev bool
 	// LoadModalias loads the modules a new device's modalias names (metal); nil: none.
 	LoadModalias func(modalias string) ([]string, error)
@@ -188,6 +194,11 @@ func List(opts Options) []controller.Controller {
 		runtimectrl.NewKmsgLogConfigController(),
 		&runtimectrl.KmsgLogDeliveryController{},
 		runtimectrl.NewEventSinkConfigController(),
+		&runtimectrl.VersionController{},
+		&runtimectrl.SBOMItemController{Items: sbom(!opts.SharesHost, opts.RunsKubernetes)},
+		&runtimectrl.SecurityStateController{OwnsMachine: opts.Udev, Efivars: "/sys/firmware/efi/efivars",
+			PCRKey: filepath.Join(container.InitramfsDir, uki.PublicKeyFile), SELinux: "/sys/fs/selinux/enforce"},
+		&networkctrl.StatusController{},
 	}
 
 	if opts.Events != nil {
@@ -220,6 +231,10 @@ func List(opts Options) []controller.Controller {
 		list = append(list, &networkctrl.ResolverStatusController{})
 	}
 
+	if opts.Udev {
+		list = append(list, &runtimectrl.KernelCmdlineController{Path: "/proc/cmdline"})
+	}
+
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
 	if opts.OwnKernel {
 		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{LoadModule: opts.LoadModule},
@@ -244,6 +259,25 @@ func List(opts Options) []controller.Controller {
 	}
 
 	return list
+}
+
+// sbom is what the node carries, for its SBOMItems: machined (the talos-go version, built with
+// its Go) and etcd everywhere; the node image's programs where the node runs from the image
+// (not a process node, which runs from the host's files).
+func sbom(image, kubernetes bool) []runtimeres.SBOMItemSpec {
+	items := []runtimeres.SBOMItemSpec{
+		{Name: "talos-go", Version: version.Tag},
+		{Name: "go", Version: version.GoVersion()},
+		{Name: "etcd", Version: images.EtcdVersion, PURLs: []string{"pkg:golang/go.etcd.io/etcd/server/v3@" + images.EtcdVersion}},
+	}
+
+	if image {
+		for _, c := range imager.Components(kubernetes) {
+			items = append(items, runtimeres.SBOMItemSpec{Name: c.Name, Version: c.Version})
+		}
+	}
+
+	return items
 }
 
 // Register registers every controller of the node with rt.

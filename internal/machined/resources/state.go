@@ -24,6 +24,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	timeres "github.com/siderolabs/talos/pkg/machinery/resources/time"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
+
+	"github.com/talos-go/talos/internal/configsupport"
 )
 
 // Namespaces are the namespaces of node state, with their descriptions.
@@ -44,7 +46,9 @@ var Namespaces = []struct {
 	{cri.NamespaceName, "CRI Seccomp resources."},
 }
 
-// Definitions are the resource types the node serves.
+// Definitions are the resource types a node serves: For says which kinds of node register
+// each. ExtensionStatus stays registered although our images carry no system extensions yet:
+// the empty list is the true answer, and upstream's tools read it.
 var Definitions = []meta.ResourceWithRD{
 	&config.MachineConfig{},
 	&config.MachineType{},
@@ -65,6 +69,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.HostDNSConfig{},
 	&network.DNSUpstream{},
 	&network.DNSResolveCache{},
+	&network.Status{},
 	&v1alpha1.Service{},
 	&runtimeres.MachineStatus{},
 	&runtimeres.MetaKey{},
@@ -75,12 +80,16 @@ var Definitions = []meta.ResourceWithRD{
 	&runtimeres.EventSinkConfig{},
 	&runtimeres.WatchdogTimerConfig{},
 	&runtimeres.WatchdogTimerStatus{},
+	&runtimeres.KernelCmdline{},
+	&runtimeres.SecurityState{},
+	&runtimeres.Version{},
+	&runtimeres.SBOMItem{},
+	&runtimeres.ExtensionStatus{},
 	&secrets.API{},
 	&secrets.Trustd{},
 	&secrets.OSRoot{},
 	&secrets.CertSAN{},
 	&etcd.Member{},
-	&etcd.Spec{},
 	&cluster.Member{},
 	&cluster.Identity{},
 	&cluster.Affiliate{},
@@ -108,12 +117,9 @@ var Definitions = []meta.ResourceWithRD{
 	&k8s.AdmissionControlConfig{},
 	&k8s.AuditPolicyConfig{},
 	&k8s.AuthorizationConfig{},
-	&k8s.ExtraManifestsConfig{},
 	&k8s.KubePrismEndpoints{},
 	&k8s.KubePrismConfig{},
 	&k8s.KubePrismStatuses{},
-	&k8s.ConfigStatus{},
-	&k8s.SecretsStatus{},
 	&k8s.StaticPod{},
 	&k8s.StaticPodStatus{},
 	&k8s.StaticPodServerStatus{},
@@ -124,17 +130,26 @@ var Definitions = []meta.ResourceWithRD{
 	&k8s.NodeIPConfig{},
 	&k8s.Manifest{},
 	&k8s.ManifestStatus{},
-	&k8s.NodeStatus{},
 	&k8s.NodeLabelSpec{},
 	&k8s.NodeAnnotationSpec{},
 	&k8s.NodeTaintSpec{},
 	&k8s.NodeCordonedSpec{},
-	&k8s.Endpoint{},
 	&cri.SeccompProfile{},
 }
 
-// NewState creates an in-memory state with every namespace and definition registered.
+// NewState creates an in-memory state with every namespace and every definition any node
+// serves registered (controller tests use it).
 func NewState(ctx context.Context) (state.State, error) {
+	return newState(ctx, Definitions)
+}
+
+// NewNodeState creates the in-memory state of a node of this kind: every namespace, and the
+// definitions of the types such a node fills (For).
+func NewNodeState(ctx context.Context, node configsupport.Node) (state.State, error) {
+	return newState(ctx, For(node))
+}
+
+func newState(ctx context.Context, defs []meta.ResourceWithRD) (state.State, error) {
 	st := state.WrapCore(namespaced.NewState(inmem.Build))
 
 	nsRegistry := registry.NewNamespaceRegistry(st)
@@ -153,7 +168,7 @@ func NewState(ctx context.Context) (state.State, error) {
 		return nil, fmt.Errorf("registering default resource definitions: %w", err)
 	}
 
-	for _, r := range Definitions {
+	for _, r := range defs {
 		if err := rdRegistry.Register(ctx, r); err != nil {
 			return nil, fmt.Errorf("registering resource definition: %w", err)
 		}
