@@ -162,7 +162,16 @@ func TestPodPullsThroughMirrorWithAuth(t *testing.T) {
 		return fmt.Errorf("phase %s", p.Status.Phase)
 	})
 
-	t.Logf("pull through the mirror with basic auth and start: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("pod created to running, through the mirror with basic auth: %s", time.Since(start).Round(time.Millisecond))
+
+	// The kubelet's own measure of the pull.
+	if events, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "pull-auth").String()}); err == nil {
+		for _, e := range events.Items {
+			if e.Reason == "Pulled" {
+				t.Logf("kubelet: %s", e.Message)
+			}
+		}
+	}
 
 	// The wrong password: the pull fails, the kubelet's event says the registry refused it.
 	testenv.WaitFor(t, "pod pull-wrong-password's pull error", 3*time.Minute, func() error {
