@@ -88,6 +88,8 @@ type Options struct {
 
 	// Env is added to etcd's environment (machine.env).
 	Env []string
+	// OOMScoreAdj is etcd's oom_score_adj (upstream's -998), for the process runner.
+	OOMScoreAdj int
 	// Runner, when set, runs etcd with these args (containerd in container mode); nil runs it as
 	// a confined process.
 	Runner func(args []string) system.Runner

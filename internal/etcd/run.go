@@ -94,7 +94,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		proc = o.Runner(args)
 	} else {
 		confined := sandbox.System.Merge(sandbox.Policy{ReadWrite: []string{o.DataDir}, ReadOnly: []string{o.SecretsDir}, Exec: []string{o.Binary}})
-		proc = &runner.Process{Args: args, Env: o.Env, Output: o.Output, GracefulTimeout: 15 * time.Second, Sandbox: &confined}
+		proc = &runner.Process{Args: args, Env: o.Env, Output: o.Output, GracefulTimeout: 15 * time.Second, Sandbox: &confined, OOMScoreAdj: o.OOMScoreAdj, Log: o.Log}
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)

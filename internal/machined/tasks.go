@@ -143,6 +143,11 @@ func (n *node) StartServices(ctx context.Context) error {
 		n.r.Log.Info("debug: the services' logs go to the console too")
 	}
 
+	// Out of the root cgroup first, so the services' cgroups get their memory figures.
+	if err = services.EnterInitCgroup(n.r, os.Getpid()); err != nil {
+		n.r.Log.Warn("machined's cgroup: the services run in machined's", zap.Error(err))
+	}
+
 	n.r.Supervisor.Load(services.For(n.r, t)...)
 
 	return n.r.Supervisor.Start()

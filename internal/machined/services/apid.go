@@ -75,7 +75,11 @@ func APID(r *runtime.Runtime) *system.Service {
 				// per call from 8.4 to 4.0 and its CPU from 250 to 170 µs
 				// (BenchmarkVersionRealMachined in internal/apid/e2e).
 				TimerSlack: time.Millisecond,
-				Env:        append(userfiles.Env(r.Config()), "GODEBUG=schedtrace=86400000"),
+				// GOMEMLIMIT first: machine.env may set its own.
+				Env:         append([]string{goMemLimit(apidCgroup)}, append(userfiles.Env(r.Config()), "GODEBUG=schedtrace=86400000")...),
+				OOMScoreAdj: oomScoreAPID,
+				Cgroup:      cgroupOf(r, apidCgroup),
+				Log:         r.Log,
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error {

@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -57,28 +55,8 @@ func NewContainerdPaths(p runtime.Paths) ContainerdPaths {
 		RegistryHosts: filepath.Join(p.System(), "etc", "containerd", "certs.d"),
 		CRIParts:      filepath.Join(p.System(), "etc", "cri", "conf.d"),
 
-		RestrictOOMScoreAdj: !hasCapability(capSysResource),
+		RestrictOOMScoreAdj: !runner.MayLowerOOMScoreAdj(),
 	}
-}
-
-const capSysResource = 24
-
-// hasCapability reports whether this process holds capability bit c in its effective set.
-func hasCapability(c uint) bool {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return false
-	}
-
-	for line := range strings.Lines(string(data)) {
-		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			set, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-
-			return err == nil && set&(1<<c) != 0
-		}
-	}
-
-	return false
 }
 
 // SandboxImage is the pause image of CRI's pod sandboxes: it is in the node image's cache and
@@ -179,7 +157,10 @@ func Containerd(r *runtime.Runtime) *system.Service {
 				return nil, err
 			}
 
-			return &runner.Process{Args: []string{bin, "--config", paths.Config}, Output: out, Env: userfiles.Env(r.Config())}, nil
+			return &runner.Process{
+				Args: []string{bin, "--config", paths.Config}, Output: out, Env: userfiles.Env(r.Config()),
+				OOMScoreAdj: oomScoreContainerd, Cgroup: cgroupOf(r, containerdCgroup), Log: r.Log,
+			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error { return ContainerdHealth(ctx, paths.Socket) },
 		HealthSettings: system.HealthSettings{

@@ -16,6 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 
@@ -149,6 +150,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		Output:            out,
 		Log:               r.Log,
 		Env:               userfiles.Env(cfg),
+		OOMScoreAdj:       oomScoreEtcd,
 	}
 
 	if etcdInContainerd() {
@@ -196,11 +198,16 @@ func etcdContainer(r *runtime.Runtime, o etcd.Options) func([]string) system.Run
 				{Type: "bind", Source: o.DataDir, Destination: o.DataDir, Options: []string{"rbind", "rw"}},
 				{Type: "bind", Source: o.SecretsDir, Destination: o.SecretsDir, Options: []string{"rbind", "ro"}},
 			},
-			HostNetwork:     true,
-			Env:             o.Env,
-			FIFODir:         paths.FIFO,
-			Output:          o.Output,
-			GracefulTimeout: 15 * time.Second,
+			HostNetwork: true,
+			Env:         o.Env,
+			OOMScoreAdj: o.OOMScoreAdj,
+			Log:         o.Log,
+			// Upstream's soft protection of etcd's memory (memory.low on cgroup v2, the
+			// soft limit on v1), in containerd's default cgroup.
+			MemoryReservation: constants.CgroupEtcdReservedMemory,
+			FIFODir:           paths.FIFO,
+			Output:            o.Output,
+			GracefulTimeout:   15 * time.Second,
 		}
 	}
 }

@@ -98,6 +98,8 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 				HostNetwork: true,
 				HostPID:     true,
 				Privileged:  true,
+				OOMScoreAdj: oomScoreKubelet,
+				Log:         r.Log,
 				Output:      out,
 				Env:         userfiles.Env(r.Config()),
 			}, nil

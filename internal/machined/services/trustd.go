@@ -68,7 +68,11 @@ func Trustd(r *runtime.Runtime) *system.Service {
 				Output:          out,
 				GracefulTimeout: 5 * time.Second,
 				Sandbox:         sb,
-				Env:             userfiles.Env(r.Config()),
+				// GOMEMLIMIT first: machine.env may set its own.
+				Env:         append([]string{goMemLimit(trustdCgroup)}, userfiles.Env(r.Config())...),
+				OOMScoreAdj: oomScoreTrustd,
+				Cgroup:      cgroupOf(r, trustdCgroup),
+				Log:         r.Log,
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error { return trustdHealth(ctx, dir, listen) },

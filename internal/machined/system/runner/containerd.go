@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"go.uber.org/zap"
 )
 
 // SystemNamespace is containerd's namespace for machined's own services; Kubernetes uses k8s.io.
@@ -44,10 +45,18 @@ type Containerd struct {
 	// HostPID runs the container in the node's PID namespace (kubelet sees the pods' processes).
 	HostPID bool
 	// Privileged gives the container every capability and the host's devices, as kubelet needs.
-	Privileged      bool
-	FIFODir         string // where containerd's stdio FIFOs go
-	Output          io.Writer
-	GracefulTimeout time.Duration
+	Privileged bool
+	// OOMScoreAdj, when set, is the container process's oom_score_adj (the OCI spec's, which
+	// runc sets); a negative one only where machined holds CAP_SYS_RESOURCE.
+	OOMScoreAdj int
+	// Log takes what is worth a debug line only (an oom_score_adj left out).
+	Log *zap.Logger
+	// MemoryReservation, when set, is the container's soft memory protection (runc writes
+	// memory.low on cgroup v2, memory.soft_limit_in_bytes on v1).
+	MemoryReservation int64
+	FIFODir           string // where containerd's stdio FIFOs go
+	Output            io.Writer
+	GracefulTimeout   time.Duration
 }
 
 func (c *Containerd) String() string { return fmt.Sprintf("Containerd(%q)", c.ID) }
@@ -95,6 +104,20 @@ func (c *Containerd) Run(ctx context.Context) error {
 
 	if c.Privileged {
 		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices, oci.WithWriteableCgroupfs, oci.WithWriteableSysfs)
+	}
+
+	oomScoreAdj := c.OOMScoreAdj
+	if oomScoreAdj < 0 && !MayLowerOOMScoreAdj() {
+		// runc would fail to start the container: it keeps the shim's score instead.
+		if c.Log != nil {
+			c.Log.Debug("oom_score_adj not set: lowering it needs CAP_SYS_RESOURCE", zap.String("container", c.ID), zap.Int("oom_score_adj", oomScoreAdj))
+		}
+
+		oomScoreAdj = 0
+	}
+
+	if oomScoreAdj != 0 || c.MemoryReservation > 0 {
+		opts = append(opts, withResources(oomScoreAdj, c.MemoryReservation))
 	}
 
 	if slices.ContainsFunc(c.Mounts, func(m specs.Mount) bool { return slices.Contains(m.Options, "rshared") }) {
@@ -262,6 +285,34 @@ func withRootfsPropagation(p string) oci.SpecOpts {
 		}
 
 		s.Linux.RootfsPropagation = p
+
+		return nil
+	}
+}
+
+// withResources sets the process's oom_score_adj and the container's memory reservation (each
+// when not zero).
+func withResources(oomScoreAdj int, reservation int64) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if oomScoreAdj != 0 {
+			s.Process.OOMScoreAdj = &oomScoreAdj
+		}
+
+		if reservation > 0 {
+			if s.Linux == nil {
+				s.Linux = &specs.Linux{}
+			}
+
+			if s.Linux.Resources == nil {
+				s.Linux.Resources = &specs.LinuxResources{}
+			}
+
+			if s.Linux.Resources.Memory == nil {
+				s.Linux.Resources.Memory = &specs.LinuxMemory{}
+			}
+
+			s.Linux.Resources.Memory.Reservation = &reservation
+		}
 
 		return nil
 	}

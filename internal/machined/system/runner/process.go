@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/sandbox"
@@ -35,6 +36,13 @@ type Process struct {
 	// 20 µs while a process is busy; on a virtual machine where each wake-up costs a context
 	// switch, a latency-bound relay (apid) spends a third of its CPU on them.
 	TimerSlack time.Duration
+	// OOMScoreAdj, when set, is the process's oom_score_adj (upstream's per service: containerd
+	// -999, apid, trustd and etcd -998).
+	OOMScoreAdj int
+	// Cgroup, when set, is the process's cgroup (container and metal nodes, which have their own).
+	Cgroup *Cgroup
+	// Log takes what is worth a debug line only (an oom_score_adj this process may not lower).
+	Log *zap.Logger
 }
 
 func (p *Process) String() string {
@@ -103,6 +111,8 @@ func (p *Process) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", p.Args[0], err)
 	}
+
+	p.applyResources(cmd.Process.Pid)
 
 	select {
 	case err := <-exited:
