@@ -46,8 +46,8 @@ func TestClusterCreateWithDebugAndEndpoint(t *testing.T) {
 		return nil
 	})
 
-	if out := c.Must(t, "config", "info"); !regexp.MustCompile(`(?m)^Endpoints:\s+127\.5\.41\.3\s*$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^Nodes:\s+127\.5\.41\.2\s*$`).MatchString(out) {
+	if out := c.Must(t, "config", "info"); !regexp.MustCompile(`(?m)^Endpoints:\s+127\.5\.46\.3\s*$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^Nodes:\s+127\.5\.46\.2\s*$`).MatchString(out) {
 		t.Errorf("config info: the endpoint is not the one given, or the node not the first control plane:\n%s", out)
 	}
 
