@@ -83,14 +83,20 @@ func (p Nocloud) Data(ctx context.Context, env platform.Env) (platform.Data, err
 		}
 	}
 
+	var found []string
+
 	for _, f := range []struct {
 		name string
 		b    []byte
-	}{{MetaData, docs.MetaData}, {UserData, docs.UserData}, {NetworkConfig, docs.NetworkConf}} {
+	}{{MetaData, docs.MetaData}, {NetworkConfig, docs.NetworkConf}, {UserData, docs.UserData}} {
 		if f.b == nil {
 			env.Log("nocloud: %s has no %s", docs.Source, f.name)
+		} else {
+			found = append(found, f.name)
 		}
 	}
+
+	env.Log("nocloud: read %s from %s", strings.Join(found, ", "), docs.Source)
 
 	d, err := Parse(docs, s.hostname, s.instanceID)
 	if err == nil && docs.UserData != nil && d.Config == nil {

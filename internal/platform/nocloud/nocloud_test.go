@@ -213,7 +213,7 @@ func TestData(t *testing.T) {
 		t.Fatalf("got %+v, %v", d, err)
 	}
 
-	if !strings.Contains(strings.Join(logs, "\n"), "nocloud: the cidata volume /dev/sr0 has no network-config") {
+	if l := strings.Join(logs, "\n"); !strings.Contains(l, "nocloud: the cidata volume /dev/sr0 has no network-config") || !strings.Contains(l, "nocloud: read meta-data, user-data from the cidata volume /dev/sr0") {
 		t.Errorf("logs %q", logs)
 	}
 
