@@ -16,7 +16,7 @@ import (
 // where nothing listens.
 func TestEachPackageHasItsOwnAddressBlock(t *testing.T) {
 	block := regexp.MustCompile(`127\\?\.5\\?\.(\d+)\\?\.`) // also as written in a regular expression
-	owners := map[string]map[string]bool{} // block to the packages that use it
+	owners := map[string]map[string]bool{}                  // block to the packages that use it
 
 	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
