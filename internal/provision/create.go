@@ -342,6 +342,23 @@ func defaultTimeServer(cfg []byte, gw netip.Addr) ([]byte, error) {
 	return patch(cfg, []string{fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gw)})
 }
 
+// containerKubelet is what kubelet on a container node gets before the user's patches, as kind
+// does: the node's filesystems are the host's, whose free share says nothing about the node, so
+// kubelet neither evicts pods nor deletes images over it (a host disk 85% full set DiskPressure
+// on every node and left new pods Failed).
+const containerKubelet = `{"machine": {"kubelet": {"extraConfig": {
+	"evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+	"imageGCHighThresholdPercent": 100}}}}`
+
+// provisionerDefaults are the patches a provisioner puts under the user's.
+func provisionerDefaults(p string) []string {
+	if p == ProvisionerContainer {
+		return []string{containerKubelet}
+	}
+
+	return nil
+}
+
 // Create writes the configs and starts every node; it does not wait for health (see Wait).
 func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	if err := req.check(); err != nil {
@@ -509,7 +526,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 			own = append(own, fmt.Sprintf(`{"machine": {"network": {"nameservers": %s}}}`, ns))
 		}
 
-		nodeCfg, err := patch(base, req.Patches, extra, own)
+		nodeCfg, err := patch(base, provisionerDefaults(req.Provisioner), req.Patches, extra, own)
 		if err != nil {
 			return nil, nil, err
 		}

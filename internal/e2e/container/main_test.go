@@ -5,6 +5,7 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/testenv"
@@ -148,6 +153,7 @@ func run(m *testing.M) int {
 	rc := m.Run()
 	if rc != 0 {
 		dumpLogs()
+		dumpNodes()
 	}
 
 	return rc
@@ -250,4 +256,40 @@ func serveExtraManifest() (net.Listener, error) {
 	}))
 
 	return l, nil
+}
+
+// dumpNodes prints each Kubernetes node's conditions and taints: why pods stay Pending or fail
+// (DiskPressure, NotReady) is there, not in the nodes' logs.
+func dumpNodes() {
+	path := filepath.Join(home, "kubeconfig-dump")
+	if _, errOut, code := talosctl(nil, "-n", cp, "kubeconfig", path); code != 0 {
+		fmt.Fprintf(os.Stderr, "nodes: no kubeconfig: %s\n", errOut)
+
+		return
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nodes: %v\n", err)
+
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	nodes, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nodes: %v\n", err)
+
+		return
+	}
+
+	for _, n := range nodes.Items {
+		fmt.Fprintf(os.Stderr, "node %s taints %v\n", n.Name, n.Spec.Taints)
+
+		for _, c := range n.Status.Conditions {
+			fmt.Fprintf(os.Stderr, "  %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
 }
