@@ -23,7 +23,7 @@ func (u upgradeNode) IsControlPlane() bool {
 func (n *node) newUpgrades() *upgrade.Manager {
 	m := upgrade.New(n.r, upgradeNode{n: n})
 	m.Etcd = &upgrade.ClusterGuard{
-		Etcd: services.EtcdManager(n.r),
+		Etcd: n.r.Etcd,
 		StopEtcd: func(ctx context.Context) error {
 			return n.r.Supervisor.Stop(ctx, services.EtcdServiceID)
 		},

@@ -27,7 +27,7 @@ func (s *Machine) etcdManager(ctx context.Context) (*etcd.Manager, error) {
 		return nil, status.Error(codes.FailedPrecondition, "etcd runs on control plane nodes only; this node is a "+t.String())
 	}
 
-	return services.EtcdManager(s.R), nil
+	return s.R.Etcd, nil
 }
 
 // etcdError maps the etcd manager's errors to gRPC codes.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -33,34 +32,20 @@ import (
 // EtcdServiceID is the supervisor ID of the etcd service.
 const EtcdServiceID = "etcd"
 
-var (
-	etcdMu       sync.Mutex
-	etcdManagers = map[*runtime.Runtime]*etcd.Manager{}
-)
-
-// EtcdManager returns the node's etcd manager (one per runtime): the API (Bootstrap, Etcd*),
-// reset and upgrade use it.
-func EtcdManager(r *runtime.Runtime) *etcd.Manager {
-	etcdMu.Lock()
-	defer etcdMu.Unlock()
-
-	m, ok := etcdManagers[r]
-	if !ok {
-		m = etcd.NewManager(func() (etcd.Options, error) { return EtcdOptions(r) })
-		etcdManagers[r] = m
-	}
-
-	return m
+// NewEtcdManager returns an etcd manager for the node of r, its options computed from r at
+// each start; the node keeps the one it makes in r.Etcd.
+func NewEtcdManager(r *runtime.Runtime) *etcd.Manager {
+	return etcd.NewManager(func() (etcd.Options, error) { return EtcdOptions(r) })
 }
 
 // Etcd is the etcd service (control planes run it). It starts from its data, or after the
 // Bootstrap API, or by joining a cluster found at the peers (see EtcdPeers) as a learner;
 // it is healthy when it is a voting member reaching quorum.
 func Etcd(r *runtime.Runtime) *system.Service {
-	m := EtcdManager(r)
+	m := r.Etcd
 
 	var deps []string
-	if etcdInContainerd() {
+	if etcdInContainerd(r) {
 		deps = []string{ContainerdServiceID}
 	}
 
@@ -78,7 +63,7 @@ func Etcd(r *runtime.Runtime) *system.Service {
 		},
 	}
 
-	if r.Platform == runtime.PlatformMetal {
+	if r.Mode.OwnKernel() {
 		svc.ConditionDescription, svc.Condition = "time sync", func(ctx context.Context) error { return waitTimeSync(ctx, r) }
 	}
 
@@ -132,7 +117,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		Binary:         bin,
 		Name:           etcdMemberName(r),
 		Address:        r.Address,
-		ListenLoopback: !r.SharesHost(), // kube-apiserver reaches etcd on localhost:2379
+		ListenLoopback: !r.Mode.SharesHost(), // kube-apiserver reaches etcd on localhost:2379
 		DataDir:        r.Paths.EtcdData(),
 		SecretsDir:     r.Paths.Secrets("etcd"),
 		CACert:         ca.Crt,
@@ -153,7 +138,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		OOMScoreAdj:       oomScoreEtcd,
 	}
 
-	if etcdInContainerd() {
+	if etcdInContainerd(r) {
 		o.Runner = etcdContainer(r, o)
 	}
 
@@ -163,8 +148,8 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 // etcdInContainerd reports whether etcd runs through containerd, as upstream: where machined is
 // the node's init with containerd and the node image carries etcd's image. A node process on a
 // shared host (process mode) runs etcd as a confined process.
-func etcdInContainerd() bool {
-	if os.Getpid() != 1 || !imageHasContainerd() {
+func etcdInContainerd(r *runtime.Runtime) bool {
+	if !r.Mode.RunsContainerd() {
 		return false
 	}
 

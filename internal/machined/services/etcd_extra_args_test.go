@@ -66,7 +66,8 @@ func TestEtcdExtraArgsFromConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, args, "--max-request-bytes=2048")
 
-	m := EtcdManager(r)
+	m := NewEtcdManager(r)
+	r.Etcd = m
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
