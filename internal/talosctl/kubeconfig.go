@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 func kubeconfigCmd(g *Global) *cobra.Command {
@@ -101,35 +104,16 @@ func refuseOverwrite(path string, force bool) error {
 	return nil
 }
 
-// kubeconfig is the part of a kubeconfig file the merge needs; other keys are kept as they are.
-type kubeconfig struct {
-	APIVersion     string         `yaml:"apiVersion,omitempty"`
-	Kind           string         `yaml:"kind,omitempty"`
-	Clusters       []namedEntry   `yaml:"clusters"`
-	Contexts       []namedEntry   `yaml:"contexts"`
-	CurrentContext string         `yaml:"current-context"`
-	Users          []namedEntry   `yaml:"users"`
-	Rest           map[string]any `yaml:",inline"`
-}
-
-type namedEntry struct {
-	Name    string         `yaml:"name"`
-	Cluster map[string]any `yaml:"cluster,omitempty"`
-	Context map[string]any `yaml:"context,omitempty"`
-	User    map[string]any `yaml:"user,omitempty"`
-}
-
 func writeKubeconfig(path string, data []byte, contextName string) error {
 	if contextName != "" {
-		var kc kubeconfig
-		if err := yaml.Unmarshal(data, &kc); err != nil {
+		kc, err := clientcmd.Load(data)
+		if err != nil {
 			return fmt.Errorf("parsing the downloaded kubeconfig: %w", err)
 		}
 
-		renameContext(&kc, contextName)
+		renameContext(kc, contextName)
 
-		var err error
-		if data, err = yaml.Marshal(&kc); err != nil {
+		if data, err = clientcmd.Write(*kc); err != nil {
 			return err
 		}
 	}
@@ -145,11 +129,10 @@ func writeKubeconfig(path string, data []byte, contextName string) error {
 	return nil
 }
 
-func renameContext(kc *kubeconfig, name string) {
-	for i := range kc.Contexts {
-		if kc.Contexts[i].Name == kc.CurrentContext {
-			kc.Contexts[i].Name = name
-		}
+func renameContext(kc *clientcmdapi.Config, name string) {
+	if ctx, ok := kc.Contexts[kc.CurrentContext]; ok {
+		delete(kc.Contexts, kc.CurrentContext)
+		kc.Contexts[name] = ctx
 	}
 
 	kc.CurrentContext = name
@@ -167,25 +150,25 @@ func mergeKubeconfigFile(path string, data []byte, contextName string, force boo
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
 
-	var base, add kubeconfig
-
-	if err = yaml.Unmarshal(existing, &base); err != nil {
+	base, err := clientcmd.Load(existing)
+	if err != nil {
 		return fmt.Errorf("parsing %s: %w (fix it, or write elsewhere with `talosctl kubeconfig <path>`)", path, err)
 	}
 
-	if err = yaml.Unmarshal(data, &add); err != nil {
+	add, err := clientcmd.Load(data)
+	if err != nil {
 		return fmt.Errorf("parsing the downloaded kubeconfig: %w", err)
 	}
 
 	if contextName != "" {
-		renameContext(&add, contextName)
+		renameContext(add, contextName)
 	}
 
-	for _, r := range mergeKubeconfig(&base, &add, force) {
+	for _, r := range mergeKubeconfig(base, add, force) {
 		fmt.Fprintf(log, "renamed %s\n", r)
 	}
 
-	out, err := yaml.Marshal(&base)
+	out, err := clientcmd.Write(*base)
 	if err != nil {
 		return err
 	}
@@ -197,16 +180,16 @@ func mergeKubeconfigFile(path string, data []byte, contextName string, force boo
 // current context the current one. A clashing name gets the first free index suffix
 // (name-1, name-2, ...) and the contexts follow their renamed cluster and user, unless force,
 // which replaces the existing entries. It returns the renames made.
-func mergeKubeconfig(base, add *kubeconfig, force bool) []string {
+func mergeKubeconfig(base, add *clientcmdapi.Config, force bool) []string {
 	var renames []string
 
-	free := func(kind string, have []namedEntry, name string) string {
-		if force || !hasName(have, name) {
+	free := func(kind string, taken func(string) bool, name string) string {
+		if force || !taken(name) {
 			return name
 		}
 
 		for i := 1; ; i++ {
-			if candidate := name + "-" + strconv.Itoa(i); !hasName(have, candidate) {
+			if candidate := name + "-" + strconv.Itoa(i); !taken(candidate) {
 				renames = append(renames, fmt.Sprintf("%s %q -> %q", kind, name, candidate))
 
 				return candidate
@@ -216,75 +199,43 @@ func mergeKubeconfig(base, add *kubeconfig, force bool) []string {
 
 	clusters, users := map[string]string{}, map[string]string{}
 
-	for _, c := range add.Clusters {
-		clusters[c.Name] = free("cluster", base.Clusters, c.Name)
-		c.Name = clusters[c.Name]
-		base.Clusters = upsert(base.Clusters, c)
+	for _, name := range slices.Sorted(maps.Keys(add.Clusters)) {
+		clusters[name] = free("cluster", has(base.Clusters), name)
+		base.Clusters[clusters[name]] = add.Clusters[name]
 	}
 
-	for _, u := range add.Users {
-		users[u.Name] = free("user", base.Users, u.Name)
-		u.Name = users[u.Name]
-		base.Users = upsert(base.Users, u)
+	for _, name := range slices.Sorted(maps.Keys(add.AuthInfos)) {
+		users[name] = free("user", has(base.AuthInfos), name)
+		base.AuthInfos[users[name]] = add.AuthInfos[name]
 	}
 
-	for _, c := range add.Contexts {
-		c.Context = renameRefs(c.Context, clusters, users)
-		isCurrent := c.Name == add.CurrentContext
-		c.Name = free("context", base.Contexts, c.Name)
+	for _, name := range slices.Sorted(maps.Keys(add.Contexts)) {
+		ctx := *add.Contexts[name]
 
-		if isCurrent {
-			base.CurrentContext = c.Name
+		// The context follows its renamed cluster and user.
+		if n, ok := clusters[ctx.Cluster]; ok {
+			ctx.Cluster = n
 		}
 
-		base.Contexts = upsert(base.Contexts, c)
+		if n, ok := users[ctx.AuthInfo]; ok {
+			ctx.AuthInfo = n
+		}
+
+		newName := free("context", has(base.Contexts), name)
+		if name == add.CurrentContext {
+			base.CurrentContext = newName
+		}
+
+		base.Contexts[newName] = &ctx
 	}
 
 	return renames
 }
 
-func hasName(list []namedEntry, name string) bool {
-	for _, e := range list {
-		if e.Name == name {
-			return true
-		}
+func has[V any](m map[string]V) func(string) bool {
+	return func(name string) bool {
+		_, ok := m[name]
+
+		return ok
 	}
-
-	return false
-}
-
-func upsert(list []namedEntry, e namedEntry) []namedEntry {
-	for i := range list {
-		if list[i].Name == e.Name {
-			list[i] = e
-
-			return list
-		}
-	}
-
-	return append(list, e)
-}
-
-// renameRefs points a context at its renamed cluster and user.
-func renameRefs(ctx map[string]any, clusters, users map[string]string) map[string]any {
-	out := make(map[string]any, len(ctx))
-
-	for k, v := range ctx {
-		if s, ok := v.(string); ok {
-			switch k {
-			case "cluster":
-				if n, ok := clusters[s]; ok {
-					v = n
-				}
-			case "user":
-				if n, ok := users[s]; ok {
-					v = n
-				}
-			}
-		}
-
-		out[k] = v
-	}
-
-	return out
 }

@@ -1,12 +1,15 @@
 package talosctl
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -32,25 +35,18 @@ users:
 `
 }
 
-func parseKC(t *testing.T, data []byte) kubeconfig {
+func parseKC(t *testing.T, data []byte) *clientcmdapi.Config {
 	t.Helper()
 
-	var k kubeconfig
-	if err := yaml.Unmarshal(data, &k); err != nil {
+	k, err := clientcmd.Load(data)
+	if err != nil {
 		t.Fatal(err)
 	}
 
 	return k
 }
 
-func names(list []namedEntry) []string {
-	var out []string
-	for _, e := range list {
-		out = append(out, e.Name)
-	}
-
-	return out
-}
+func names[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func TestKubeconfigMergeRenamesWithIndexSuffix(t *testing.T) {
 	dir := t.TempDir()
@@ -82,12 +78,12 @@ func TestKubeconfigMergeRenamesWithIndexSuffix(t *testing.T) {
 		t.Errorf("current context: %s", k.CurrentContext)
 	}
 
-	last := k.Contexts[2].Context
-	if last["cluster"] != "talos-2" || last["user"] != "admin@talos-2" || last["namespace"] != "default" {
+	last := k.Contexts["admin@talos-2"]
+	if last.Cluster != "talos-2" || last.AuthInfo != "admin@talos-2" || last.Namespace != "default" {
 		t.Errorf("renamed context refs: %v", last)
 	}
 
-	if k.Clusters[0].Cluster["server"] != "https://old:6443" || k.Clusters[2].Cluster["server"] != "https://newer:6443" {
+	if k.Clusters["talos"].Server != "https://old:6443" || k.Clusters["talos-2"].Server != "https://newer:6443" {
 		t.Errorf("servers: %v", k.Clusters)
 	}
 
@@ -97,7 +93,7 @@ func TestKubeconfigMergeRenamesWithIndexSuffix(t *testing.T) {
 func TestKubeconfigMergeForceReplaces(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config")
-	testenv.WriteFile(t, path, kc("other", "me", "https://other:6443")+"preferences: {}\n", 0o600)
+	testenv.WriteFile(t, path, kc("other", "me", "https://other:6443")+"preferences:\n    colors: true\n", 0o600)
 
 	for _, server := range []string{"https://a:6443", "https://b:6443"} {
 		if err := mergeKubeconfigFile(path, []byte(kc("talos", "admin", server)), "", true, &strings.Builder{}); err != nil {
@@ -112,12 +108,12 @@ func TestKubeconfigMergeForceReplaces(t *testing.T) {
 		t.Errorf("clusters: %s", got)
 	}
 
-	if k.Clusters[1].Cluster["server"] != "https://b:6443" || k.CurrentContext != "admin@talos" {
+	if k.Clusters["talos"].Server != "https://b:6443" || k.CurrentContext != "admin@talos" {
 		t.Errorf("force merge: %v current %s", k.Clusters, k.CurrentContext)
 	}
 
-	if _, ok := k.Rest["preferences"]; !ok {
-		t.Error("unknown keys were dropped")
+	if !k.Preferences.Colors {
+		t.Error("the existing preferences were dropped")
 	}
 }
 

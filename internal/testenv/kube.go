@@ -2,8 +2,6 @@ package testenv
 
 import (
 	"crypto/x509"
-	"encoding/base64"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -13,8 +11,10 @@ import (
 	"time"
 
 	cx509 "github.com/siderolabs/crypto/x509"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/talos-go/talos/internal/images"
+	"github.com/talos-go/talos/internal/kubeconfig"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -114,19 +114,16 @@ func StartAPIServer(t testing.TB, host string) string {
 		}
 	})
 
-	b64 := func(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+	out, err := kubeconfig.Single{
+		ClusterName: "t",
+		Cluster:     clientcmdapi.Cluster{Server: "https://" + host + ":6443", CertificateAuthorityData: gen.CrtPEM},
+		UserName:    "admin",
+		User:        clientcmdapi.AuthInfo{ClientCertificateData: admin.Crt, ClientKeyData: admin.Key},
+		ContextName: "admin@t",
+	}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	return fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: t
-  cluster: {server: "https://%s:6443", certificate-authority-data: %s}
-users:
-- name: admin
-  user: {client-certificate-data: %s, client-key-data: %s}
-contexts:
-- name: admin@t
-  context: {cluster: t, user: admin}
-current-context: admin@t
-`, host, b64(gen.CrtPEM), b64(admin.Crt), b64(admin.Key))
+	return string(out)
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talos-go/talos/internal/health"
+	"github.com/talos-go/talos/internal/machined/services"
 )
 
 // Cluster serves ClusterService/HealthCheck on a control plane: the checks it can run itself,
@@ -58,7 +59,7 @@ func (c *Cluster) HealthCheck(req *clusterapi.HealthCheckRequest, srv grpc.Serve
 
 	checks := c.etcdChecks(nodes)
 
-	if c.M.R.Mode.RunsKubernetes() {
+	if services.RunsKubernetes() {
 		kube, err := safe.StateGetByID[*secrets.Kubernetes](ctx, c.M.R.State, secrets.KubernetesID)
 		if err != nil || kube.TypedSpec().LocalhostAdminKubeconfig == "" {
 			return status.Error(codes.Unavailable, "the node's Kubernetes secrets are not generated yet: retry in a few seconds")

@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"encoding/base64"
-	"fmt"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -16,7 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
-	"gopkg.in/yaml.v3"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/talos-go/talos/internal/kubeconfig"
 )
 
 // Kubeconfig streams the admin kubeconfig as Talos does: a .tar.gz holding one file named
@@ -73,24 +73,16 @@ func adminKubeconfig(cfg config.Provider, now time.Time) ([]byte, error) {
 	name := cluster.Name()
 	user := admin.CommonName() + "@" + name
 
-	type entry = map[string]any
-
-	out, err := yaml.Marshal(entry{
-		"apiVersion": "v1",
-		"kind":       "Config",
-		"clusters": []entry{{"name": name, "cluster": entry{
-			"server":                     cluster.Endpoint().String(),
-			"certificate-authority-data": b64(bundle),
-		}}},
-		"users": []entry{{"name": user, "user": entry{
-			"client-certificate-data": b64(crt),
-			"client-key-data":         b64(key),
-		}}},
-		"contexts":        []entry{{"name": user, "context": entry{"cluster": name, "namespace": "default", "user": user}}},
-		"current-context": user,
-	})
+	out, err := kubeconfig.Single{
+		ClusterName: name,
+		Cluster:     clientcmdapi.Cluster{Server: cluster.Endpoint().String(), CertificateAuthorityData: bundle},
+		UserName:    user,
+		User:        clientcmdapi.AuthInfo{ClientCertificateData: crt, ClientKeyData: key},
+		ContextName: user,
+		Namespace:   "default",
+	}.Encode()
 	if err != nil {
-		return nil, fmt.Errorf("encoding the kubeconfig: %w", err)
+		return nil, err
 	}
 
 	return out, nil
@@ -121,4 +113,3 @@ func tarGz(name string, data []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

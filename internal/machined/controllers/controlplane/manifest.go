@@ -140,7 +140,12 @@ func (ctrl *ManifestController) render(ctx context.Context, r controller.Reader)
 	}
 
 	if spec.ProxyEnabled {
-		out = append(out, manifest{"10-kube-proxy", kubeProxy(spec)})
+		proxy, err := kubeProxy(spec)
+		if err != nil {
+			return nil, err
+		}
+
+		out = append(out, manifest{"10-kube-proxy", proxy})
 	}
 
 	if spec.CoreDNSEnabled {

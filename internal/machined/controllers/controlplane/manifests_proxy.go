@@ -1,35 +1,30 @@
 package controlplane
 
 import (
-	"fmt"
-
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/talos-go/talos/internal/images"
+	"github.com/talos-go/talos/internal/kubeconfig"
 )
+
+// serviceAccountDir is where a pod finds its service account's CA and token.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // kubeProxy is kube-proxy on every node: its service account bound to system:node-proxier, the
 // in-cluster kubeconfig it reads (the endpoint, the service account's CA and token) and its
 // DaemonSet, on the host network.
-func kubeProxy(spec *k8s.BootstrapManifestsConfigSpec) []obj {
-	inCluster := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: %s
-    certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
-users:
-- name: service-account
-  user:
-    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
-contexts:
-- name: default
-  context:
-    cluster: local
-    user: service-account
-current-context: default
-`, spec.Server)
+func kubeProxy(spec *k8s.BootstrapManifestsConfigSpec) ([]obj, error) {
+	inCluster, err := kubeconfig.Single{
+		ClusterName: "local",
+		Cluster:     clientcmdapi.Cluster{Server: spec.Server, CertificateAuthority: serviceAccountDir + "/ca.crt"},
+		UserName:    "service-account",
+		User:        clientcmdapi.AuthInfo{TokenFile: serviceAccountDir + "/token"},
+		ContextName: "default",
+	}.Encode()
+	if err != nil {
+		return nil, err
+	}
 
 	labels := obj{"tier": "node", "k8s-app": "kube-proxy"}
 	args := make([]any, 0, len(spec.ProxyArgs)+1)
@@ -46,7 +41,7 @@ current-context: default
 			"apiVersion": "v1",
 			"kind":       "ConfigMap",
 			"metadata":   meta("kubeconfig-in-cluster", "kube-system", nil),
-			"data":       obj{"kubeconfig": inCluster},
+			"data":       obj{"kubeconfig": string(inCluster)},
 		},
 		{
 			"apiVersion": "apps/v1",
@@ -84,5 +79,5 @@ current-context: default
 				},
 			},
 		},
-	}
+	}, nil
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/talos-go/talos/internal/kubeconfig"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -78,24 +80,21 @@ func (ctrl *KubernetesFilesController) writeKubeletClient(ctx context.Context, r
 		cas = append(cas, ca.Crt)
 	}
 
-	kc := kubeconfig{APIVersion: "v1", Kind: "Config", CurrentContext: "kubelet@local"}
-	kc.Clusters = []namedCluster{{Name: "local"}}
-	kc.Clusters[0].Cluster.Server = kubelet.TypedSpec().Endpoint.String()
-	kc.Clusters[0].Cluster.CAData = pki.Bundle(cas...)
-	kc.Contexts = []namedContext{{Name: "kubelet@local"}}
-	kc.Contexts[0].Context.Cluster = "local"
-	kc.Contexts[0].Context.User = "kubelet"
-	kc.Users = []namedUser{{Name: "kubelet"}}
-	kc.Users[0].User.CertFile = filepath.Join(ctrl.KubeletCertPath, KubeletClientCurrent)
-	kc.Users[0].User.KeyFile = kc.Users[0].User.CertFile
+	pairPath := filepath.Join(ctrl.KubeletCertPath, KubeletClientCurrent)
 
-	data, err := kc.render()
+	data, err := kubeconfig.Single{
+		ClusterName: "local",
+		Cluster:     clientcmdapi.Cluster{Server: kubelet.TypedSpec().Endpoint.String(), CertificateAuthorityData: pki.Bundle(cas...)},
+		UserName:    "kubelet",
+		User:        clientcmdapi.AuthInfo{ClientCertificate: pairPath, ClientKey: pairPath},
+		ContextName: "kubelet@local",
+	}.Encode()
 	if err != nil {
 		return err
 	}
 
 	// The kubeconfig before the link: kubelet, when it sees the certificate, finds both.
-	if err = pki.WriteFiles(ctrl.KubeletDir, []string{kubeletKubeconfig}, map[string][]byte{kubeletKubeconfig: []byte(data)}); err != nil {
+	if err = pki.WriteFiles(ctrl.KubeletDir, []string{kubeletKubeconfig}, map[string][]byte{kubeletKubeconfig: data}); err != nil {
 		return err
 	}
 

@@ -17,7 +17,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/talos-go/talos/internal/kubeconfig"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -150,18 +152,15 @@ func (ctrl *KubernetesFilesController) writeKubelet(ctx context.Context, r contr
 // BootstrapKubeconfig is kubelet's bootstrap kubeconfig: the endpoint, the CAs, and the
 // bootstrap token as its credential, as upstream writes it.
 func BootstrapKubeconfig(spec *secrets.KubeletSpec, caPEM []byte) (string, error) {
-	kc := kubeconfig{APIVersion: "v1", Kind: "Config", CurrentContext: "kubelet-bootstrap@local"}
-	kc.Clusters = []namedCluster{{Name: "local"}}
-	kc.Clusters[0].Cluster.Server = spec.Endpoint.String()
-	kc.Clusters[0].Cluster.CAData = caPEM
-	kc.Contexts = []namedContext{{Name: "kubelet-bootstrap@local"}}
-	kc.Contexts[0].Context.Cluster = "local"
-	kc.Contexts[0].Context.User = "kubelet-bootstrap"
+	out, err := kubeconfig.Single{
+		ClusterName: "local",
+		Cluster:     clientcmdapi.Cluster{Server: spec.Endpoint.String(), CertificateAuthorityData: caPEM},
+		UserName:    "kubelet-bootstrap",
+		User:        clientcmdapi.AuthInfo{Token: spec.BootstrapTokenID + "." + spec.BootstrapTokenSecret},
+		ContextName: "kubelet-bootstrap@local",
+	}.Encode()
 
-	kc.Users = []namedUser{{Name: "kubelet-bootstrap"}}
-	kc.Users[0].User.Token = spec.BootstrapTokenID + "." + spec.BootstrapTokenSecret
-
-	return kc.render()
+	return string(out), err
 }
 
 func (ctrl *KubernetesFilesController) writeControlPlane(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
