@@ -93,7 +93,7 @@ func newNode(opts Options) (*node, error) {
 		configReady: make(chan struct{}),
 		svcUpdates:  make(chan system.Info, 256),
 	}
-	n.r = &runtime.Runtime{Platform: opts.Platform, Address: opts.Address, Paths: paths, Binary: binary, Events: events.NewBus()}
+	n.r = &runtime.Runtime{Mode: runtime.DetectMode(opts.Platform, opts.StateDir), Address: opts.Address, Paths: paths, Binary: binary, Events: events.NewBus()}
 	n.r.Etcd = services.NewEtcdManager(n.r)
 
 	return n, nil
@@ -142,7 +142,7 @@ func (n *node) setupLogging() error {
 	// timestamps; elsewhere to stderr.
 	var console io.Writer = os.Stderr
 
-	if n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine() {
+	if n.r.Mode.OwnsMachine() {
 		if kmsg, err := metal.OpenKmsg(); err == nil {
 			console = kmsg
 		}
@@ -273,7 +273,7 @@ func (g *group) stop() {
 // StartResources creates the resource state and runs the controllers.
 func (n *node) StartResources(ctx context.Context) error {
 	// The types this kind of node fills: another answers NotFound (resources.For).
-	st, err := resources.NewNodeState(ctx, n.r.Node())
+	st, err := resources.NewNodeState(ctx, n.r.Mode.Node())
 	if err != nil {
 		return err
 	}
@@ -289,14 +289,14 @@ func (n *node) StartResources(ctx context.Context) error {
 		return fmt.Errorf("creating controller runtime: %w", err)
 	}
 
-	if _, err = netip.ParseAddr(n.opts.Address); err != nil && n.opts.Platform == runtime.PlatformContainer {
+	if _, err = netip.ParseAddr(n.opts.Address); err != nil && n.r.Mode.InContainer() {
 		return fmt.Errorf("parsing node address: %w", err)
 	}
 
 	// What the platform said at boot (metal's initramfs wrote it; internal/platform).
 	var published *platform.Published
 
-	if n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine() {
+	if n.r.Mode.OwnsMachine() {
 		p, ok, err := platform.Read(filepath.Join(n.r.Paths.Root, container.InitramfsDir, platform.File))
 		if err != nil {
 			return err
@@ -309,13 +309,11 @@ func (n *node) StartResources(ctx context.Context) error {
 
 	if err = controllers.Register(rt, controllers.Options{
 		Address:          n.opts.Address,
-		SharesHost:       n.r.SharesHost(),
-		OwnKernel:        n.opts.Platform == runtime.PlatformMetal,
-		DHCPLinks:        bootDHCPLinks(n.opts.Platform, published, false),
-		DHCP6Links:       bootDHCPLinks(n.opts.Platform, published, true),
+		Mode:             n.r.Mode,
+		DHCPLinks:        bootDHCPLinks(n.r.Mode, published, false),
+		DHCP6Links:       bootDHCPLinks(n.r.Mode, published, true),
 		LoadModule:       metal.LoadModule,
 		LoadModuleWith:   metal.LoadModuleWith,
-		Udev:             n.opts.Platform == runtime.PlatformMetal && metal.OwnsMachine(),
 		LoadModalias:     metal.LoadForModalias,
 		StateDir:         n.r.Paths.State(),
 		APIDSecretsDir:   n.r.Paths.Secrets("apid"),
@@ -327,7 +325,6 @@ func (n *node) StartResources(ctx context.Context) error {
 		AuditLogDir:          n.r.Paths.KubernetesAuditLogs(),
 		Etcd:                 n.r.Etcd,
 		EtcdClient:           func(context.Context) (*clientv3.Client, error) { return n.r.Etcd.LocalClient() },
-		RunsKubernetes:       services.RunsKubernetes(),
 		Root:                 n.r.Paths.Root,
 		TimeLog:              n.r.Log.Named("time"),
 		DNSLog:               n.dnsLog,

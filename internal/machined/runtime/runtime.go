@@ -22,26 +22,9 @@ import (
 	"github.com/talos-go/talos/internal/machined/trustbundle"
 )
 
-// Platform names.
-const (
-	PlatformContainer = "container"
-	PlatformMetal     = "metal"
-)
-
-// Mode is the config validation mode for a platform (machinery's validation.RuntimeMode).
-type Mode string
-
-func (m Mode) String() string { return string(m) }
-
-// RequiresInstall reports whether the node installs to disk (metal only).
-func (m Mode) RequiresInstall() bool { return m == PlatformMetal }
-
-// InContainer reports whether the node runs without its own kernel.
-func (m Mode) InContainer() bool { return m == PlatformContainer }
-
 // Runtime is shared by every part of one machined.
 type Runtime struct {
-	Platform string // the mode: container or metal
+	Mode Mode // the kind of node and what it has of its own, decided at start
 	// PlatformName is the platform a metal node booted on (talos.platform=: metal, nocloud);
 	// empty: Platform's.
 	PlatformName string
@@ -64,27 +47,6 @@ type Runtime struct {
 
 	mu  sync.RWMutex
 	cfg config.Provider
-}
-
-// Mode is the validation mode for this node's configs.
-func (r *Runtime) Mode() Mode { return Mode(r.Platform) }
-
-// SharesHost reports whether the node is a set of processes on the host (the process
-// provisioner): its root is a state folder, and it shares the host's mounts, processes and
-// network. Otherwise (a container-mode node with "/" as its root, metal) the node has its own
-// root and namespaces, and /proc, /sys and netlink show the node itself.
-func (r *Runtime) SharesHost() bool { return r.Platform == PlatformContainer && r.Paths.Root != "/" }
-
-// Node is the kind of node this is, for the config fields that differ between them.
-func (r *Runtime) Node() configsupport.Node {
-	switch {
-	case r.SharesHost():
-		return configsupport.Process
-	case r.Mode().InContainer():
-		return configsupport.Container
-	default:
-		return configsupport.Metal
-	}
 }
 
 // Config returns the active config, or nil in maintenance mode.
@@ -138,9 +100,9 @@ func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
 		return nil, err
 	}
 
-	warnings, err := cfg.Validate(r.Mode())
+	warnings, err := cfg.Validate(r.Mode)
 	if err != nil {
-		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Platform, err)
+		return warnings, fmt.Errorf("config is not valid for %s mode: %w", r.Mode, err)
 	}
 
 	// A TrustedRootsConfig that is not PEM certificates would add nothing to the trust bundle.
@@ -152,7 +114,7 @@ func (r *Runtime) Validate(cfg config.Provider) ([]string, error) {
 		return warnings, fmt.Errorf("config is not valid: %w", err)
 	}
 
-	if err = errors.Join(configsupport.Check(cfg, r.Node()), KubernetesSupport(cfg), VolumeSupport(cfg)); err != nil {
+	if err = errors.Join(configsupport.Check(cfg, r.Mode.Node()), KubernetesSupport(cfg), VolumeSupport(cfg)); err != nil {
 		return warnings, fmt.Errorf("config asks for what this node cannot do yet: %w", err)
 	}
 

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talos-go/talos/internal/health"
-	"github.com/talos-go/talos/internal/machined/services"
 )
 
 // Cluster serves ClusterService/HealthCheck on a control plane: the checks it can run itself,
@@ -59,7 +58,7 @@ func (c *Cluster) HealthCheck(req *clusterapi.HealthCheckRequest, srv grpc.Serve
 
 	checks := c.etcdChecks(nodes)
 
-	if services.RunsKubernetes() {
+	if c.M.R.Mode.RunsKubernetes() {
 		kube, err := safe.StateGetByID[*secrets.Kubernetes](ctx, c.M.R.State, secrets.KubernetesID)
 		if err != nil || kube.TypedSpec().LocalhostAdminKubeconfig == "" {
 			return status.Error(codes.Unavailable, "the node's Kubernetes secrets are not generated yet: retry in a few seconds")

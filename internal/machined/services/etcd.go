@@ -45,7 +45,7 @@ func Etcd(r *runtime.Runtime) *system.Service {
 	m := r.Etcd
 
 	var deps []string
-	if etcdInContainerd() {
+	if etcdInContainerd(r) {
 		deps = []string{ContainerdServiceID}
 	}
 
@@ -63,7 +63,7 @@ func Etcd(r *runtime.Runtime) *system.Service {
 		},
 	}
 
-	if r.Platform == runtime.PlatformMetal {
+	if r.Mode.OwnKernel() {
 		svc.ConditionDescription, svc.Condition = "time sync", func(ctx context.Context) error { return waitTimeSync(ctx, r) }
 	}
 
@@ -117,7 +117,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		Binary:         bin,
 		Name:           etcdMemberName(r),
 		Address:        r.Address,
-		ListenLoopback: !r.SharesHost(), // kube-apiserver reaches etcd on localhost:2379
+		ListenLoopback: !r.Mode.SharesHost(), // kube-apiserver reaches etcd on localhost:2379
 		DataDir:        r.Paths.EtcdData(),
 		SecretsDir:     r.Paths.Secrets("etcd"),
 		CACert:         ca.Crt,
@@ -138,7 +138,7 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 		OOMScoreAdj:       oomScoreEtcd,
 	}
 
-	if etcdInContainerd() {
+	if etcdInContainerd(r) {
 		o.Runner = etcdContainer(r, o)
 	}
 
@@ -148,8 +148,8 @@ func EtcdOptions(r *runtime.Runtime) (etcd.Options, error) {
 // etcdInContainerd reports whether etcd runs through containerd, as upstream: where machined is
 // the node's init with containerd and the node image carries etcd's image. A node process on a
 // shared host (process mode) runs etcd as a confined process.
-func etcdInContainerd() bool {
-	if os.Getpid() != 1 || !imageHasContainerd() {
+func etcdInContainerd(r *runtime.Runtime) bool {
+	if !r.Mode.RunsContainerd() {
 		return false
 	}
 
