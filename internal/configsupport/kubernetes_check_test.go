@@ -72,12 +72,6 @@ func TestKubernetesRefusals(t *testing.T) {
 	in := genInput(t)
 
 	for path, patch := range map[string]func(*v1alpha1.Config){
-		"machine.controlPlane.controllerManager.disabled": func(c *v1alpha1.Config) {
-			c.MachineConfig.MachineControlPlane = &v1alpha1.MachineControlPlaneConfig{MachineControllerManager: &v1alpha1.MachineControllerManagerConfig{MachineControllerManagerDisabled: new(true)}}
-		},
-		"machine.controlPlane.scheduler.disabled": func(c *v1alpha1.Config) {
-			c.MachineConfig.MachineControlPlane = &v1alpha1.MachineControlPlaneConfig{MachineScheduler: &v1alpha1.MachineSchedulerConfig{MachineSchedulerDisabled: new(true)}}
-		},
 		"machine.kubelet.credentialProviderConfig": func(c *v1alpha1.Config) {
 			c.MachineConfig.MachineKubelet.KubeletCredentialProviderConfig = v1alpha1.Unstructured{Object: map[string]any{"kind": "CredentialProviderConfig"}}
 		},

@@ -6,8 +6,8 @@ package configsupport
 // are ruled elsewhere.
 var kubernetesRules = []Rule{
 	// The control plane's components: their config resources, static pods and files.
-	{Path: "machine.controlPlane.controllerManager.disabled", Refused: "kube-controller-manager always runs on a control plane here", Fix: "remove it"},
-	{Path: "machine.controlPlane.scheduler.disabled", Refused: "kube-scheduler always runs on a control plane here", Fix: "remove it"},
+	{Path: "machine.controlPlane.controllerManager.disabled", Test: "internal/machined/controllers/k8s.TestStaticPodsDisabled"},
+	{Path: "machine.controlPlane.scheduler.disabled", Test: "internal/machined/controllers/k8s.TestStaticPodsDisabled"},
 	{Path: "cluster.controlPlane.endpoint", Test: "internal/machined/controllers/controlplane.TestConfigs"},
 	{Path: "cluster.controlPlane.localAPIServerPort", Test: "internal/machined/controllers/k8s.TestKubePrism"},
 	{Path: "cluster.clusterName", Test: "internal/e2e/container.TestKubeconfigMerged"},

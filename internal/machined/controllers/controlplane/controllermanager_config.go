@@ -11,14 +11,16 @@ import (
 type ControllerManagerConfigController = transform.Controller[*config.MachineConfig, *k8s.ControllerManagerConfig]
 
 // NewControllerManagerConfigController declares ControllerManagerConfig from
-// cluster.controllerManager and the pod and service subnets.
+// cluster.controllerManager and the pod and service subnets; it is disabled (no static pod on
+// this node) by machine.controlPlane.controllerManager.disabled.
 func NewControllerManagerConfigController() *ControllerManagerConfigController {
-	return fromClusterConfig("controlplane.ControllerManagerConfigController", k8s.NewControllerManagerConfig,
-		func(cluster talosconfig.ClusterConfig, out *k8s.ControllerManagerConfig) error {
+	return fromConfig("controlplane.ControllerManagerConfigController", k8s.NewControllerManagerConfig,
+		func(c talosconfig.Config, out *k8s.ControllerManagerConfig) error {
+			cluster := c.Cluster()
 			cm := cluster.ControllerManager()
 
 			*out.TypedSpec() = k8s.ControllerManagerConfigSpec{
-				Enabled:              true,
+				Enabled:              !c.Machine().Controlplane().ControllerManager().Disabled(),
 				Image:                cm.Image(),
 				CloudProvider:        cloudProvider(cluster),
 				PodCIDRs:             cluster.Network().PodCIDRs(),

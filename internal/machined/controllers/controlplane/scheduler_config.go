@@ -10,14 +10,15 @@ import (
 // SchedulerConfigController publishes kube-scheduler's config.
 type SchedulerConfigController = transform.Controller[*config.MachineConfig, *k8s.SchedulerConfig]
 
-// NewSchedulerConfigController declares SchedulerConfig from cluster.scheduler.
+// NewSchedulerConfigController declares SchedulerConfig from cluster.scheduler; it is disabled
+// (no static pod on this node) by machine.controlPlane.scheduler.disabled.
 func NewSchedulerConfigController() *SchedulerConfigController {
-	return fromClusterConfig("controlplane.SchedulerConfigController", k8s.NewSchedulerConfig,
-		func(cluster talosconfig.ClusterConfig, out *k8s.SchedulerConfig) error {
-			s := cluster.Scheduler()
+	return fromConfig("controlplane.SchedulerConfigController", k8s.NewSchedulerConfig,
+		func(c talosconfig.Config, out *k8s.SchedulerConfig) error {
+			s := c.Cluster().Scheduler()
 
 			*out.TypedSpec() = k8s.SchedulerConfigSpec{
-				Enabled:              true,
+				Enabled:              !c.Machine().Controlplane().Scheduler().Disabled(),
 				Image:                s.Image(),
 				ExtraArgs:            s.ExtraArgs(),
 				ExtraVolumes:         extraVolumes(s.ExtraVolumes()),

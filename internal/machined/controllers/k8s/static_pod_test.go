@@ -131,3 +131,30 @@ func staticPodEnv(t *testing.T, ctrl *k8sctrl.StaticPodController) *ctest.Env {
 		ctrl,
 	)
 }
+
+// TestStaticPodsDisabled: machine.controlPlane.controllerManager.disabled and
+// scheduler.disabled keep that component's static pod off this control plane, and remove it
+// when the field flips on a running node.
+func TestStaticPodsDisabled(t *testing.T) {
+	dir := t.TempDir()
+	env := staticPodEnv(t, &k8sctrl.StaticPodController{SecretsDir: filepath.Join(dir, "secrets"), ConfigDir: filepath.Join(dir, "config"), AuditLogDir: filepath.Join(dir, "audit")})
+
+	disable := func(cm, sched bool) func(*v1alpha1.Config) {
+		return func(c *v1alpha1.Config) {
+			c.MachineConfig.MachineControlPlane = &v1alpha1.MachineControlPlaneConfig{
+				MachineControllerManager: &v1alpha1.MachineControllerManagerConfig{MachineControllerManagerDisabled: new(cm)},
+				MachineScheduler:         &v1alpha1.MachineSchedulerConfig{MachineSchedulerDisabled: new(sched)},
+			}
+		}
+	}
+
+	env.Create(append(node("cp1", "10.0.0.1"), ctest.MachineConfig(t, machine.TypeControlPlane, disable(false, true)))...)
+	ctest.AssertResource(env, k8s.SchedulerConfigID, func(r *k8s.SchedulerConfig, a *assert.Assertions) { a.False(r.TypedSpec().Enabled) })
+	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver", "kube-controller-manager")
+
+	env.Put(ctest.MachineConfig(t, machine.TypeControlPlane, disable(false, false)))
+	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+	env.Put(ctest.MachineConfig(t, machine.TypeControlPlane, disable(true, false)))
+	ctest.AssertIDs[*k8s.StaticPod](env, "kube-apiserver", "kube-scheduler")
+}
