@@ -15,8 +15,8 @@ import (
 // or, v6, a global IPv6 /128 (DHCPv6's; router advertisements' are /64). machined keeps their
 // leases. A platform that configured the links (nocloud's network-config) names those it
 // leased on: a static address is no lease.
-func bootDHCPLinks(mode string, published *platform.Published, v6 bool) []string {
-	if mode != runtime.PlatformMetal {
+func bootDHCPLinks(mode runtime.Mode, published *platform.Published, v6 bool) []string {
+	if !mode.OwnKernel() {
 		return nil
 	}
 

@@ -14,7 +14,6 @@ import (
 	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/install"
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
-	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
 )
@@ -22,7 +21,7 @@ import (
 // needsInstall tells a metal node that runs from memory (its STATE is not a disk's XFS) and has
 // an install disk in its config.
 func (n *node) needsInstall() bool {
-	if n.opts.Platform != runtime.PlatformMetal || !metal.OwnsMachine() {
+	if !n.r.Mode.OwnsMachine() {
 		return false
 	}
 

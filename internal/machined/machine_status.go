@@ -12,7 +12,6 @@ import (
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 
-	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/machined/system"
 )
 
@@ -29,7 +28,7 @@ func (n *node) requiredServices(typ machine.Type) []string {
 		required = append(required, "etcd", "trustd")
 	}
 
-	if !n.r.SharesHost() && services.RunsKubernetes() {
+	if !n.r.Mode.SharesHost() && n.r.Mode.RunsKubernetes() {
 		required = append(required, "kubelet")
 	}
 

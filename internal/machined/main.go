@@ -54,11 +54,14 @@ func Main(args []string) error {
 	// As a node's init, machined inherits the node's orphans (containerd's shims among them).
 	runtimestats.OnSignal(ctx, os.Stderr)
 
-	go reaper.Run(ctx, func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
-
 	n, err := newNode(opts)
 	if err != nil {
 		return err
+	}
+
+	// Orphans come to the init of a pid namespace only.
+	if n.r.Mode.PID1 {
+		go reaper.Run(ctx, func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
 	}
 
 	action, err := n.run(ctx)
@@ -68,12 +71,12 @@ func Main(args []string) error {
 
 	// On its own kernel, machined is the machine's init: it reboots or powers it off (an init
 	// that exits panics the kernel).
-	if opts.Platform == runtime.PlatformMetal && metal.OwnsMachine() {
+	if n.r.Mode.OwnsMachine() {
 		return metal.Power(action == actionReboot)
 	}
 
 	if action == actionReboot {
-		if container.InNode() {
+		if n.r.Mode.ContainerNode() {
 			return container.Reboot()
 		}
 

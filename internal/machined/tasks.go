@@ -118,7 +118,7 @@ func (n *node) WriteUserFiles(context.Context) error {
 		n.r.Log.Error("machine.files", zap.Error(err))
 	}
 
-	if os.Getpid() == 1 {
+	if n.r.Mode.PID1 {
 		for k, v := range cfg.Machine().Env() {
 			if err = os.Setenv(k, v); err != nil {
 				n.r.Log.Error("machine.env", zap.String("name", k), zap.Error(err))

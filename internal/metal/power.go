@@ -4,15 +4,7 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/talos-go/talos/internal/container"
 )
-
-// OwnsMachine reports whether this process is the init of a machine on its own kernel: PID 1
-// in the kernel's first pid namespace, where reboot(2) resets or powers off the machine.
-func OwnsMachine() bool {
-	return os.Getpid() == 1 && os.Getenv(container.EnvNode) == ""
-}
 
 // Power ends the machine: its filesystems are synced, then it reboots or powers off. It
 // returns only on error.

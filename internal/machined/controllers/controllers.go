@@ -35,6 +35,7 @@ import (
 	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/controllers/timesync"
 	"github.com/talos-go/talos/internal/machined/events"
+	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/machined/trustbundle"
 	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/trustd"
@@ -47,13 +48,15 @@ type Options struct {
 	// Address is the node's address: the seed of its generated hostname, the source of its
 	// calls to trustd and, when it shares the host, its one NodeAddress. Empty when it has none.
 	Address string
-	// SharesHost is a node that is a set of processes on the host (process mode): it is
-	// reached on its loopback address whatever the host's links hold, and its hostname is only
-	// recorded, as the kernel's is the host's.
-	SharesHost bool
-	// OwnKernel is a node on its own kernel (metal): it sets the kernel's parameters and keeps
-	// its clock.
-	OwnKernel bool
+	// Mode is the kind of node. One that shares the host (process mode) is reached on its
+	// loopback address whatever the host's links hold, and its hostname is only recorded, as the
+	// kernel's is the host's. One on its own kernel (metal) sets the kernel's parameters and
+	// keeps its clock. One that owns its machine (metal as PID 1) runs udevd's controllers:
+	// block devices from uevents, their probes, /dev/disk links (they write the machine's
+	// /dev), and reports the machine's kernel command line and security state (firmware, UKI).
+	// One that runs kubelet runs the controllers that talk to it and to the API server too (the
+	// resources they build on are computed on every node).
+	Mode runtime.Mode
 	// DHCPLinks are the links whose DHCP leases the node keeps (a metal boot's, without ip=).
 	DHCPLinks []string
 	// DHCP6Links are the links whose DHCPv6 leases the node keeps (the boot's).
@@ -63,10 +66,6 @@ type Options struct {
 	// LoadModuleWith loads a kernel module with parameters, for machine.kernel.modules (metal);
 	// nil: the config's modules are not loaded.
 	LoadModuleWith func(name string, params []string) error
-	// Udev runs udevd's controllers: block devices from uevents, their probes, /dev/disk links
-	// (metal as PID 1 only: they write the machine's /dev). Such a node also reports the
-	// machine's kernel command line and security state (firmware, UKI).
-	Udev bool
 	// LoadModalias loads the modules a new device's modalias names (metal); nil: none.
 	LoadModalias func(modalias string) ([]string, error)
 	// StateDir is the STATE folder, where the node id is kept.
@@ -82,9 +81,6 @@ type Options struct {
 	// Etcd is the node's etcd member; EtcdClient gives a client of it (the VIP elections').
 	Etcd       etcdctrl.StatusSource
 	EtcdClient func(ctx context.Context) (*clientv3.Client, error)
-	// RunsKubernetes: the node runs kubelet, so the controllers that talk to it and to the API
-	// server run too (the resources they build on are computed on every node).
-	RunsKubernetes bool
 	// TimeLog is where time sync logs its syncs (the controllers' own log shows warnings only).
 	TimeLog *zap.Logger
 	// Root is the node's root folder; DNSLog is where its host DNS logs.
@@ -105,11 +101,11 @@ func List(opts Options) []controller.Controller {
 	nodeAddresses := &networkctrl.NodeAddressController{}
 	applyHostname := networkctrl.SetKernelHostname
 
-	if container.InNode() {
+	if opts.Mode.ContainerNode() {
 		applyHostname = container.ApplyHostname
 	}
 
-	if opts.SharesHost {
+	if opts.Mode.SharesHost() {
 		addr, _ := netip.ParseAddr(opts.Address) // checked by the node before
 		nodeAddresses.Static = []netip.Addr{addr}
 		applyHostname = nil
@@ -124,12 +120,12 @@ func List(opts Options) []controller.Controller {
 
 	// A control plane's kubelet gets its client certificate from the cluster CA where it runs.
 	kubeletCertDir := ""
-	if opts.RunsKubernetes {
+	if opts.Mode.RunsKubernetes() {
 		kubeletCertDir = k8sctrl.KubeletCertDir
 	}
 
 	seccompDir := ""
-	if opts.RunsKubernetes {
+	if opts.Mode.RunsKubernetes() {
 		seccompDir = filepath.Join(opts.Root, constants.SeccompProfilesDirectory)
 	}
 
@@ -150,7 +146,7 @@ func List(opts Options) []controller.Controller {
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},
 		&networkctrl.RouteStatusController{},
-		&timesync.SyncController{Sync: opts.OwnKernel, Log: opts.TimeLog, PlatformServers: p.TimeServers},
+		&timesync.SyncController{Sync: opts.Mode.OwnKernel(), Log: opts.TimeLog, PlatformServers: p.TimeServers},
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
 		&clusterctrl.MemberController{},
 		&etcdctrl.MemberController{Etcd: opts.Etcd},
@@ -179,7 +175,7 @@ func List(opts Options) []controller.Controller {
 		&controlplanectrl.ManifestController{},
 		&controlplanectrl.ExtraManifestController{Roots: func() (*x509.CertPool, error) { return trustbundle.Pool(bundle) }},
 		&k8sctrl.StaticPodController{SecretsDir: opts.KubernetesSecretsDir, ConfigDir: opts.KubernetesConfigDir, AuditLogDir: opts.AuditLogDir,
-			AfterAPIReady: opts.RunsKubernetes},
+			AfterAPIReady: opts.Mode.RunsKubernetes()},
 		&k8sctrl.StaticPodConfigController{},
 		// The profiles' files only where a kubelet reads them (no host folder written otherwise).
 		&crictrl.SeccompProfileController{Dir: seccompDir},
@@ -195,8 +191,8 @@ func List(opts Options) []controller.Controller {
 		&runtimectrl.KmsgLogDeliveryController{},
 		runtimectrl.NewEventSinkConfigController(),
 		&runtimectrl.VersionController{},
-		&runtimectrl.SBOMItemController{Items: sbom(!opts.SharesHost, opts.RunsKubernetes)},
-		&runtimectrl.SecurityStateController{OwnsMachine: opts.Udev, Efivars: "/sys/firmware/efi/efivars",
+		&runtimectrl.SBOMItemController{Items: sbom(!opts.Mode.SharesHost(), opts.Mode.RunsKubernetes())},
+		&runtimectrl.SecurityStateController{OwnsMachine: opts.Mode.OwnsMachine(), Efivars: "/sys/firmware/efi/efivars",
 			PCRKey: filepath.Join(container.InitramfsDir, uki.PublicKeyFile), SELinux: "/sys/fs/selinux/enforce"},
 		&networkctrl.StatusController{},
 	}
@@ -210,16 +206,16 @@ func List(opts Options) []controller.Controller {
 	}
 
 	// A node on its own kernel runs udevd: its block devices, their probes and links.
-	if opts.Udev {
+	if opts.Mode.OwnsMachine() {
 		list = append(list, &blockctrl.UdevController{Sysfs: "/sys", LoadModalias: opts.LoadModalias},
 			&blockctrl.DiscoveredVolumesController{Sysfs: "/sys", Dev: "/dev"}, &blockctrl.UserVolumesController{StateDir: opts.StateDir})
 	}
 
 	// A node in its own network namespace (a container node, a metal one) runs its resolvers
 	// and host DNS; one that shares the host's reports the host's resolvers.
-	if container.InNode() || opts.OwnKernel {
+	if opts.Mode.OwnNetwork() {
 		// A container node's /etc/hosts is its own file, bound over the image's.
-		if container.InNode() {
+		if opts.Mode.ContainerNode() {
 			list = append(list, &networkctrl.EtcHostsController{Address: opts.Address, Path: container.HostsPath})
 		}
 
@@ -231,12 +227,12 @@ func List(opts Options) []controller.Controller {
 		list = append(list, &networkctrl.ResolverStatusController{})
 	}
 
-	if opts.Udev {
+	if opts.Mode.OwnsMachine() {
 		list = append(list, &runtimectrl.KernelCmdlineController{Path: "/proc/cmdline"})
 	}
 
 	// A node on its own kernel sets its kernel's parameters and its network from the config.
-	if opts.OwnKernel {
+	if opts.Mode.OwnKernel() {
 		list = append(list, &runtimectrl.KernelParamController{}, &networkctrl.ConfigSpecController{}, &networkctrl.SpecController{LoadModule: opts.LoadModule},
 			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks}, &networkctrl.DHCP6Controller{Links: opts.DHCP6Links},
 			&networkctrl.VIPController{Etcd: opts.EtcdClient, Hostname: func() string { h, _ := os.Hostname(); return h }},
@@ -248,11 +244,11 @@ func List(opts Options) []controller.Controller {
 	}
 
 	// The config's kernel modules: a node on its own kernel only, from its image's modules.
-	if opts.OwnKernel && opts.LoadModuleWith != nil {
+	if opts.Mode.OwnKernel() && opts.LoadModuleWith != nil {
 		list = append(list, &runtimectrl.KernelModuleController{Load: opts.LoadModuleWith})
 	}
 
-	if opts.RunsKubernetes {
+	if opts.Mode.RunsKubernetes() {
 		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
 			&k8sctrl.NodeApplyController{}, &k8sctrl.TalosAPIAccessController{},
 			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{})

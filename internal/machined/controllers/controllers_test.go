@@ -24,6 +24,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
 	"github.com/talos-go/talos/internal/machined/resources"
+	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/trustd"
 )
 
@@ -32,7 +33,7 @@ func options(t *testing.T) controllers.Options {
 
 	return controllers.Options{
 		Address:          "127.84.0.1",
-		SharesHost:       true,
+		Mode:             runtime.Mode{Kind: runtime.Process},
 		StateDir:         dir,
 		APIDSecretsDir:   filepath.Join(dir, "secrets", "apid"),
 		TrustdSecretsDir: filepath.Join(dir, "secrets", "trustd"),

@@ -11,6 +11,7 @@ import (
 	"github.com/talos-go/talos/internal/configsupport"
 	"github.com/talos-go/talos/internal/machined/controllers"
 	"github.com/talos-go/talos/internal/machined/resources"
+	"github.com/talos-go/talos/internal/machined/runtime"
 	"github.com/talos-go/talos/internal/platform"
 )
 
@@ -33,8 +34,8 @@ func TestEveryRegisteredTypeHasAWriter(t *testing.T) {
 		node configsupport.Node
 		opts controllers.Options
 	}{
-		{configsupport.Process, controllers.Options{SharesHost: true, Address: "127.5.0.1"}},
-		{configsupport.Metal, controllers.Options{OwnKernel: true, Udev: true, RunsKubernetes: true,
+		{configsupport.Process, controllers.Options{Mode: runtime.Mode{Kind: runtime.Process}, Address: "127.5.0.1"}},
+		{configsupport.Metal, controllers.Options{Mode: runtime.Mode{Kind: runtime.Metal, PID1: true, HasContainerd: true, HasKubernetesImages: true},
 			LoadModuleWith: func(string, []string) error { return nil }, Platform: &platform.Published{}}},
 	} {
 		written := map[resource.Type]string{}

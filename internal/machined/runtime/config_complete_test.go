@@ -19,7 +19,7 @@ const watchdogOnly = "apiVersion: v1alpha1\nkind: WatchdogTimerConfig\ndevice: /
 // TestValidateRequiresV1Alpha1: the one check every path that takes a config shares.
 func TestValidateRequiresV1Alpha1(t *testing.T) {
 	full := string(testenv.Config(t, machine.TypeControlPlane, "127.5.0.1"))
-	r := &runtime.Runtime{Platform: runtime.PlatformContainer}
+	r := &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}}
 
 	for _, tc := range []struct {
 		name    string

@@ -81,7 +81,7 @@ func TestKubernetesSupport(t *testing.T) {
 			}
 
 			// The whole check a node makes (configsupport's rules and KubernetesSupport).
-			_, err := (&runtime.Runtime{Platform: runtime.PlatformContainer}).Validate(ctest.MachineConfig(t, tc.typ, patches...).Provider())
+			_, err := (&runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}}).Validate(ctest.MachineConfig(t, tc.typ, patches...).Provider())
 			if len(tc.want) == 0 {
 				require.NoError(t, err)
 

@@ -17,7 +17,7 @@ import (
 func TestValidateRefusesBadPodsAndProfiles(t *testing.T) {
 	full := string(testenv.Config(t, machine.TypeWorker, "127.5.0.1"))
 
-	r := &runtime.Runtime{Platform: runtime.PlatformContainer}
+	r := &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}}
 
 	for _, tc := range []struct {
 		name, extra, want string

@@ -18,7 +18,7 @@ import (
 // naming its field; the upstream forms are taken.
 func TestValidateRefusesUserSettings(t *testing.T) {
 	full := string(testenv.Config(t, machine.TypeWorker, "127.5.0.1"))
-	r := &runtime.Runtime{Platform: runtime.PlatformContainer}
+	r := &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}}
 
 	withMachine := func(extra string) string {
 		return strings.Replace(full, "\nmachine:\n", "\nmachine:\n"+extra, 1)

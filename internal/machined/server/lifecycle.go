@@ -34,7 +34,7 @@ func (s *Machine) ApplyConfiguration(ctx context.Context, req *machine.ApplyConf
 
 // Reboot restarts the node (container mode: the node process restarts in place).
 func (s *Machine) Reboot(ctx context.Context, req *machine.RebootRequest) (*machine.RebootResponse, error) {
-	if req.Mode == machine.RebootRequest_POWERCYCLE && s.R.Platform == "container" {
+	if req.Mode == machine.RebootRequest_POWERCYCLE && s.R.Mode.InContainer() {
 		return nil, status.Errorf(codes.InvalidArgument, "powercycle needs real hardware: use the default reboot mode in container mode")
 	}
 

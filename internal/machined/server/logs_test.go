@@ -33,7 +33,7 @@ func serveLogs(t *testing.T) (*client.Client, *logging.Manager) {
 
 	t.Cleanup(func() { logs.Close() })
 
-	return serveMachine(t, &Machine{R: &runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: "/"}, State: st, Logs: logs}}), logs
+	return serveMachine(t, &Machine{R: &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Container}, Paths: runtime.Paths{Root: "/"}, State: st, Logs: logs}}), logs
 }
 
 // Logs: --tail 10 is exactly the last 10 lines of a longer log, -f then streams what is written

@@ -11,8 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/talos-go/talos/internal/machined/runtime"
 )
 
 // hostPath maps a path of the node's filesystem to the path machined opens. A node with its
@@ -28,11 +26,11 @@ func (s *Machine) hostPath(nodePath string) (string, error) {
 	p := s.R.Paths
 
 	// Without a kernel of its own the node keeps its own boot ID, new at every start.
-	if s.R.Platform == runtime.PlatformContainer && clean == "/proc/sys/kernel/random/boot_id" {
+	if !s.R.Mode.OwnKernel() && clean == "/proc/sys/kernel/random/boot_id" {
 		return p.BootIDFile(), nil
 	}
 
-	if !s.R.SharesHost() {
+	if !s.R.Mode.SharesHost() {
 		return clean, nil
 	}
 

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talos-go/talos/internal/blockwipe"
-	"github.com/talos-go/talos/internal/machined/runtime"
 )
 
 // Storage implements the StorageService: wiping block devices the node does not use, on a
@@ -29,7 +28,7 @@ func (Storage) Disks(context.Context, *emptypb.Empty) (*storage.DisksResponse, e
 // BlockDeviceWipe wipes every device of the request, or none: each is checked (its name, that
 // it exists, that nothing mounts, claims or is built on it) and opened before any is written.
 func (s Storage) BlockDeviceWipe(ctx context.Context, req *storage.BlockDeviceWipeRequest) (*storage.BlockDeviceWipeResponse, error) {
-	if s.M == nil || s.M.R.Platform != runtime.PlatformMetal {
+	if s.M == nil || !s.M.R.Mode.OwnKernel() {
 		return nil, status.Error(codes.Unimplemented, "BlockDeviceWipe: only a metal node wipes block devices (a process or container node shares the host's)")
 	}
 

@@ -28,7 +28,7 @@ func (s *Machine) Version(ctx context.Context, _ *emptypb.Empty) (*machine.Versi
 			Tag: version.Tag, Sha: version.SHA, Built: version.Built, GoVersion: version.GoVersion(),
 			Os: goruntime.GOOS, Arch: goruntime.GOARCH,
 		},
-		Platform: &machine.PlatformInfo{Name: cmp.Or(s.R.PlatformName, s.R.Platform), Mode: s.R.Platform},
+		Platform: &machine.PlatformInfo{Name: cmp.Or(s.R.PlatformName, s.R.Mode.String()), Mode: s.R.Mode.String()},
 		Features: &machine.FeaturesInfo{Rbac: true},
 	}}}, nil
 }
@@ -269,7 +269,7 @@ func (s *Machine) Processes(ctx context.Context, _ *emptypb.Empty) (*machine.Pro
 
 	keep := func(*machine.ProcessInfo) bool { return true }
 
-	if s.R.SharesHost() {
+	if s.R.Mode.SharesHost() {
 		self := int32(os.Getpid())
 		keep = func(p *machine.ProcessInfo) bool {
 			for seen := 0; p != nil && seen < 64; seen++ {
@@ -365,7 +365,7 @@ func (s *Machine) Mounts(ctx context.Context, _ *emptypb.Empty) (*machine.Mounts
 		})
 	}
 
-	if s.R.SharesHost() {
+	if s.R.Mode.SharesHost() {
 		p := s.R.Paths
 		add("STATE", p.State(), "/system/state")
 		add("EPHEMERAL", p.Ephemeral(), "/var")

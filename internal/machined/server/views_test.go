@@ -37,7 +37,7 @@ func serveViews(t *testing.T, root string) *client.Client {
 		t.Fatal(err)
 	}
 
-	return serveMachine(t, &Machine{R: &runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, State: st}})
+	return serveMachine(t, &Machine{R: &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}, Paths: runtime.Paths{Root: root}, State: st}})
 }
 
 // serveMachine serves m on a unix socket and returns a client.

@@ -32,7 +32,7 @@ func APID(r *runtime.Runtime) *system.Service {
 	addr := net.JoinHostPort(r.Address, strconv.Itoa(constants.ApidPort))
 
 	listen := addr
-	if !r.SharesHost() {
+	if !r.Mode.SharesHost() {
 		listen = net.JoinHostPort("", strconv.Itoa(constants.ApidPort))
 	}
 

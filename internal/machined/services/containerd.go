@@ -122,7 +122,7 @@ func Containerd(r *runtime.Runtime) *system.Service {
 		ID:                   ContainerdServiceID,
 		ConditionDescription: "machined is the node's init",
 		Condition: func(context.Context) error {
-			if os.Getpid() != 1 {
+			if !r.Mode.PID1 {
 				return errors.New("containerd runs only when machined is the node's init (container or metal mode), not in process mode")
 			}
 

@@ -46,13 +46,13 @@ func TestEtcdExtraArgsFromConfig(t *testing.T) {
 	require.NoError(t, err)
 
 	r := &runtime.Runtime{
-		Platform: runtime.PlatformContainer,
-		Address:  fmt.Sprintf("127.86.%d.1", os.Getpid()%250+1),
-		Paths:    runtime.Paths{Root: root},
-		Binary:   filepath.Join(filepath.Dir(bin), "machined"), // etcd is looked for next to machined
-		State:    st,
-		Logs:     logs,
-		Log:      zaptest.NewLogger(t),
+		Mode:    runtime.Mode{Kind: runtime.Process},
+		Address: fmt.Sprintf("127.86.%d.1", os.Getpid()%250+1),
+		Paths:   runtime.Paths{Root: root},
+		Binary:  filepath.Join(filepath.Dir(bin), "machined"), // etcd is looked for next to machined
+		State:   st,
+		Logs:    logs,
+		Log:     zaptest.NewLogger(t),
 	}
 	r.SetConfig(ctest.MachineConfig(t, machine.TypeInit, func(c *v1alpha1.Config) {
 		c.ClusterConfig.EtcdConfig.EtcdExtraArgs = map[string]string{"max-request-bytes": "2048"}

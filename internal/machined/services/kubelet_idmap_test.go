@@ -64,7 +64,7 @@ func TestKubeletExtraMountIDMappings(t *testing.T) {
 	logs, err := logging.NewManager(filepath.Join(root, "logs"))
 	require.NoError(t, err)
 
-	r := &runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, State: env.State, Logs: logs}
+	r := &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}, Paths: runtime.Paths{Root: root}, State: env.State, Logs: logs}
 
 	proc, err := Kubelet(r).Runner()
 	require.NoError(t, err)

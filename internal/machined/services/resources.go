@@ -1,7 +1,6 @@
 package services
 
 import (
-	"os"
 	"strconv"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -60,23 +59,19 @@ func goMemLimit(c *runner.Cgroup) string {
 // cgroupOf is a service's cgroup on a node with cgroups of its own; a process node's services
 // share the host's cgroup with machined.
 func cgroupOf(r *runtime.Runtime, c *runner.Cgroup) *runner.Cgroup {
-	if !ownsCgroups(r) {
+	if !r.Mode.OwnsCgroups() {
 		return nil
 	}
 
 	return c
 }
 
-// ownsCgroups: machined is the node's init (container and metal nodes), not a process on a
-// shared host nor one of the tests'.
-func ownsCgroups(r *runtime.Runtime) bool { return os.Getpid() == 1 && !r.SharesHost() }
-
 // EnterInitCgroup moves machined into its own cgroup before it starts the services: on cgroup
 // v2, the root hands the memory controller down to the services' cgroups only when no process
 // is left in it (the root of a container node's cgroup namespace is not exempt). After a
 // failure the services still start, and each says in its log that it runs in machined's cgroup.
 func EnterInitCgroup(r *runtime.Runtime, pid int) error {
-	if !ownsCgroups(r) {
+	if !r.Mode.OwnsCgroups() {
 		return nil
 	}
 

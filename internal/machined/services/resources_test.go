@@ -43,7 +43,7 @@ func TestGoServicesResources(t *testing.T) {
 	logs, err := logging.NewManager(filepath.Join(root, "logs"))
 	require.NoError(t, err)
 
-	r := &runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, Address: "127.0.0.1", Logs: logs, Binary: "/bin/true"}
+	r := &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}, Paths: runtime.Paths{Root: root}, Address: "127.0.0.1", Logs: logs, Binary: "/bin/true"}
 
 	for _, tc := range []struct {
 		name       string

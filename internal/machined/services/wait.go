@@ -19,7 +19,7 @@ import (
 // synced, as upstream's services wait: certificates, etcd's leases and kubelet's checks all
 // read the clock. Elsewhere the host keeps the clock and nothing waits.
 func waitTimeSync(ctx context.Context, r *runtime.Runtime) error {
-	if r.Platform != runtime.PlatformMetal {
+	if !r.Mode.OwnKernel() {
 		return nil
 	}
 

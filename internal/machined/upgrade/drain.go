@@ -16,7 +16,6 @@ import (
 
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
 	"github.com/talos-go/talos/internal/machined/drain"
-	"github.com/talos-go/talos/internal/machined/services"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -28,7 +27,7 @@ const drainTimeout = 3 * time.Minute
 // plane and kubelet's client certificate on a worker; a node that runs no Kubernetes, or never
 // joined, skips it.
 func (m *Manager) cordonAndDrain(ctx context.Context, log *zap.Logger) error {
-	if !services.RunsKubernetes() {
+	if !m.R.Mode.RunsKubernetes() {
 		log.Info("cordon and drain skipped: this node runs no Kubernetes")
 
 		return nil

@@ -130,7 +130,7 @@ func newEnv(t *testing.T, cp bool) *env {
 
 	rec := &recorder{cp: cp, done: make(chan struct{})}
 	st := state.WrapCore(namespaced.NewState(inmem.Build))
-	m := New(&runtime.Runtime{Platform: runtime.PlatformContainer, Paths: runtime.Paths{Root: root}, Events: events.NewBus(), State: st}, rec)
+	m := New(&runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}, Paths: runtime.Paths{Root: root}, Events: events.NewBus(), State: st}, rec)
 	m.Slot = slots.A
 	m.Etcd = rec
 

@@ -25,7 +25,7 @@ func metalEnv(t *testing.T) (*env, string) {
 	t.Helper()
 
 	e := newEnv(t, false)
-	e.m.R.Platform = runtime.PlatformMetal
+	e.m.R.Mode = runtime.Mode{Kind: runtime.Metal}
 	boot := e.m.R.Paths.Boot()
 
 	os.RemoveAll(filepath.Join(boot, "A"))

@@ -168,7 +168,7 @@ func (rr *resetRun) StopServices(ctx context.Context) error {
 // Wipe implements sequencer.Resetter.
 func (rr *resetRun) Wipe(context.Context) error {
 	// A node in a container cannot reach its EPHEMERAL folder: its launcher wipes on the restart.
-	if container.InNode() {
+	if rr.m.R.Mode.ContainerNode() {
 		if err := container.RequestWipe(rr.wipe); err != nil {
 			rr.wipeErr = err // reported with the power action: services are stopped by then
 

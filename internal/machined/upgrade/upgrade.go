@@ -21,7 +21,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/talos-go/talos/internal/bootloader"
-	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/imager"
 	"github.com/talos-go/talos/internal/machined/errkind"
 	"github.com/talos-go/talos/internal/machined/runtime"
@@ -89,7 +88,7 @@ func (m *Manager) meta() (*meta.Store, error) { return meta.Open(m.R.Paths.Meta(
 
 // metal reports whether this node boots with GRUB from its disk: its slots are kernels and
 // initramfs images, and GRUB's menu follows META.
-func (m *Manager) metal() bool { return m.R.Platform == runtime.PlatformMetal }
+func (m *Manager) metal() bool { return m.R.Mode.OwnKernel() }
 
 // slotInstalled reports whether a slot of BOOT holds what this kind of node boots.
 func (m *Manager) slotInstalled(slot string) bool {
@@ -131,7 +130,7 @@ func (m *Manager) needSlots() error {
 		return errkind.New(errkind.Precondition, "this node runs from memory, not from an installed disk, so it has no A/B slots: install it first (machine.install.disk in its config)")
 	}
 
-	if m.Slot == "" && container.InNode() {
+	if m.Slot == "" && m.R.Mode.ContainerNode() {
 		return errkind.New(errkind.Precondition, "a node in a container boots its image read-only from the host and has no A/B slots: upgrade is not available in container mode yet (it needs the launcher to boot a new image); recreate the cluster with the new image, or use `--provisioner process` nodes started through `machined boot`")
 	}
 
@@ -229,7 +228,7 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 		return "", errkind.Errorf(errkind.Invalid, "image %q: give the absolute path of a signed image file on the node's host (built with `make image VERSION=...`), or its http(s) URL", req.Image)
 	}
 
-	if req.RebootMode == machine.UpgradeRequest_POWERCYCLE && m.R.Platform == runtime.PlatformContainer {
+	if req.RebootMode == machine.UpgradeRequest_POWERCYCLE && m.R.Mode.InContainer() {
 		return "", errkind.New(errkind.Invalid, "powercycle needs real hardware: use the default reboot mode in container mode")
 	}
 
@@ -267,7 +266,7 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 		os.RemoveAll(staging)
 
 		err = fmt.Errorf("%w: the image is for %s nodes and this is a %s node: build it with `make %s`", imager.ErrRefused,
-			map[bool]string{true: "metal", false: "process"}[man.Metal()], m.R.Platform, map[bool]string{true: "metal-image", false: "image"}[m.metal()])
+			map[bool]string{true: "metal", false: "process"}[man.Metal()], m.R.Mode, map[bool]string{true: "metal-image", false: "image"}[m.metal()])
 	}
 
 	if err == nil && m.bootsUKI() {
