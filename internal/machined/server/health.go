@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talos-go/talos/internal/health"
+	"github.com/talos-go/talos/internal/machined/kubeclient"
 )
 
 // Cluster serves ClusterService/HealthCheck on a control plane: the checks it can run itself,
@@ -64,7 +64,7 @@ func (c *Cluster) HealthCheck(req *clusterapi.HealthCheckRequest, srv grpc.Serve
 			return status.Error(codes.Unavailable, "the node's Kubernetes secrets are not generated yet: retry in a few seconds")
 		}
 
-		cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kube.TypedSpec().LocalhostAdminKubeconfig))
+		cfg, err := kubeclient.LocalAdmin(kube, 0)
 		if err != nil {
 			return status.Errorf(codes.Internal, "the node's admin kubeconfig: %v", err)
 		}

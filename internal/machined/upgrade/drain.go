@@ -12,10 +12,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	k8sctrl "github.com/talos-go/talos/internal/machined/controllers/k8s"
 	"github.com/talos-go/talos/internal/machined/drain"
+	"github.com/talos-go/talos/internal/machined/kubeclient"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -71,7 +71,7 @@ var kubeletClientCert = filepath.Join(k8sctrl.KubeletCertDir, "kubelet-client-cu
 // never joined.
 func (m *Manager) drainCredentials(ctx context.Context) (*rest.Config, error) {
 	if kube, err := safe.StateGetByID[*secrets.Kubernetes](ctx, m.R.State, secrets.KubernetesID); err == nil {
-		return clientcmd.RESTConfigFromKubeConfig([]byte(kube.TypedSpec().LocalhostAdminKubeconfig))
+		return kubeclient.LocalAdmin(kube, 0)
 	}
 
 	if _, err := os.Stat(kubeletClientCert); err != nil {

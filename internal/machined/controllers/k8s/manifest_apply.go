@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/talos-go/talos/internal/machined/kubeclient"
 )
 
 // ManifestFieldManager owns the fields the node applies, as upstream's.
@@ -111,7 +113,7 @@ var errAPINotReady = errors.New("the API server is not ready")
 const apiReadyPoll = time.Second
 
 func (ctrl *ManifestApplyController) reconcile(ctx context.Context, r controller.Runtime) error {
-	kube, err := safe.ReaderGetByID[*secrets.Kubernetes](ctx, r, secrets.KubernetesID)
+	kube, err := kubeclient.Get(ctx, r)
 	if err != nil {
 		if state.IsNotFoundError(err) {
 			return nil // not a control plane, or its secrets are not there yet

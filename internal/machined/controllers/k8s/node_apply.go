@@ -22,8 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/talos-go/talos/internal/machined/kubeclient"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -229,14 +229,12 @@ var KubeletClientCert = filepath.Join(KubeletCertDir, "kubelet-client-current.pe
 // credentials are the admin's on a control plane (worker false), else kubelet's own; nil
 // while this node has neither.
 func (ctrl *NodeApplyController) credentials(ctx context.Context, r controller.Runtime) (*rest.Config, bool, error) {
-	kube, err := safe.ReaderGetByID[*secrets.Kubernetes](ctx, r, secrets.KubernetesID)
+	kube, err := kubeclient.Get(ctx, r)
 	if err == nil {
-		cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kube.TypedSpec().LocalhostAdminKubeconfig))
+		cfg, err := kubeclient.LocalAdmin(kube, 10*time.Second)
 		if err != nil {
 			return nil, false, err
 		}
-
-		cfg.Timeout = 10 * time.Second
 
 		return cfg, false, nil
 	} else if !state.IsNotFoundError(err) {

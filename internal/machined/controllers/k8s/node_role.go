@@ -17,7 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/talos-go/talos/internal/machined/kubeclient"
 )
 
 // ControlPlaneRole is the label and taint key of a control plane node.
@@ -75,7 +76,7 @@ func (ctrl *NodeRoleController) Run(ctx context.Context, r controller.Runtime, l
 }
 
 func (ctrl *NodeRoleController) reconcile(ctx context.Context, r controller.Runtime) error {
-	kube, err := safe.ReaderGetByID[*secrets.Kubernetes](ctx, r, secrets.KubernetesID)
+	kube, err := kubeclient.Get(ctx, r)
 	if state.IsNotFoundError(err) {
 		return nil // not a control plane, or its secrets are not there yet
 	} else if err != nil {
@@ -98,12 +99,10 @@ func (ctrl *NodeRoleController) reconcile(ctx context.Context, r controller.Runt
 
 	taint := cfg.Config().Cluster() == nil || !cfg.Config().Cluster().ScheduleOnControlPlanes()
 
-	rest, err := clientcmd.RESTConfigFromKubeConfig([]byte(kube.TypedSpec().LocalhostAdminKubeconfig))
+	rest, err := kubeclient.LocalAdmin(kube, 10*time.Second)
 	if err != nil {
 		return err
 	}
-
-	rest.Timeout = 10 * time.Second
 
 	client, err := corev1client.NewForConfig(rest)
 	if err != nil {

@@ -14,7 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/talos-go/talos/internal/machined/kubeclient"
 )
 
 // mirrorAnnotation marks the API server's mirror of a static pod.
@@ -68,7 +69,7 @@ func (ctrl *StaticPodStatusController) Run(ctx context.Context, r controller.Run
 }
 
 func (ctrl *StaticPodStatusController) reconcile(ctx context.Context, r controller.Runtime) error {
-	kube, err := safe.ReaderGetByID[*secrets.Kubernetes](ctx, r, secrets.KubernetesID)
+	kube, err := kubeclient.Get(ctx, r)
 	if state.IsNotFoundError(err) {
 		return nil
 	} else if err != nil {
@@ -82,12 +83,10 @@ func (ctrl *StaticPodStatusController) reconcile(ctx context.Context, r controll
 		return err
 	}
 
-	rest, err := clientcmd.RESTConfigFromKubeConfig([]byte(kube.TypedSpec().LocalhostAdminKubeconfig))
+	rest, err := kubeclient.LocalAdmin(kube, 10*time.Second)
 	if err != nil {
 		return err
 	}
-
-	rest.Timeout = 10 * time.Second
 
 	client, err := corev1client.NewForConfig(rest)
 	if err != nil {

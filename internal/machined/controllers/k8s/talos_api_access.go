@@ -25,7 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/talos-go/talos/internal/machined/kubeclient"
 )
 
 // TalosAPIAccessController serves machine.features.kubernetesTalosAPIAccess on a control
@@ -127,17 +128,15 @@ func (ctrl *TalosAPIAccessController) reconcile(ctx context.Context, r controlle
 		return true, fmt.Errorf("machine.ca has no key: this control plane cannot sign Talos API certificates")
 	}
 
-	kube, err := safe.ReaderGetByID[*secrets.Kubernetes](ctx, r, secrets.KubernetesID)
+	kube, err := kubeclient.Get(ctx, r)
 	if err != nil {
 		return true, fmt.Errorf("admin kubeconfig: %w", err)
 	}
 
-	rc, err := clientcmd.RESTConfigFromKubeConfig([]byte(kube.TypedSpec().LocalhostAdminKubeconfig))
+	rc, err := kubeclient.LocalAdmin(kube, 10*time.Second)
 	if err != nil {
 		return true, err
 	}
-
-	rc.Timeout = 10 * time.Second
 
 	a := apiAccess{ca: root.TypedSpec(), namespaces: feature.AllowedKubernetesNamespaces(), roles: feature.AllowedRoles()}
 
