@@ -25,16 +25,17 @@ var writtenByMachined = map[resource.Type]string{
 	runtimeres.ExtensionStatusType: "nobody yet: no system extensions, the empty list is the answer",
 }
 
-// TestEveryRegisteredTypeHasAWriter: on a process node and on a metal one, each type the node
-// registers (resources.For) is written by one of its controllers or by machined itself: none
-// is left empty forever. (A container node's list depends on running as a node's PID 1; its
-// types are the process node's plus the ones onlyOn gives it.)
+// TestEveryRegisteredTypeHasAWriter: on a process, a container and a metal node, each type the
+// node registers (resources.For) is written by one of its controllers or by machined itself:
+// none is left empty forever.
 func TestEveryRegisteredTypeHasAWriter(t *testing.T) {
 	for _, tc := range []struct {
 		node configsupport.Node
 		opts controllers.Options
 	}{
 		{configsupport.Process, controllers.Options{Mode: runtime.Mode{Kind: runtime.Process}, Address: "127.5.0.1"}},
+		{configsupport.Container, controllers.Options{Mode: runtime.Mode{Kind: runtime.Container, PID1: true, HasContainerd: true, HasKubernetesImages: true},
+			Address: "10.5.0.2"}},
 		{configsupport.Metal, controllers.Options{Mode: runtime.Mode{Kind: runtime.Metal, PID1: true, HasContainerd: true, HasKubernetesImages: true},
 			LoadModuleWith: func(string, []string) error { return nil }, Platform: &platform.Published{}}},
 	} {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/validation"
+
 	"github.com/talos-go/talos/internal/configsupport"
 	"github.com/talos-go/talos/internal/imager"
 )
@@ -42,6 +44,9 @@ type Mode struct {
 	// KUBERNETES=0).
 	HasContainerd, HasKubernetesImages bool
 }
+
+// A Mode is what machinery validates a config for.
+var _ validation.RuntimeMode = Mode{}
 
 // DetectMode is the mode of this machined: the kind from its --platform and --state flags, the
 // rest from the process and the node image, probed here once.
