@@ -8,6 +8,8 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -18,7 +20,8 @@ import (
 // look for (default, current, routed, accumulative). A node in its own network namespace
 // takes them from AddressStatus: global unicast addresses of links that are not loopback. A
 // process-mode node shares the host's namespace and is reached on the one loopback address it
-// is bound to: Static holds it, and the address statuses are not consulted.
+// is bound to: Static holds it, and the address statuses are not consulted. The addresses are
+// in the order of NodeAddressSortAlgorithm (v1 without one).
 type NodeAddressController struct {
 	Static []netip.Addr
 }
@@ -28,13 +31,19 @@ func (ctrl *NodeAddressController) Name() string { return "network.NodeAddressCo
 
 // Inputs implements controller.Controller.
 func (ctrl *NodeAddressController) Inputs() []controller.Input {
+	sortAlgorithm := controller.Input{
+		Namespace: network.NamespaceName, Type: network.NodeAddressSortAlgorithmType,
+		ID: optional.Some(network.NodeAddressSortAlgorithmID), Kind: controller.InputWeak,
+	}
+
 	if len(ctrl.Static) > 0 {
-		return nil
+		return []controller.Input{sortAlgorithm}
 	}
 
 	return []controller.Input{
 		{Namespace: network.NamespaceName, Type: network.AddressStatusType, Kind: controller.InputWeak},
 		{Namespace: network.NamespaceName, Type: network.LinkStatusType, Kind: controller.InputWeak},
+		sortAlgorithm,
 	}
 }
 
@@ -48,15 +57,26 @@ func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime
 	var seen []netip.Prefix // every address ever current: the accumulative set
 
 	for {
+		algorithm := nethelpers.AddressSortAlgorithmV1
+
+		sa, err := safe.ReaderGetByID[*network.NodeAddressSortAlgorithm](ctx, r, network.NodeAddressSortAlgorithmID)
+		if err != nil && !state.IsNotFoundError(err) {
+			return fmt.Errorf("reading the address sort algorithm: %w", err)
+		}
+
+		if sa != nil {
+			algorithm = sa.TypedSpec().Algorithm
+		}
+
+		compare := compareFor(algorithm)
+
 		current := make([]netip.Prefix, 0, len(ctrl.Static))
 		for _, a := range ctrl.Static {
 			current = append(current, netip.PrefixFrom(a, a.BitLen()))
 		}
 
 		if len(ctrl.Static) == 0 {
-			var err error
-
-			if current, err = ctrl.fromStatus(ctx, r); err != nil {
+			if current, err = ctrl.fromStatus(ctx, r, compare); err != nil {
 				return err
 			}
 		}
@@ -67,7 +87,7 @@ func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime
 			}
 		}
 
-		slices.SortFunc(seen, comparePrefixes)
+		slices.SortFunc(seen, compare)
 
 		var def []netip.Prefix
 		if len(current) > 0 {
@@ -82,7 +102,7 @@ func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime
 		} {
 			if err := safe.WriterModify(ctx, r, network.NewNodeAddress(network.NamespaceName, id), func(res *network.NodeAddress) error {
 				res.TypedSpec().Addresses = slices.Clone(addrs)
-				res.TypedSpec().SortAlgorithm = nethelpers.AddressSortAlgorithmV1
+				res.TypedSpec().SortAlgorithm = algorithm
 
 				return nil
 			}); err != nil {
@@ -98,9 +118,9 @@ func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime
 	}
 }
 
-// fromStatus lists the global unicast addresses of the links that are not loopback, IPv4
-// first, in address order.
-func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.Runtime) ([]netip.Prefix, error) {
+// fromStatus lists the global unicast addresses of the links that are not loopback, in the
+// order of compare.
+func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.Runtime, compare func(a, b netip.Prefix) int) ([]netip.Prefix, error) {
 	links, err := safe.ReaderListAll[*network.LinkStatus](ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
@@ -133,23 +153,7 @@ func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.
 		out = append(out, spec.Address)
 	}
 
-	slices.SortFunc(out, comparePrefixes)
+	slices.SortFunc(out, compare)
 
 	return slices.Compact(out), nil
-}
-
-func comparePrefixes(a, b netip.Prefix) int {
-	if a.Addr().Is4() != b.Addr().Is4() {
-		if a.Addr().Is4() {
-			return -1
-		}
-
-		return 1
-	}
-
-	if c := a.Addr().Compare(b.Addr()); c != 0 {
-		return c
-	}
-
-	return a.Bits() - b.Bits()
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
@@ -95,4 +97,49 @@ func TestNodeAddressFromStatus(t *testing.T) {
 	assertAddresses(network.NodeAddressCurrentID, "fd00:5::2/64")
 	assertAddresses(network.NodeAddressDefaultID, "fd00:5::2/64")
 	assertAddresses(network.NodeAddressAccumulativeID, "10.5.0.2/24", "fd00:5::2/64")
+}
+
+// TestNodeAddressSortAlgorithm: machine.features.nodeAddressSortAlgorithm orders the node's
+// addresses, and so picks its default one: v1 (also without a config) by address, v2 the more
+// specific prefix first.
+func TestNodeAddressSortAlgorithm(t *testing.T) {
+	env := ctest.Start(t, &networkctrl.NodeAddressController{}, networkctrl.NewNodeAddressSortAlgorithmController())
+
+	env.Create(
+		link("eth0", 2, nethelpers.LinkEther),
+		address("eth0", 2, "10.0.0.5/8", nethelpers.ScopeGlobal),
+		address("eth0", 2, "10.5.0.2/24", nethelpers.ScopeGlobal),
+		address("eth0", 2, "fd00::5/16", nethelpers.ScopeGlobal),
+		address("eth0", 2, "fd00:1::2/64", nethelpers.ScopeGlobal),
+	)
+
+	assertOrder := func(algorithm nethelpers.AddressSortAlgorithm, current ...string) {
+		t.Helper()
+
+		ctest.AssertResource(env, network.NodeAddressCurrentID, func(r *network.NodeAddress, a *assert.Assertions) {
+			got := make([]string, 0, len(r.TypedSpec().Addresses))
+			for _, p := range r.TypedSpec().Addresses {
+				got = append(got, p.String())
+			}
+
+			a.Equal(current, got)
+			a.Equal(algorithm, r.TypedSpec().SortAlgorithm)
+		})
+		ctest.AssertResource(env, network.NodeAddressDefaultID, func(r *network.NodeAddress, a *assert.Assertions) {
+			a.Equal([]netip.Prefix{netip.MustParsePrefix(current[0])}, r.TypedSpec().Addresses)
+		})
+	}
+
+	assertOrder(nethelpers.AddressSortAlgorithmV1, "10.0.0.5/8", "10.5.0.2/24", "fd00::5/16", "fd00:1::2/64")
+
+	env.Create(ctest.MachineConfig(t, machine.TypeWorker, func(c *v1alpha1.Config) {
+		c.MachineConfig.MachineFeatures = &v1alpha1.FeaturesConfig{FeatureNodeAddressSortAlgorithm: "v2"}
+	}))
+	ctest.AssertResource(env, network.NodeAddressSortAlgorithmID, func(r *network.NodeAddressSortAlgorithm, a *assert.Assertions) {
+		a.Equal(nethelpers.AddressSortAlgorithmV2, r.TypedSpec().Algorithm)
+	})
+	assertOrder(nethelpers.AddressSortAlgorithmV2, "10.5.0.2/24", "10.0.0.5/8", "fd00:1::2/64", "fd00::5/16")
+
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
+	assertOrder(nethelpers.AddressSortAlgorithmV1, "10.0.0.5/8", "10.5.0.2/24", "fd00::5/16", "fd00:1::2/64")
 }
