@@ -10,13 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/insomniacslk/dhcp/dhcpv4"
-	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/dhcp4"
 	"github.com/talos-go/talos/internal/dhcp6"
 )
 
@@ -157,37 +156,27 @@ func acquire(ctx context.Context, c *rtnetlink.Conn, link string) (Lease, error)
 func acquire4(ctx context.Context, link string) (Lease, error) {
 	l := Lease{Link: link}
 
-	client, err := nclient4.New(link, nclient4.WithTimeout(3*time.Second), nclient4.WithRetry(3))
+	client, err := dhcp4.Dial(link)
 	if err != nil {
-		return l, fmt.Errorf("DHCP on %s: %w", link, err)
+		return l, err
 	}
 	defer client.Close()
 
-	lease, err := client.Request(ctx, dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter,
-		dhcpv4.OptionDomainNameServer, dhcpv4.OptionHostName, dhcpv4.OptionNTPServers))
+	lease, err := client.Request(ctx, nil)
 	if err != nil {
 		return l, fmt.Errorf("DHCP on %s: no lease in %s: %w", link, dhcpTimeout, err)
 	}
 
 	ack := lease.ACK
-	addr, ok := netip.AddrFromSlice(ack.YourIPAddr.To4())
-	bits, _ := ack.SubnetMask().Size()
 
-	if !ok || bits == 0 {
+	addr, ok := dhcp4.Address(ack)
+	if !ok {
 		return l, fmt.Errorf("DHCP on %s: the server's ACK has no address or netmask", link)
 	}
 
-	l.Address, l.Hostname, l.Duration = netip.PrefixFrom(addr, bits), ack.HostName(), ack.IPAddressLeaseTime(0)
-
-	if r := ack.Router(); len(r) > 0 {
-		l.Gateway, _ = netip.AddrFromSlice(r[0].To4())
-	}
-
-	for _, d := range ack.DNS() {
-		if a, ok := netip.AddrFromSlice(d.To4()); ok {
-			l.DNS = append(l.DNS, a)
-		}
-	}
+	l.Address, l.Hostname, l.Duration = addr, ack.HostName(), dhcp4.Duration(lease, 0)
+	l.Gateway, _ = dhcp4.Gateway(ack)
+	l.DNS = dhcp4.DNS(ack)
 
 	return l, nil
 }

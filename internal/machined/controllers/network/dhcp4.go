@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -16,6 +15,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/dhcp4"
 )
 
 // DHCP4Controller keeps the DHCPv4 leases of a metal node's links: those the boot leased (it
@@ -131,7 +132,7 @@ func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, 
 			continue
 		}
 
-		addr, ok := leaseAddress(ack)
+		addr, ok := dhcp4.Address(ack)
 		if !ok {
 			continue
 		}
@@ -148,9 +149,7 @@ func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, 
 			return err
 		}
 
-		if routers := ack.Router(); len(routers) > 0 {
-			gw, _ := netip.AddrFromSlice(routers[0].To4())
-
+		if gw, ok := dhcp4.Gateway(ack); ok {
 			// A boot link's as the boot's route (metric 0), so that the two are one.
 			spec := network.RouteSpecSpec{
 				Family: nethelpers.FamilyInet4, Gateway: gw, OutLinkName: link, Table: nethelpers.TableMain, Priority: metrics[link],
@@ -168,15 +167,7 @@ func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, 
 			}
 		}
 
-		var dns []netip.Addr
-
-		for _, ip := range ack.DNS() {
-			if a, ok := netip.AddrFromSlice(ip.To4()); ok {
-				dns = append(dns, a)
-			}
-		}
-
-		if len(dns) > 0 {
+		if dns := dhcp4.DNS(ack); len(dns) > 0 {
 			if err := safe.WriterModify(ctx, r, network.NewResolverSpec(network.NamespaceName, network.LayeredID(network.ConfigOperator, "dhcp4/"+link)),
 				func(res *network.ResolverSpec) error {
 					*res.TypedSpec() = network.ResolverSpecSpec{DNSServers: dns, ConfigLayer: network.ConfigOperator}
@@ -193,17 +184,6 @@ func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, 
 		resource.NewMetadata(network.NamespaceName, network.RouteSpecType, "", resource.VersionUndefined),
 		resource.NewMetadata(network.NamespaceName, network.ResolverSpecType, "", resource.VersionUndefined),
 	)
-}
-
-func leaseAddress(ack *dhcpv4.DHCPv4) (netip.Prefix, bool) {
-	addr, ok := netip.AddrFromSlice(ack.YourIPAddr.To4())
-	bits, _ := ack.SubnetMask().Size()
-
-	if !ok || bits == 0 {
-		return netip.Prefix{}, false
-	}
-
-	return netip.PrefixFrom(addr, bits), true
 }
 
 // keep holds a lease on link until ctx ends, sending each change.
@@ -256,7 +236,7 @@ func (ctrl *DHCP4Controller) keep(ctx context.Context, link string, updates chan
 			}
 		}
 
-		t1, t2, end := leaseTimes(lease)
+		t1, t2, end := dhcp4.Times(lease)
 
 		if !sleep(ctx, time.Until(t1)) {
 			return
@@ -316,21 +296,14 @@ func (ctrl *DHCP4Controller) keep(ctx context.Context, link string, updates chan
 }
 
 // leaseTime is how long the lease lasts (an hour when the server does not say).
-func leaseTime(l *nclient4.Lease) time.Duration { return l.ACK.IPAddressLeaseTime(time.Hour) }
-
-// leaseTimes are the lease's T1 (renew), T2 (rebind) and end, the server's when it gives them.
-func leaseTimes(l *nclient4.Lease) (t1, t2, end time.Time) {
-	d := leaseTime(l)
-
-	return l.CreationTime.Add(l.ACK.IPAddressRenewalTime(d / 2)), l.CreationTime.Add(l.ACK.IPAddressRebindingTime(d * 7 / 8)), l.CreationTime.Add(d)
-}
+func leaseTime(l *nclient4.Lease) time.Duration { return dhcp4.Duration(l, time.Hour) }
 
 // exchange renews lease with its server, or asks for a new one (DISCOVER to ACK) when lease is
 // nil, asking for the link's current address.
 func exchange(ctx context.Context, link string, lease *nclient4.Lease) (*nclient4.Lease, error) {
-	client, err := nclient4.New(link, nclient4.WithTimeout(3*time.Second), nclient4.WithRetry(3))
+	client, err := dhcp4.Dial(link)
 	if err != nil {
-		return nil, fmt.Errorf("DHCP on %s: %w", link, err)
+		return nil, err
 	}
 	defer client.Close()
 
@@ -341,14 +314,7 @@ func exchange(ctx context.Context, link string, lease *nclient4.Lease) (*nclient
 		return client.Renew(ctx, lease)
 	}
 
-	mods := []dhcpv4.Modifier{dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter,
-		dhcpv4.OptionDomainNameServer, dhcpv4.OptionHostName, dhcpv4.OptionNTPServers)}
-
-	if ip := currentAddress(link); ip != nil {
-		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip)))
-	}
-
-	return client.Request(ctx, mods...)
+	return client.Request(ctx, currentAddress(link))
 }
 
 // currentAddress is link's first IPv4 address (the boot's lease), asked for again.
