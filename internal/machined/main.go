@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
+	"time"
 
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/container"
@@ -27,7 +29,13 @@ type Options struct {
 	StateDir   string
 	Address    string
 	ConfigFile string
+	// CertLifetime is the lifetime of the certificates the node issues itself and its trustd
+	// signs; zero: a day. Its flag is hidden: tests shorten it to watch rotation.
+	CertLifetime time.Duration
 }
+
+// certLifetimeFlag is hidden from the usage text: only tests set it.
+const certLifetimeFlag = "cert-lifetime"
 
 // Main runs machined with its command-line arguments.
 func Main(args []string) error {
@@ -39,6 +47,8 @@ func Main(args []string) error {
 	fs.StringVar(&opts.StateDir, "state", "", "state folder, standing for the node's disk (container mode)")
 	fs.StringVar(&opts.Address, "address", "", "node address to bind to (container mode), e.g. 127.5.0.2")
 	fs.StringVar(&opts.ConfigFile, "config", "", "machine config to apply on first boot; without one the node waits in maintenance mode")
+	fs.DurationVar(&opts.CertLifetime, certLifetimeFlag, 0, "lifetime of the node's certificates, e.g. 10s (tests watching rotation); 0: a day")
+	fs.Usage = func() { usage(fs, certLifetimeFlag) }
 
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,7 +107,26 @@ func Main(args []string) error {
 	return nil
 }
 
+// usage prints fs's usage as the flag package does, without the hidden flags.
+func usage(fs *flag.FlagSet, hidden ...string) {
+	visible := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	visible.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if !slices.Contains(hidden, f.Name) {
+			visible.Var(f.Value, f.Name, f.Usage)
+			visible.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+
+	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+	visible.PrintDefaults()
+}
+
 func (o *Options) check() error {
+	if o.CertLifetime < 0 {
+		return fmt.Errorf("--%s %s is negative: give a duration like 10s, or 0 for a day", certLifetimeFlag, o.CertLifetime)
+	}
+
 	switch o.Platform {
 	case runtime.PlatformContainer:
 		if o.StateDir == "" {

@@ -93,7 +93,8 @@ func newNode(opts Options) (*node, error) {
 		configReady: make(chan struct{}),
 		svcUpdates:  make(chan system.Info, 256),
 	}
-	n.r = &runtime.Runtime{Mode: runtime.DetectMode(opts.Platform, opts.StateDir), Address: opts.Address, Paths: paths, Binary: binary, Events: events.NewBus()}
+	n.r = &runtime.Runtime{Mode: runtime.DetectMode(opts.Platform, opts.StateDir), Address: opts.Address, Paths: paths, Binary: binary, Events: events.NewBus(),
+		CertLifetime: opts.CertLifetime}
 	n.r.Etcd = services.NewEtcdManager(n.r)
 
 	return n, nil
@@ -323,6 +324,7 @@ func (n *node) StartResources(ctx context.Context) error {
 		KubeletDir:           n.r.Paths.KubernetesConfig(),
 		KubernetesConfigDir:  n.r.Paths.KubernetesComponentConfig(),
 		AuditLogDir:          n.r.Paths.KubernetesAuditLogs(),
+		CertLifetime:         n.r.CertLifetime,
 		Etcd:                 n.r.Etcd,
 		EtcdClient:           func(context.Context) (*clientv3.Client, error) { return n.r.Etcd.LocalClient() },
 		Root:                 n.r.Paths.Root,

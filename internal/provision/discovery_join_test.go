@@ -23,8 +23,6 @@ import (
 // renewing its apid certificate after the control plane named in its config stops, through a
 // control plane it learned of by discovery.
 func TestWorkerRenewsThroughDiscoveredControlPlane(t *testing.T) {
-	t.Setenv("TALOS_TEST_CERT_LIFETIME", "6s")
-
 	root, err := os.MkdirTemp("", "pv") // short: unix socket paths are limited to 108 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +34,7 @@ func TestWorkerRenewsThroughDiscoveredControlPlane(t *testing.T) {
 	c, _, err := provision.Create(context.Background(), provision.Request{
 		Name: "dj", ControlPlanes: 2, Workers: 1, CIDR: netip.MustParsePrefix("127.5.22.0/24"),
 		StateRoot: root, Binary: testenv.MachinedBinary(t), Progress: &progress,
+		NodeArgs: []string{"--cert-lifetime", "6s"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -103,6 +103,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 		noMasquerade    []string
 		wireguardCIDR   string
 		userVolumes     []string
+		certLifetime    time.Duration
 	)
 
 	cmd := &cobra.Command{
@@ -209,6 +210,15 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 
 				req.NodeArgs = append(req.NodeArgs, "--image-keys", keys)
 			}
+
+			switch {
+			case certLifetime < 0:
+				return fmt.Errorf("--cert-lifetime %s is negative: give a duration like 10s", certLifetime)
+			case certLifetime > 0 && provisioner != provision.ProvisionerProcess:
+				return errors.New("--cert-lifetime applies to process nodes only (--provisioner process)")
+			case certLifetime > 0:
+				req.NodeArgs = append(req.NodeArgs, "--cert-lifetime", certLifetime.String())
+			}
 			start := time.Now()
 
 			c, cfgs, err := provision.Create(cmd.Context(), req)
@@ -300,6 +310,10 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
 	f.StringVar(&imageKeys, "image-keys", "", "public key (from `imager keygen`) the nodes trust for upgrade images")
 	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
+	// Hidden: tests that watch certificate rotation shorten the nodes' certificates (machined's
+	// own hidden --cert-lifetime).
+	f.DurationVar(&certLifetime, "cert-lifetime", 0, "lifetime of the nodes' certificates, e.g. 10s (process nodes); 0: a day")
+	_ = f.MarkHidden("cert-lifetime")
 	f.StringVar(&req.QEMU.Kernel, "vmlinuz-path", "_out/boot/vmlinuz", "the kernel of the boot assets (`make boot`) for --provisioner qemu")
 	f.StringVar(&req.QEMU.Initrd, "initrd-path", "_out/boot/initramfs.img", "the initramfs of the boot assets (`make boot`) for --provisioner qemu")
 	f.Var(negatedBool{&req.QEMU.NoBootloader}, "with-bootloader", "enable bootloader to load kernel and initramfs from disk image after install (qemu; false: the kernel is booted directly on every start)")

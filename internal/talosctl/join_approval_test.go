@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/machined/resources"
 	"github.com/talos-go/talos/internal/pki"
 	"github.com/talos-go/talos/internal/testenv"
@@ -163,12 +162,12 @@ func TestJoinByApproval(t *testing.T) {
 
 	const cpAddr, wk1Addr, wk2Addr = "127.46.7.2", "127.46.7.3", "127.46.7.4"
 
-	// Short-lived certificates (inherited by the nodes), so the test sees a renewal.
-	t.Setenv(secretsctrl.LifetimeEnv, "12s")
+	// Short-lived certificates on every node, so the test sees a renewal.
+	lifetime := []string{"--cert-lifetime", "12s"}
 
 	c := newApprovalCluster(t, cpAddr)
-	testenv.StartNode(t, cpAddr, c.cp)
-	wk1 := testenv.StartNode(t, wk1Addr, c.wk)
+	testenv.StartNode(t, cpAddr, c.cp, lifetime...)
+	wk1 := testenv.StartNode(t, wk1Addr, c.wk, lifetime...)
 
 	as := func(role string, args ...string) (int, string, string) {
 		return run(t, append([]string{"--talosconfig", c.talosconfs[role], "-e", cpAddr}, args...)...)
@@ -292,7 +291,7 @@ func TestJoinByApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wk1 = testenv.StartNodeArgs(t, wk1.State, "--platform", "container", "--state", wk1.State, "--address", wk1Addr)
+	wk1 = testenv.StartNodeArgs(t, wk1.State, append([]string{"--platform", "container", "--state", wk1.State, "--address", wk1Addr}, lifetime...)...)
 	testenv.WaitFor(t, "the restarted worker's certificate", 90*time.Second, func() bool { return exists(apidServerCrt(wk1)) })
 
 	if !strings.Contains(wk1.Output.String(), "talosctl join approve "+id) {
@@ -304,7 +303,7 @@ func TestJoinByApproval(t *testing.T) {
 	}
 
 	// A second token-less worker, denied.
-	wk2 := testenv.StartNode(t, wk2Addr, c.wk)
+	wk2 := testenv.StartNode(t, wk2Addr, c.wk, lifetime...)
 	id2 := waitJoinID(t, wk2)
 
 	if id2 == id {

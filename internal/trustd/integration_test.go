@@ -34,7 +34,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talos-go/talos/internal/apid/certs"
-	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/pki"
 	"github.com/talos-go/talos/internal/testenv"
 	"github.com/talos-go/talos/internal/trustd"
@@ -462,11 +461,9 @@ func pemBytes(t *testing.T, data []byte) []byte {
 func TestRotation(t *testing.T) {
 	const cpAddr, wkAddr = "127.44.2.2", "127.44.2.3"
 
-	t.Setenv(secretsctrl.LifetimeEnv, "6s") // inherited by the node processes
-
 	c := newCluster(t, cpAddr, "")
-	cp := testenv.StartNode(t, cpAddr, c.cp)
-	wk := testenv.StartNode(t, wkAddr, c.wk)
+	cp := testenv.StartNode(t, cpAddr, c.cp, "--cert-lifetime", "6s")
+	wk := testenv.StartNode(t, wkAddr, c.wk, "--cert-lifetime", "6s")
 
 	testenv.WaitFor(t, "control plane apid certificates", 90*time.Second, func() bool { return exists(filepath.Join(apidDir(cp), certs.CA)) })
 	testenv.WaitFor(t, "worker apid certificates", 90*time.Second, func() bool { return exists(filepath.Join(apidDir(wk), certs.CA)) })

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/talos-go/talos/internal/imager"
-	secretsctrl "github.com/talos-go/talos/internal/machined/controllers/secrets"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -93,14 +92,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 
+	create := []string{"cluster", "create", "--name", clusterName, "--controlplanes", "3", "--workers", "1",
+		"--cidr", prefix + "0/24", "--wait-timeout", "3m", "--image-keys", signingKey() + ".pub"}
+
 	// A clock-jump run gives the nodes certificates shorter than the jump (TestClockJump).
 	if os.Getenv(clockJumpEnv) != "" {
-		os.Setenv(secretsctrl.LifetimeEnv, clockJumpLifetime.String())
+		create = append(create, "--cert-lifetime", clockJumpLifetime.String())
 	}
 
 	start := time.Now()
-	stdout, stderr, code := cli().Run(nil, "cluster", "create", "--name", clusterName, "--controlplanes", "3", "--workers", "1",
-		"--cidr", prefix+"0/24", "--wait-timeout", "3m", "--image-keys", signingKey()+".pub")
+	stdout, stderr, code := cli().Run(nil, create...)
 	fmt.Fprintf(os.Stderr, "cluster create: exit %d in %s\n%s%s", code, time.Since(start).Round(time.Millisecond), stdout, stderr)
 
 	defer func() {

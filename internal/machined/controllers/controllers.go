@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	cosiruntime "github.com/cosi-project/runtime/pkg/controller/runtime"
@@ -78,6 +79,9 @@ type Options struct {
 	// API server's audit log go (/system/secrets/kubernetes, /etc/kubernetes,
 	// /system/config/kubernetes, /var/log/audit/kube on a node in its own root).
 	KubernetesSecretsDir, KubeletDir, KubernetesConfigDir, AuditLogDir string
+	// CertLifetime is the lifetime of the certificates the node issues itself (machined's
+	// --cert-lifetime); zero: secretsctrl.DefaultLifetime.
+	CertLifetime time.Duration
 	// Etcd is the node's etcd member; EtcdClient gives a client of it (the VIP elections').
 	Etcd       etcdctrl.StatusSource
 	EtcdClient func(ctx context.Context) (*clientv3.Client, error)
@@ -153,18 +157,18 @@ func List(opts Options) []controller.Controller {
 		&secretsctrl.TrustedRootsController{System: systemRoots, Bundle: bundle},
 		secretsctrl.NewRootController(),
 		secretsctrl.NewAPICertSANsController(),
-		&secretsctrl.APIController{Address: opts.Address, KeyFile: filepath.Join(opts.StateDir, secretsctrl.NodeKeyFile)},
+		&secretsctrl.APIController{Address: opts.Address, KeyFile: filepath.Join(opts.StateDir, secretsctrl.NodeKeyFile), Lifetime: opts.CertLifetime},
 		&secretsctrl.APIFilesController{Dir: opts.APIDSecretsDir},
-		&secretsctrl.TrustdController{},
+		&secretsctrl.TrustdController{Lifetime: opts.CertLifetime},
 		&secretsctrl.TrustdFilesController{Dir: opts.TrustdSecretsDir},
 		&secretsctrl.JoinRequestsController{Dir: filepath.Join(opts.StateDir, trustd.JoinsDir)},
 		secretsctrl.NewKubernetesRootController(),
 		secretsctrl.NewKubernetesCertSANsController(),
 		secretsctrl.NewKubeletController(),
-		&secretsctrl.KubernetesDynamicCertsController{},
-		&secretsctrl.KubernetesController{},
+		&secretsctrl.KubernetesDynamicCertsController{Lifetime: opts.CertLifetime},
+		&secretsctrl.KubernetesController{Lifetime: opts.CertLifetime},
 		&secretsctrl.KubernetesFilesController{SecretsDir: opts.KubernetesSecretsDir, KubeletDir: opts.KubeletDir,
-			KubeletCertDir: kubeletCertDir, KubeletCertPath: k8sctrl.KubeletCertDir},
+			KubeletCertDir: kubeletCertDir, KubeletCertPath: k8sctrl.KubeletCertDir, Lifetime: opts.CertLifetime},
 		controlplanectrl.NewAPIServerConfigController(),
 		controlplanectrl.NewControllerManagerConfigController(),
 		controlplanectrl.NewSchedulerConfigController(),

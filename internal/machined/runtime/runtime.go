@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -31,6 +32,9 @@ type Runtime struct {
 	Address      string // the node's address (container mode: its loopback address)
 	Paths        Paths
 	Binary       string // path of the multi-call binary, for starting apid and trustd
+	// CertLifetime is the lifetime of the certificates the node issues itself and its trustd
+	// signs (machined's hidden --cert-lifetime, for tests that watch rotation); zero: a day.
+	CertLifetime time.Duration
 	// Etcd is the node's etcd member (control planes run it): the etcd service, the API
 	// (Bootstrap, Etcd*), health, reset and upgrade share it. The node sets it at start.
 	Etcd *etcd.Manager

@@ -63,7 +63,7 @@ func Trustd(r *runtime.Runtime) *system.Service {
 					"--listen", listen,
 					"--secrets", dir,
 					"--joins", joins,
-					"--cert-lifetime", secretsctrl.Lifetime().String(),
+					"--cert-lifetime", secretsctrl.Lifetime(r.CertLifetime).String(),
 				},
 				Output:          out,
 				GracefulTimeout: 5 * time.Second,

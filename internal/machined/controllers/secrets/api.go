@@ -35,7 +35,7 @@ import (
 // its apid forwards nowhere (as upstream after CVE-2022-36103). They are renewed after two thirds of their lifetime (checked against the
 // wall clock, so a clock jump renews them too) and whenever the names or the CA change.
 type APIController struct {
-	// Lifetime of the certificates; Lifetime() when zero.
+	// Lifetime of the certificates; DefaultLifetime when zero.
 	Lifetime time.Duration
 	// Address is the node's address, the source of its calls to trustd (container mode).
 	Address string
@@ -74,10 +74,7 @@ func (ctrl *APIController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *APIController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	lifetime := ctrl.Lifetime
-	if lifetime <= 0 {
-		lifetime = Lifetime()
-	}
+	lifetime := Lifetime(ctrl.Lifetime)
 
 	check := ctrl.Check
 	if check <= 0 {

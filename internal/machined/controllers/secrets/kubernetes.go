@@ -23,7 +23,7 @@ import (
 // through the cluster endpoint, with cluster.adminKubeconfig.certLifetime. Each is renewed
 // after two thirds of its lifetime and reissued when the CA or the endpoints change.
 type KubernetesController struct {
-	Lifetime time.Duration // of the components' kubeconfigs; Lifetime() when zero
+	Lifetime time.Duration // of the components' kubeconfigs; DefaultLifetime when zero
 	Now      func() time.Time
 	Check    time.Duration
 }
@@ -46,10 +46,7 @@ func (ctrl *KubernetesController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *KubernetesController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	lifetime := ctrl.Lifetime
-	if lifetime <= 0 {
-		lifetime = Lifetime()
-	}
+	lifetime := Lifetime(ctrl.Lifetime)
 
 	check := ctrl.Check
 	if check <= 0 {

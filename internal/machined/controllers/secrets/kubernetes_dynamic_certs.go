@@ -22,7 +22,7 @@ import (
 // client certificate (signed by the aggregator CA). They are renewed after two thirds of their
 // lifetime by the wall clock, and reissued when the names or the CAs change.
 type KubernetesDynamicCertsController struct {
-	Lifetime time.Duration // Lifetime() when zero
+	Lifetime time.Duration // DefaultLifetime when zero
 	Now      func() time.Time
 	Check    time.Duration
 }
@@ -47,10 +47,7 @@ func (ctrl *KubernetesDynamicCertsController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *KubernetesDynamicCertsController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	lifetime := ctrl.Lifetime
-	if lifetime <= 0 {
-		lifetime = Lifetime()
-	}
+	lifetime := Lifetime(ctrl.Lifetime)
 
 	check := ctrl.Check
 	if check <= 0 {

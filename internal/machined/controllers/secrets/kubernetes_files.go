@@ -64,6 +64,8 @@ type KubernetesFilesController struct {
 	// KubeletCertDir is kubelet's certificate folder as machined sees it, KubeletCertPath as
 	// kubelet does (/var/lib/kubelet/pki); empty where no kubelet runs.
 	KubeletCertDir, KubeletCertPath string
+	// Lifetime of the etcd client certificate; DefaultLifetime when zero.
+	Lifetime time.Duration
 
 	written map[string]string // what was last written: input versions
 }
@@ -197,7 +199,7 @@ func (ctrl *KubernetesFilesController) writeControlPlane(ctx context.Context, r 
 
 	etcdCA := cfg.Config().Cluster().Etcd().CA()
 
-	etcdClient, err := signLocal(etcdCA, want{commonName: "kube-apiserver", usage: stdx509.ExtKeyUsageClientAuth}, Lifetime(), time.Now())
+	etcdClient, err := signLocal(etcdCA, want{commonName: "kube-apiserver", usage: stdx509.ExtKeyUsageClientAuth}, Lifetime(ctrl.Lifetime), time.Now())
 	if err != nil {
 		return fmt.Errorf("issuing kube-apiserver's etcd client certificate: %w", err)
 	}

@@ -1,23 +1,16 @@
 package secrets
 
-import (
-	"os"
-	"time"
-)
+import "time"
 
-// LifetimeEnv, when set to a Go duration, overrides the lifetime of the node's certificates.
-// Only tests set it (to watch rotation happen).
-const LifetimeEnv = "TALOS_TEST_CERT_LIFETIME"
-
-// DefaultLifetime is the lifetime of the node's certificates: a day, as Talos's own.
+// DefaultLifetime is the lifetime of the node's certificates: a day, as Talos's own. Tests that
+// watch rotation give machined a shorter one (its hidden --cert-lifetime flag), which reaches
+// the controllers through their Lifetime fields.
 const DefaultLifetime = 24 * time.Hour
 
-// Lifetime is the lifetime of the node's certificates.
-func Lifetime() time.Duration {
-	if v := os.Getenv(LifetimeEnv); v != "" {
-		if d, err := time.ParseDuration(v); err == nil && d > 0 {
-			return d
-		}
+// Lifetime is the lifetime of the node's certificates: d, or DefaultLifetime when d is zero.
+func Lifetime(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
 	}
 
 	return DefaultLifetime

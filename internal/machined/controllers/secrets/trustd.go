@@ -18,7 +18,7 @@ import (
 // TrustdController issues trustd's serving certificate (secrets.Trustd) on nodes holding the
 // CA key: the API names plus the control-plane endpoint's host, which workers dial.
 type TrustdController struct {
-	Lifetime time.Duration // Lifetime() when zero
+	Lifetime time.Duration // DefaultLifetime when zero
 }
 
 // Name implements controller.Controller.
@@ -41,10 +41,7 @@ func (ctrl *TrustdController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *TrustdController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	lifetime := ctrl.Lifetime
-	if lifetime <= 0 {
-		lifetime = Lifetime()
-	}
+	lifetime := Lifetime(ctrl.Lifetime)
 
 	ticks, stop := newCheckTicker(checkInterval(lifetime), log)
 	defer stop()
