@@ -62,10 +62,7 @@ var machineRules = []Rule{
 		Fix: "remove it (or set it to false); the members are reached by address",
 	},
 	{Path: "machine.features.imageCache", NoEffect: "the node always imports the image cache its node image carries; there is no separate cache volume to enable"},
-	{
-		Path: "machine.features.nodeAddressSortAlgorithm", Refused: "only upstream's default address order (v1) is implemented",
-		Fix: "remove it",
-	},
+	{Path: "machine.features.nodeAddressSortAlgorithm", Test: "internal/machined/controllers/network.TestNodeAddressSortAlgorithm"},
 
 	{Path: "machine.logging", Test: "internal/e2e.TestClusterCreateWithDebugAndEndpoint"},
 

@@ -147,6 +147,7 @@ func List(opts Options) []controller.Controller {
 		networkctrl.NewHostnameSpecController(opts.Address, p.Hostname),
 		networkctrl.NewHostnameStatusController(applyHostname),
 		nodeAddresses,
+		networkctrl.NewNodeAddressSortAlgorithmController(),
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},
 		&networkctrl.RouteStatusController{},

@@ -55,6 +55,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.HostnameSpec{},
 	&network.HostnameStatus{},
 	&network.NodeAddress{},
+	&network.NodeAddressSortAlgorithm{},
 	&network.LinkStatus{},
 	&network.AddressStatus{},
 	&network.RouteStatus{},
