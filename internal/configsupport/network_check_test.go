@@ -208,7 +208,7 @@ func TestNetworkConfigSpecs(t *testing.T) {
 // peer, member and manager controllers act on (TestPeerSpecs, TestMembers show what they do
 // with it).
 func TestKubeSpanConfigFields(t *testing.T) {
-	env := ctest.Start(t, &kubespanctrl.ConfigController{})
+	env := ctest.Start(t, kubespanctrl.NewConfigController())
 
 	mc := ctest.MachineConfig(t, machine.TypeWorker, func(c *v1alpha1.Config) {
 		c.MachineConfig.MachineNetwork = &v1alpha1.NetworkConfig{NetworkKubeSpan: &v1alpha1.NetworkKubeSpan{

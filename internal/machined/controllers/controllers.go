@@ -242,7 +242,7 @@ func List(opts Options) []controller.Controller {
 			&networkctrl.DHCP4Controller{Links: opts.DHCPLinks}, &networkctrl.DHCP6Controller{Links: opts.DHCP6Links},
 			&networkctrl.VIPController{Etcd: opts.EtcdClient, Hostname: func() string { h, _ := os.Hostname(); return h }},
 			// KubeSpan's WireGuard link is the node's kernel's.
-			&kubespanctrl.ConfigController{}, &kubespanctrl.IdentityController{StateDir: opts.StateDir},
+			kubespanctrl.NewConfigController(), &kubespanctrl.IdentityController{StateDir: opts.StateDir},
 			&kubespanctrl.PeerSpecController{}, &kubespanctrl.ManagerController{LoadModule: opts.LoadModule},
 			// The hardware watchdog is the machine's: only a node on its own kernel drives one.
 			runtimectrl.NewWatchdogTimerConfigController(), &runtimectrl.WatchdogTimerController{})

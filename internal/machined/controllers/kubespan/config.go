@@ -6,81 +6,58 @@ package kubespan
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 
 	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
 	"go.uber.org/zap"
 )
 
-// ConfigController publishes KubeSpanConfig from the machine config's
-// machine.network.kubespan, while KubeSpan is enabled.
-type ConfigController struct{}
+// ConfigController declares KubeSpanConfig: the machine config's machine.network.kubespan,
+// while KubeSpan is enabled; otherwise no resource.
+type ConfigController = transform.Controller[*config.MachineConfig, *kubespan.Config]
 
-// Name implements controller.Controller.
-func (ctrl *ConfigController) Name() string { return "kubespan.ConfigController" }
-
-// Inputs implements controller.Controller.
-func (ctrl *ConfigController) Inputs() []controller.Input {
-	return []controller.Input{
-		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
-	}
-}
-
-// Outputs implements controller.Controller.
-func (ctrl *ConfigController) Outputs() []controller.Output {
-	return []controller.Output{{Type: kubespan.ConfigType, Kind: controller.OutputExclusive}}
-}
-
-// Run implements controller.Controller.
-func (ctrl *ConfigController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return err
-		}
-
-		r.StartTrackingOutputs()
-
-		if cfg != nil {
-			if c := cfg.Config(); c.Machine() != nil && c.Cluster() != nil && c.Machine().Network().KubeSpan().Enabled() {
-				ks := c.Machine().Network().KubeSpan()
-				if err = safe.WriterModify(ctx, r, kubespan.NewConfig(config.NamespaceName, kubespan.ConfigID), func(res *kubespan.Config) error {
-					spec := res.TypedSpec()
-					spec.Enabled = true
-					spec.ClusterID = c.Cluster().ID()
-					spec.SharedSecret = c.Cluster().Secret()
-					spec.ForceRouting = ks.ForceRouting()
-					spec.AdvertiseKubernetesNetworks = ks.AdvertiseKubernetesNetworks()
-					spec.MTU = ks.MTU()
-					spec.HarvestExtraEndpoints = ks.HarvestExtraEndpoints()
-					spec.EndpointFilters = ks.Filters().Endpoints()
-					spec.ExtraEndpoints = nil
-
-					if kc := c.KubespanConfig(); kc != nil {
-						spec.ExtraEndpoints = append([]netip.AddrPort(nil), kc.ExtraAnnouncedEndpoints()...)
-					}
-
-					return nil
-				}); err != nil {
-					return fmt.Errorf("writing the KubeSpan config: %w", err)
+// NewConfigController is a transform, as upstream's kubespan ConfigController (which, unlike
+// this one, also publishes a disabled config).
+func NewConfigController() *ConfigController {
+	return transform.NewController(
+		transform.Settings[*config.MachineConfig, *kubespan.Config]{
+			Name: "kubespan.ConfigController",
+			MapMetadataOptionalFunc: func(cfg *config.MachineConfig) optional.Optional[*kubespan.Config] {
+				if cfg.Metadata().ID() != config.ActiveID {
+					return optional.None[*kubespan.Config]()
 				}
-			}
-		}
 
-		if err = safe.CleanupOutputs[*kubespan.Config](ctx, r); err != nil {
-			return err
-		}
-	}
+				if c := cfg.Config(); c.Machine() == nil || c.Cluster() == nil || !c.Machine().Network().KubeSpan().Enabled() {
+					return optional.None[*kubespan.Config]()
+				}
+
+				return optional.Some(kubespan.NewConfig(config.NamespaceName, kubespan.ConfigID))
+			},
+			TransformFunc: func(_ context.Context, _ controller.Reader, _ *zap.Logger, cfg *config.MachineConfig, res *kubespan.Config) error {
+				c := cfg.Config()
+				ks := c.Machine().Network().KubeSpan()
+
+				spec := res.TypedSpec()
+				spec.Enabled = true
+				spec.ClusterID = c.Cluster().ID()
+				spec.SharedSecret = c.Cluster().Secret()
+				spec.ForceRouting = ks.ForceRouting()
+				spec.AdvertiseKubernetesNetworks = ks.AdvertiseKubernetesNetworks()
+				spec.MTU = ks.MTU()
+				spec.HarvestExtraEndpoints = ks.HarvestExtraEndpoints()
+				spec.EndpointFilters = ks.Filters().Endpoints()
+				spec.ExtraEndpoints = nil
+
+				if kc := c.KubespanConfig(); kc != nil {
+					spec.ExtraEndpoints = append([]netip.AddrPort(nil), kc.ExtraAnnouncedEndpoints()...)
+				}
+
+				return nil
+			},
+		},
+	)
 }

@@ -57,7 +57,7 @@ func TestAddress(t *testing.T) {
 // MAC, its key kept on STATE (0600) and the same after a restart; disabled: both go.
 func TestConfigAndIdentity(t *testing.T) {
 	dir := t.TempDir()
-	env := ctest.Start(t, &kubespanctrl.ConfigController{}, &kubespanctrl.IdentityController{StateDir: dir})
+	env := ctest.Start(t, kubespanctrl.NewConfigController(), &kubespanctrl.IdentityController{StateDir: dir})
 
 	mc := ctest.MachineConfig(t, machine.TypeWorker, enableKubeSpan)
 	env.Create(link("eth1", "52:54:00:00:00:02"), link("eth0", "52:54:00:00:00:01"), mc)
@@ -86,7 +86,7 @@ func TestConfigAndIdentity(t *testing.T) {
 	}
 
 	// A restart (a new runtime on the same STATE) keeps the key.
-	env2 := ctest.Start(t, &kubespanctrl.ConfigController{}, &kubespanctrl.IdentityController{StateDir: dir})
+	env2 := ctest.Start(t, kubespanctrl.NewConfigController(), &kubespanctrl.IdentityController{StateDir: dir})
 	env2.Create(link("eth0", "52:54:00:00:00:01"), ctest.MachineConfig(t, machine.TypeWorker, enableKubeSpan))
 	ctest.AssertResource(env2, kubespan.LocalIdentity, func(r *kubespan.Identity, a *assert.Assertions) {
 		a.Equal(key, r.TypedSpec().PrivateKey)
