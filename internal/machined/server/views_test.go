@@ -37,7 +37,12 @@ func serveViews(t *testing.T, root string) *client.Client {
 		t.Fatal(err)
 	}
 
-	return serveMachine(t, &Machine{R: &runtime.Runtime{Mode: runtime.Mode{Kind: runtime.Process}, Paths: runtime.Paths{Root: root}, State: st}})
+	mode := runtime.Mode{Kind: runtime.Process}
+	if root == "/" {
+		mode.Kind = runtime.Container
+	}
+
+	return serveMachine(t, &Machine{R: &runtime.Runtime{Mode: mode, Paths: runtime.Paths{Root: root}, State: st}})
 }
 
 // serveMachine serves m on a unix socket and returns a client.
