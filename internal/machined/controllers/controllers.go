@@ -187,7 +187,7 @@ func List(opts Options) []controller.Controller {
 		k8sctrl.NewKubeletConfigController(),
 		k8sctrl.NewKubeletSpecController(),
 		&k8sctrl.NodeSpecController{},
-		&k8sctrl.NodeCordonedSpecController{},
+		k8sctrl.NewNodeCordonedSpecController(),
 		k8sctrl.NewNodenameController(),
 		k8sctrl.NewNodeIPConfigController(),
 		k8sctrl.NewNodeIPController(),

@@ -4,9 +4,9 @@ import (
 	"context"
 
 	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
 	"github.com/siderolabs/gen/optional"
+	"github.com/siderolabs/gen/xerrors"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
@@ -17,48 +17,30 @@ import (
 // once it boots or runs again, it is gone and NodeApplyController may uncordon the Node (only
 // a Node Talos cordoned itself). Other stages (a reboot: Talos does not drain for one) leave
 // it as it is.
-type NodeCordonedSpecController struct{}
+type NodeCordonedSpecController = transform.Controller[*runtimeres.MachineStatus, *k8s.NodeCordonedSpec]
 
-// Name implements controller.Controller.
-func (ctrl *NodeCordonedSpecController) Name() string { return "k8s.NodeCordonedSpecController" }
+// NewNodeCordonedSpecController declares NodeCordonedSpec from MachineStatus's stage.
+func NewNodeCordonedSpecController() *NodeCordonedSpecController {
+	return transform.NewController(
+		transform.Settings[*runtimeres.MachineStatus, *k8s.NodeCordonedSpec]{
+			Name: "k8s.NodeCordonedSpecController",
+			MapMetadataOptionalFunc: func(status *runtimeres.MachineStatus) optional.Optional[*k8s.NodeCordonedSpec] {
+				switch status.TypedSpec().Stage { //nolint:exhaustive // the others are TransformFunc's
+				case runtimeres.MachineStageBooting, runtimeres.MachineStageRunning:
+					return optional.None[*k8s.NodeCordonedSpec]() // cleaned up
+				}
 
-// Inputs implements controller.Controller.
-func (ctrl *NodeCordonedSpecController) Inputs() []controller.Input {
-	return []controller.Input{
-		{Namespace: runtimeres.NamespaceName, Type: runtimeres.MachineStatusType, ID: optional.Some(runtimeres.MachineStatusID), Kind: controller.InputWeak},
-	}
-}
-
-// Outputs implements controller.Controller.
-func (ctrl *NodeCordonedSpecController) Outputs() []controller.Output {
-	return []controller.Output{{Type: k8s.NodeCordonedSpecType, Kind: controller.OutputExclusive}}
-}
-
-// Run implements controller.Controller.
-func (ctrl *NodeCordonedSpecController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		status, err := safe.ReaderGetByID[*runtimeres.MachineStatus](ctx, r, runtimeres.MachineStatusID)
-		if state.IsNotFoundError(err) {
-			continue
-		} else if err != nil {
-			return err
-		}
-
-		switch status.TypedSpec().Stage { //nolint:exhaustive // the others keep the spec as it is
-		case runtimeres.MachineStageShuttingDown, runtimeres.MachineStageUpgrading, runtimeres.MachineStageResetting:
-			if err = safe.WriterModify(ctx, r, k8s.NewNodeCordonedSpec(k8s.NodeCordonedID), func(*k8s.NodeCordonedSpec) error { return nil }); err != nil {
-				return err
-			}
-		case runtimeres.MachineStageBooting, runtimeres.MachineStageRunning:
-			if err = r.Destroy(ctx, k8s.NewNodeCordonedSpec(k8s.NodeCordonedID).Metadata()); err != nil && !state.IsNotFoundError(err) {
-				return err
-			}
-		}
-	}
+				return optional.Some(k8s.NewNodeCordonedSpec(k8s.NodeCordonedID))
+			},
+			TransformFunc: func(_ context.Context, _ controller.Reader, _ *zap.Logger, status *runtimeres.MachineStatus, _ *k8s.NodeCordonedSpec) error {
+				switch stage := status.TypedSpec().Stage; stage { //nolint:exhaustive // the others keep the spec as it is
+				case runtimeres.MachineStageShuttingDown, runtimeres.MachineStageUpgrading, runtimeres.MachineStageResetting:
+					return nil
+				default:
+					// Kept if it exists (the output counts as touched), not created if not.
+					return xerrors.NewTaggedf[transform.SkipReconcileTag]("stage %s keeps the wish as it is", stage)
+				}
+			},
+		},
+	)
 }

@@ -52,7 +52,7 @@ func TestNodeSpecs(t *testing.T) {
 // TestNodeCordonedSpec: Talos wants its Node cordoned while it shuts down, upgrades or resets,
 // not once it runs again; a reboot leaves the wish as it was.
 func TestNodeCordonedSpec(t *testing.T) {
-	env := ctest.Start(t, &k8sctrl.NodeCordonedSpecController{})
+	env := ctest.Start(t, k8sctrl.NewNodeCordonedSpecController())
 
 	status := runtimeres.NewMachineStatus()
 	status.TypedSpec().Stage = runtimeres.MachineStageRunning
