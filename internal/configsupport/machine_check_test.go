@@ -66,7 +66,7 @@ func TestCheckPassesZeroAndHonouredFields(t *testing.T) {
   features:
     hostDNS:
       enabled: true
-      resolveMemberNames: false
+      resolveMemberNames: true
   sysctls:
     net.ipv4.ip_forward: "1"
   kernel:

@@ -57,10 +57,7 @@ var machineRules = []Rule{
 
 	{Path: "machine.features.diskQuotaSupport", Test: "internal/machined/controllers/k8s.TestKubelet"},
 	{Path: "machine.features.hostDNS", Test: "internal/e2e/container.TestHostDNS"},
-	{
-		Path: "machine.features.hostDNS.resolveMemberNames", Refused: "the host DNS does not answer for the cluster members' names yet",
-		Fix: "remove it (or set it to false); the members are reached by address",
-	},
+	{Path: "machine.features.hostDNS.resolveMemberNames", Test: "internal/machined/controllers/network.TestResolverMemberNames"},
 	{Path: "machine.features.imageCache", NoEffect: "the node always imports the image cache its node image carries; there is no separate cache volume to enable"},
 	{Path: "machine.features.nodeAddressSortAlgorithm", Test: "internal/machined/controllers/network.TestNodeAddressSortAlgorithm"},
 

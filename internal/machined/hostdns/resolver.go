@@ -1,6 +1,7 @@
 // Package hostdns is the node's caching DNS resolver, upstream's host DNS: it answers the
 // node's own lookups on 127.0.0.53:53 and, with forwardKubeDNSToHost, CoreDNS's on
-// 169.254.116.108:53, over UDP and TCP, from its cache or from the node's resolvers.
+// 169.254.116.108:53, over UDP and TCP, for the cluster members' names (resolveMemberNames),
+// from its cache or from the node's resolvers.
 package hostdns
 
 import (
@@ -23,6 +24,7 @@ type Resolver struct {
 
 	mu        sync.Mutex
 	upstreams []*Upstream
+	members   []Member
 }
 
 // NewResolver returns a resolver without upstreams: it answers SERVFAIL until SetUpstreams.
@@ -89,6 +91,11 @@ const queryTimeout = 2 * time.Second
 func (r *Resolver) resolve(req *dns.Msg, network string) *dns.Msg {
 	if len(req.Question) != 1 {
 		return failure(req, dns.RcodeFormatError)
+	}
+
+	// A member's name is answered here, never forwarded nor cached.
+	if m := r.memberAnswer(req); m != nil {
+		return truncateFor(req, m, network)
 	}
 
 	key := cacheKey(req.Question[0], req.CheckingDisabled)

@@ -33,16 +33,28 @@ func upstream(t *testing.T, name string, ip net.IP, ttl uint32) (netip.AddrPort,
 		w.WriteMsg(m)
 	})
 
-	// Upstreams are asked on one port over UDP and TCP: a free UDP port, taken for both.
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// Upstreams are asked on one port over UDP and TCP: a free UDP port, taken for both. Its
+	// TCP twin may be someone else's: then another port.
+	var (
+		addr netip.AddrPort
+		l    *Listener
+		err  error
+	)
+
+	for range 5 {
+		pc, perr := net.ListenPacket("udp", "127.0.0.1:0")
+		if perr != nil {
+			t.Fatal(perr)
+		}
+
+		addr = netip.MustParseAddrPort(pc.LocalAddr().String())
+		pc.Close()
+
+		if l, err = Listen(addr, h); err == nil {
+			break
+		}
 	}
 
-	addr := netip.MustParseAddrPort(pc.LocalAddr().String())
-	pc.Close()
-
-	l, err := Listen(addr, h)
 	if err != nil {
 		t.Fatal(err)
 	}

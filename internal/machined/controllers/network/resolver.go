@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/gen/optional"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
@@ -83,7 +84,9 @@ var hostDNSListen = netip.MustParseAddrPort("127.0.0.53:53")
 // specs), else upstream's defaults; with
 // machine.features.hostDNS.enabled the host DNS cache listens on 127.0.0.53 and the node's
 // resolv.conf points at it, and with forwardKubeDNSToHost it also listens on 169.254.116.108
-// (an address on lo) and the pods' resolv.conf points there, so CoreDNS forwards through it.
+// (an address on lo) and the pods' resolv.conf points there, so CoreDNS forwards through it;
+// with resolveMemberNames it answers for the cluster members' hostnames and node names
+// (cluster.Member, from discovery) with their addresses.
 // A node that shares the host's network (process mode) runs ResolverStatusController instead.
 type ResolverController struct {
 	// Root is the node's root: the resolv.conf files are under it.
@@ -107,6 +110,7 @@ func (ctrl *ResolverController) Inputs() []controller.Input {
 	return []controller.Input{
 		{Namespace: config.NamespaceName, Type: config.MachineConfigType, ID: optional.Some(config.ActiveID), Kind: controller.InputWeak},
 		{Namespace: network.NamespaceName, Type: network.ResolverSpecType, Kind: controller.InputWeak}, // DHCP's
+		{Namespace: cluster.NamespaceName, Type: cluster.MemberType, Kind: controller.InputWeak},
 	}
 }
 
@@ -164,7 +168,7 @@ func (ctrl *ResolverController) Run(ctx context.Context, r controller.Runtime, l
 
 // hostDNS is what the config asks of the host DNS.
 type hostDNS struct {
-	enabled, forward bool
+	enabled, forward, members bool
 }
 
 func hostDNSOf(c talosconfig.Config) hostDNS {
@@ -174,7 +178,7 @@ func hostDNSOf(c talosconfig.Config) hostDNS {
 
 	h := c.Machine().Features().HostDNS()
 
-	return hostDNS{enabled: h.Enabled(), forward: h.Enabled() && h.ForwardKubeDNSToHost()}
+	return hostDNS{enabled: h.Enabled(), forward: h.Enabled() && h.ForwardKubeDNSToHost(), members: h.Enabled() && h.ResolveMemberNames()}
 }
 
 // leasedNameservers are the name servers of the DHCP leases (the operator layer's resolver
@@ -195,6 +199,22 @@ func leasedNameservers(ctx context.Context, r controller.Reader) ([]netip.Addr, 
 				}
 			}
 		}
+	}
+
+	return out, nil
+}
+
+// clusterMembers are the members discovery found, by hostname and node name.
+func clusterMembers(ctx context.Context, r controller.Reader) ([]hostdns.Member, error) {
+	list, err := safe.ReaderListAll[*cluster.Member](ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("listing cluster members: %w", err)
+	}
+
+	out := make([]hostdns.Member, 0, list.Len())
+
+	for m := range list.All() {
+		out = append(out, hostdns.Member{Names: []string{m.TypedSpec().Hostname, m.Metadata().ID()}, Addresses: m.TypedSpec().Addresses})
 	}
 
 	return out, nil
@@ -243,6 +263,17 @@ func (ctrl *ResolverController) reconcile(ctx context.Context, r controller.Runt
 	}
 
 	active := ctrl.resolver.SetUpstreams(upstreams)
+
+	var members []hostdns.Member
+
+	if want.members {
+		var err error
+		if members, err = clusterMembers(ctx, r); err != nil {
+			return err
+		}
+	}
+
+	ctrl.resolver.SetMembers(members)
 
 	if err := ctrl.listen(listen, log); err != nil {
 		return err
@@ -326,6 +357,7 @@ func (ctrl *ResolverController) writeResources(ctx context.Context, r controller
 		// As upstream's: 127.0.0.53 whether enabled or not, the pods' address when forwarding.
 		spec := res.TypedSpec()
 		spec.Enabled, spec.ListenAddresses, spec.ServiceHostDNSAddress = want.enabled, []netip.AddrPort{hostDNSListen}, netip.Addr{}
+		spec.ResolveMemberNames = want.members
 
 		if want.forward {
 			spec.ListenAddresses = append(spec.ListenAddresses, netip.AddrPortFrom(serviceAddr, 53))
