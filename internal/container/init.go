@@ -22,7 +22,8 @@ import (
 const (
 	// NodeConfig is the first-boot machine config, copied into the node's /run.
 	NodeConfig = "/run/machined/config.yaml"
-	// EnvNode marks machined as the init of a node in a container (see Reboot).
+	// EnvNode is in a container node's environment, as it always was; machined no longer reads
+	// it (runtime.DetectMode decides the node's kind from --platform and --state).
 	EnvNode = "TALOS_CONTAINER"
 	// Init is the image's init: the multi-call binary.
 	initPath = "/sbin/init"
