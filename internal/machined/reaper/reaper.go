@@ -24,13 +24,9 @@ import (
 // sweep is how often the reaper looks without a SIGCHLD (signals coalesce).
 const sweep = 10 * time.Second
 
-// Run reaps orphans until ctx ends. It does nothing when this process is not an init: other
-// processes' orphans go to the node's init.
+// Run reaps orphans until ctx ends. Only the init of a pid namespace gets orphans
+// (runtime.Mode.PID1); elsewhere it would only wait for its own children.
 func Run(ctx context.Context, logf func(format string, args ...any)) {
-	if os.Getpid() != 1 {
-		return
-	}
-
 	if err := pidfdsWork(); err != nil {
 		logf("reaper: orphans are not reaped: %v", err)
 
