@@ -8,7 +8,6 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/encryption"
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/uservolume"
@@ -50,27 +50,16 @@ func (ctrl *UserVolumesController) Outputs() []controller.Output {
 func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
 	ready := map[string]uservolume.Result{}
 
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return err
-		}
-
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
 		if cfg == nil || len(cfg.Config().UserVolumeConfigs()) == 0 {
-			continue
+			return nil
 		}
 
 		// Only a node running from its disk: until then /var is in memory, and an install may
 		// be writing the disks.
 		var st unix.Statfs_t
-		if err = unix.Statfs(ctrl.StateDir, &st); err != nil || st.Type != unix.XFS_SUPER_MAGIC {
-			continue
+		if unix.Statfs(ctrl.StateDir, &st) != nil || st.Type != unix.XFS_SUPER_MAGIC {
+			return nil //nolint:nilerr // not running from its disk yet: a later event looks again
 		}
 
 		devs, err := partition.Devices("/sys")
@@ -80,7 +69,7 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 
 		system := partition.Named(devs, partition.State)
 		if system == nil {
-			continue
+			return nil
 		}
 
 		disks, err := safe.ReaderListAll[*block.Disk](ctx, r)
@@ -149,5 +138,7 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 				return err
 			}
 		}
-	}
+
+		return nil
+	})
 }

@@ -13,12 +13,12 @@ import (
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
 // RegistriesController writes machine.registries as containerd's registry hosts folder
@@ -44,17 +44,8 @@ func (ctrl *RegistriesController) Outputs() []controller.Output { return nil }
 
 // Run implements controller.Controller.
 func (ctrl *RegistriesController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return fmt.Errorf("reading machine config: %w", err)
-		}
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
+		var err error
 
 		var regs talosconfig.Registries
 		if cfg != nil && cfg.Config().Machine() != nil {
@@ -66,7 +57,9 @@ func (ctrl *RegistriesController) Run(ctx context.Context, r controller.Runtime,
 		}
 
 		r.ResetRestartBackoff()
-	}
+
+		return nil
+	})
 }
 
 // HostFiles renders the hosts folder: file path (relative to the folder) to content.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/atomicfile"
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
 // SeccompProfileController publishes machine.seccompProfiles as upstream's SeccompProfile
@@ -47,17 +47,8 @@ func (ctrl *SeccompProfileController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *SeccompProfileController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return fmt.Errorf("reading machine config: %w", err)
-		}
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
+		var err error
 
 		var profiles []talosconfig.SeccompProfile
 		if cfg != nil && cfg.Config().Machine() != nil {
@@ -91,7 +82,9 @@ func (ctrl *SeccompProfileController) Run(ctx context.Context, r controller.Runt
 				return err
 			}
 		}
-	}
+
+		return nil
+	})
 }
 
 // WriteSeccompProfiles makes dir hold exactly the profiles, each as the JSON file <name>: a

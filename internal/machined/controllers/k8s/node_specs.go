@@ -7,11 +7,12 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
 // NodeSpecController publishes machine.nodeLabels, machine.nodeAnnotations and
@@ -40,21 +41,12 @@ func (ctrl *NodeSpecController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *NodeSpecController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return err
-		}
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
+		var err error
 
 		var labels, annotations, taints map[string]string
 
-		if err == nil && cfg.Config().Machine() != nil {
+		if cfg != nil && cfg.Config().Machine() != nil {
 			m := cfg.Config().Machine()
 			labels, annotations, taints = m.NodeLabels(), m.NodeAnnotations(), m.NodeTaints()
 		}
@@ -97,7 +89,9 @@ func (ctrl *NodeSpecController) Run(ctx context.Context, r controller.Runtime, _
 			k8s.NewNodeTaintSpec("").Metadata()); err != nil {
 			return err
 		}
-	}
+
+		return nil
+	})
 }
 
 // ParseTaint reads a machine.nodeTaints entry: "value:Effect", or "Effect" alone (machinery's

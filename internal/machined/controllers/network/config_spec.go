@@ -9,13 +9,14 @@ import (
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
 // ConfigSpecController turns the config's machine.network.interfaces into the specs of the
@@ -51,18 +52,7 @@ func (ctrl *ConfigSpecController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *ConfigSpecController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return err
-		}
-
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
 		r.StartTrackingOutputs()
 
 		links, err := safe.ReaderListAll[*network.LinkStatus](ctx, r)
@@ -87,7 +77,9 @@ func (ctrl *ConfigSpecController) Run(ctx context.Context, r controller.Runtime,
 		); err != nil {
 			return err
 		}
-	}
+
+		return nil
+	})
 }
 
 // selected names the links that match any of the selectors.

@@ -6,13 +6,14 @@ import (
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
 // IngressChainID is the chain of the ingress firewall (upstream's).
@@ -42,17 +43,8 @@ func (ctrl *NfTablesChainConfigController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *NfTablesChainConfigController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return err
-		}
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
+		var err error
 
 		r.StartTrackingOutputs()
 
@@ -71,7 +63,9 @@ func (ctrl *NfTablesChainConfigController) Run(ctx context.Context, r controller
 		if err = r.CleanupOutputs(ctx, resource.NewMetadata(network.NamespaceName, network.NfTablesChainType, "", resource.VersionUndefined)); err != nil {
 			return err
 		}
-	}
+
+		return nil
+	})
 }
 
 // IngressChain is the ingress chain of the rules: a filter chain on input whose policy is the

@@ -7,13 +7,13 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	cfgtypes "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 	"github.com/talos-go/talos/internal/metal"
 )
 
@@ -42,17 +42,8 @@ func (ctrl *KernelModuleController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *KernelModuleController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return err
-		}
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
+		var err error
 
 		var modules []cfgtypes.KernelModule
 		if cfg != nil && cfg.Config().Machine() != nil {
@@ -82,7 +73,9 @@ func (ctrl *KernelModuleController) Run(ctx context.Context, r controller.Runtim
 		for _, err := range LoadKernelModules(modules, ctrl.Load) {
 			log.Error("kernel module not loaded", zap.Error(err))
 		}
-	}
+
+		return nil
+	})
 }
 
 // LoadKernelModules loads modules in order with load, and returns an error for each one that

@@ -14,11 +14,12 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
 // KSPPDefaults are the kernel parameters a node on its own kernel sets, as upstream's: the
@@ -114,17 +115,8 @@ func (ctrl *KernelParamController) Run(ctx context.Context, r controller.Runtime
 
 	ctrl.before = map[string]string{}
 
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return err
-		}
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
+		var err error
 
 		var sysctls, sysfs map[string]string
 		if cfg != nil && cfg.Config().Machine() != nil {
@@ -156,7 +148,9 @@ func (ctrl *KernelParamController) Run(ctx context.Context, r controller.Runtime
 		if err = safe.CleanupOutputs[*runtimeres.KernelParamStatus](ctx, r); err != nil {
 			return err
 		}
-	}
+
+		return nil
+	})
 }
 
 // params are the parameters to set, in order: the defaults with the config's sysctls over
