@@ -81,9 +81,6 @@ func TestKubernetesRefusals(t *testing.T) {
 		"cluster.etcd.image": func(c *v1alpha1.Config) {
 			c.ClusterConfig.EtcdConfig.ContainerImage = "gcr.io/etcd-development/etcd:v3.5.0"
 		},
-		"cluster.etcd.subnet": func(c *v1alpha1.Config) {
-			c.ClusterConfig.EtcdConfig.EtcdSubnet = "10.5.0.0/24" //nolint:staticcheck // the deprecated field is the one refused
-		},
 		"cluster.discovery.registries.service.endpoint": func(c *v1alpha1.Config) {
 			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryService.RegistryEndpoint = "https://discovery.example/"
 		},

@@ -64,7 +64,8 @@ var kubernetesRules = []Rule{
 	{Path: "cluster.etcd.ca", Test: "internal/machined/controllers/secrets.TestKubernetesSecrets"},
 	{Path: "cluster.etcd.image", Refused: "etcd runs from the node image's own etcd binary, not a container image", Fix: "remove it; the etcd version is the node image's"},
 	{Path: "cluster.etcd.extraArgs", Test: "internal/machined/services.TestEtcdExtraArgsFromConfig"},
-	{Path: "cluster.etcd.subnet", Refused: "the deprecated single etcd subnet is not handled on its own", Fix: "use cluster.etcd.advertisedSubnets instead"},
+	// The deprecated subnet is advertisedSubnets' single-entry form (machinery returns it there).
+	{Path: "cluster.etcd.subnet", Test: "internal/machined/services.TestEtcdSubnetFromConfig"},
 
 	// Discovery: the control planes' own registry (served by trustd) stands for upstream's
 	// discovery service; the Kubernetes registry is not implemented (KubernetesSupport refuses
