@@ -69,7 +69,7 @@ func TestNetworkRefusals(t *testing.T) {
 		{"bond option", iface("bond0", "bond:\n          mode: 802.3ad\n          lacpRate: fast"), all, "machine.network.interfaces[0].bond.lacpRate"},
 		{"bridge VLAN filtering", iface("br0", "bridge:\n          interfaces: [eth1]\n          vlan:\n            vlanFiltering: true"), notMetal,
 			"machine.network.interfaces[0].bridge.vlan.vlanFiltering"},
-		{"bridgePort", iface("eth1", "bridgePort:\n          master: br0"), all, "machine.network.interfaces[0].bridgePort"},
+		{"bridgePort", iface("eth1", "bridgePort:\n          master: br0"), notMetal, "machine.network.interfaces[0].bridgePort"},
 		{"wireguard firewallMark", iface("wg0", "wireguard:\n          firewallMark: 5"), notMetal, "machine.network.interfaces[0].wireguard.firewallMark"},
 		{"vip equinixMetal", iface("eth0", "vip:\n          ip: 10.5.0.50\n          equinixMetal:\n            apiToken: x"), all,
 			"machine.network.interfaces[0].vip.equinixMetal"},
@@ -124,7 +124,7 @@ func iface(name, fields string) string {
 // The interface fields the other tests do not set become the specs the network controllers
 // apply: a deviceSelector by permanent address picks its link (and not another), the deprecated
 // cidr is its address, a route's source, metric and MTU, DHCPv6's DUID, a bond's members by name
-// and its up and down delays, a VLAN's MTU, cidr, routes, DHCP and its options.
+// and its up and down delays, a link's bridgePort.master, a VLAN's MTU, cidr, routes, DHCP and its options.
 func TestNetworkConfigSpecs(t *testing.T) {
 	env := ctest.Start(t, &networkctrl.ConfigSpecController{})
 
@@ -151,6 +151,7 @@ func TestNetworkConfigSpecs(t *testing.T) {
 				DeviceDHCP:      pointer.To(true), DeviceDHCPOptions: &v1alpha1.DHCPOptions{DHCPIPv4: pointer.To(false), DHCPIPv6: pointer.To(true), DHCPDUIDv6: duid},
 			},
 			{DeviceInterface: "bond7", DeviceBond: &v1alpha1.Bond{BondInterfaces: []string{"m0", "m1"}, BondMode: "active-backup", BondUpDelay: 200, BondDownDelay: 300}},
+			{DeviceInterface: "bp0", DeviceBridgePort: &v1alpha1.BridgePort{BridgePortMaster: "br3"}},
 			{DeviceInterface: "vl0", DeviceVlans: v1alpha1.VlanList{{
 				VlanID: 7, VlanMTU: 1400, VlanCIDR: "10.9.22.5/24",
 				VlanRoutes:      []*v1alpha1.Route{{RouteNetwork: "10.78.0.0/16", RouteGateway: "10.9.22.1"}},
@@ -196,6 +197,11 @@ func TestNetworkConfigSpecs(t *testing.T) {
 			a.Equal(i, r.TypedSpec().BondSlave.SlaveIndex)
 		})
 	}
+
+	ctest.AssertResource(env, network.LinkID("bp0"), func(r *network.LinkSpec, a *assert.Assertions) {
+		a.Equal("br3", r.TypedSpec().BridgeSlave.MasterName)
+		a.True(r.TypedSpec().Up)
+	})
 
 	ctest.AssertResource(env, network.LinkID("vl0.7"), func(r *network.LinkSpec, a *assert.Assertions) {
 		a.EqualValues(1400, r.TypedSpec().MTU)

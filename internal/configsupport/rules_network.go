@@ -82,8 +82,7 @@ var networkRules = append([]Rule{
 
 	ownKernel("machine.network.interfaces[].bridge", metalE2E+"TestBondAndVLANFromConfig"),
 	ownKernel("machine.network.interfaces[].bridge.vlan.vlanFiltering", ownTest+"TestBridgeVLANFilteringAndWireguardMarkSpecs"),
-	notYet("machine.network.interfaces[].bridgePort", "this node does not join a link to a bridge by bridgePort.master",
-		"remove it and list the link in the bridge's bridge.interfaces instead"),
+	ownKernel("machine.network.interfaces[].bridgePort", netCtrl+"TestBridgeFromConfig"),
 
 	// VLANs: <interface>.<vlanId> links with their own addresses, routes, DHCP and VIP.
 	ownKernel("machine.network.interfaces[].vlans", ownTest+"TestNetworkConfigSpecs"),

@@ -171,6 +171,11 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 		}
 	}
 
+	// bridgePort.master is the inverse of the bridge's bridge.interfaces: this link joins it.
+	if port := dev.BridgePort(); port != nil && port.Master() != "" {
+		link.BridgeSlave = network.BridgeSlave{MasterName: port.Master()}
+	}
+
 	// A dummy link (machine.network.interfaces[].dummy), as upstream's: an Ethernet-type link
 	// of kind dummy that the node makes, with the entry's addresses and routes.
 	if dev.Dummy() {

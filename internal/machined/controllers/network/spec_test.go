@@ -87,20 +87,23 @@ func TestConfigSpecsOnALink(t *testing.T) {
 	})
 }
 
-// A bridge from the config is made with its spanning tree on and its member joined, gets its
-// address, releases a member the config drops, and goes (releasing its member) when the config
-// drops it.
+// A bridge from the config is made with its spanning tree on and its members joined (one listed
+// in bridge.interfaces, one naming it in its own bridgePort.master), gets its address, releases
+// a member the config drops, and goes (releasing its members) when the config drops it.
 func TestBridgeFromConfig(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to add a link: run as root under nsrun")
 	}
 
-	if out, err := exec.Command("ip", "link", "add", "brm0", "type", "veth", "peer", "name", "brm1").CombinedOutput(); err != nil {
-		t.Fatalf("ip link add: %v: %s", err, out)
+	for _, pair := range [][2]string{{"brm0", "brm1"}, {"brp0", "brp1"}} {
+		if out, err := exec.Command("ip", "link", "add", pair[0], "type", "veth", "peer", "name", pair[1]).CombinedOutput(); err != nil {
+			t.Fatalf("ip link add %s: %v: %s", pair[0], err, out)
+		}
 	}
 
 	t.Cleanup(func() {
 		exec.Command("ip", "link", "del", "brm0").Run()
+		exec.Command("ip", "link", "del", "brp0").Run()
 		exec.Command("ip", "link", "del", "br9").Run()
 	})
 
@@ -111,7 +114,8 @@ func TestBridgeFromConfig(t *testing.T) {
 		DeviceAddresses: []string{"10.9.9.5/24"},
 		DeviceBridge:    &v1alpha1.Bridge{BridgedInterfaces: []string{"brm0"}, BridgeSTP: &v1alpha1.STP{STPEnabled: new(true)}},
 	}
-	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(bridge)))
+	port := &v1alpha1.Device{DeviceInterface: "brp0", DeviceBridgePort: &v1alpha1.BridgePort{BridgePortMaster: "br9"}}
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(bridge, port)))
 
 	ipOut := func(args ...string) string {
 		out, _ := exec.Command("ip", args...).CombinedOutput()
@@ -119,22 +123,26 @@ func TestBridgeFromConfig(t *testing.T) {
 		return string(out)
 	}
 
-	testenv.WaitFor(t, "br9 with STP, its member and its address", 10*time.Second, func() error {
+	testenv.WaitFor(t, "br9 with STP, its members and its address", 10*time.Second, func() error {
 		br, member, addrs := ipOut("-d", "link", "show", "br9"), ipOut("link", "show", "brm0"), ipOut("-o", "addr", "show", "br9")
-		if !strings.Contains(br, "stp_state 1") || !strings.Contains(member, "master br9") || !strings.Contains(addrs, "10.9.9.5/24") {
-			return fmt.Errorf("bridge:\n%smember:\n%saddresses:\n%s", br, member, addrs)
+		portLink := ipOut("link", "show", "brp0")
+		if !strings.Contains(br, "stp_state 1") || !strings.Contains(member, "master br9") || !strings.Contains(portLink, "master br9") ||
+			!strings.Contains(addrs, "10.9.9.5/24") {
+			return fmt.Errorf("bridge:\n%smember:\n%sbridgePort member:\n%saddresses:\n%s", br, member, portLink, addrs)
 		}
 
 		return nil
 	})
 
-	// A member the config drops is released; the bridge stays.
+	// Members the config drops are released, by either form; the bridge stays.
 	bridge.DeviceBridge.BridgedInterfaces = nil
-	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(bridge)))
+	env.Put(ctest.MachineConfig(t, machine.TypeWorker, interfacesConfig(bridge, &v1alpha1.Device{DeviceInterface: "brp0"})))
 
-	testenv.WaitFor(t, "brm0 released from br9", 10*time.Second, func() error {
-		if member := ipOut("link", "show", "brm0"); strings.Contains(member, "master") {
-			return fmt.Errorf("brm0 still a member:\n%s", member)
+	testenv.WaitFor(t, "brm0 and brp0 released from br9", 10*time.Second, func() error {
+		for _, m := range []string{"brm0", "brp0"} {
+			if member := ipOut("link", "show", m); strings.Contains(member, "master") {
+				return fmt.Errorf("%s still a member:\n%s", m, member)
+			}
 		}
 
 		if _, err := exec.Command("ip", "link", "show", "br9").CombinedOutput(); err != nil {
