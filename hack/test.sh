@@ -16,8 +16,10 @@ mkdir -p _out
 go build -o _out/testcheck ./hack/testcheck
 
 # -count=1: the end-to-end packages build the node binaries themselves, which the test cache
-# cannot see, so a cached pass could hide a change.
-go test -count=1 -race -timeout 60m -json "$@" ./... | tee _out/test.json | _out/testcheck
+# cannot see, so a cached pass could hide a change. -shuffle=on: no test may lean on another's
+# side effects; each package prints its seed (-test.shuffle N) to rerun a failure in the same
+# order. A suite that changes one shared cluster in a written order says so (testenv.KeepOrder).
+go test -count=1 -race -shuffle=on -timeout 60m -json "$@" ./... | tee _out/test.json | _out/testcheck
 # The clock-jump fault sets the host's clock, so it runs alone, after every other package, and
 # only as root (internal/e2e/faults/clock_test.go).
 if [ "$(id -u)" = 0 ]; then

@@ -58,6 +58,9 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	var err error
 
+	testenv.KeepOrder("the container e2e suite", "its tests share one cluster that they change on purpose: "+
+		"the secrets test reads the worker before cluster_test.go resets it to maintenance, and TestZDestroyLeavesNothing destroys the cluster last")
+
 	reason := skipReason()
 	if reason == "" {
 		if image, err = nodeImage(); err != nil {
