@@ -112,4 +112,3 @@ func tarGz(name string, data []byte) ([]byte, error) {
 
 	return buf.Bytes(), nil
 }
-
