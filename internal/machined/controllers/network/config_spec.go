@@ -130,7 +130,7 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 	link := network.LinkSpecSpec{Name: name, Up: true, MTU: uint32(max(dev.MTU(), 0)), ConfigLayer: network.ConfigMachineConfiguration}
 
 	if bond := dev.Bond(); bond != nil {
-		master, err := bondMaster(bond)
+		master, err := bondMaster(bond, links)
 		if err != nil {
 			return fmt.Errorf("machine.network.interfaces[%s].bond: %w", name, err)
 		}
@@ -236,16 +236,6 @@ func (ctrl *ConfigSpecController) link(ctx context.Context, r controller.Runtime
 	}
 
 	return nil
-}
-
-// bondMaster is the bond's mode and link monitoring, as the kernel's bonding driver takes them.
-func bondMaster(bond talosconfig.Bond) (network.BondMasterSpec, error) {
-	mode, err := nethelpers.BondModeByName(bond.Mode())
-	if err != nil {
-		return network.BondMasterSpec{}, fmt.Errorf("mode %q: %w", bond.Mode(), err)
-	}
-
-	return network.BondMasterSpec{Mode: mode, MIIMon: bond.MIIMon(), UpDelay: bond.UpDelay(), DownDelay: bond.DownDelay()}, nil
 }
 
 // writeDHCP asks DHCP4Controller to keep a lease on link (unless the options turn IPv4 off),

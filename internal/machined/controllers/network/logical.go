@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jsimonetti/rtnetlink/v2"
-	"github.com/jsimonetti/rtnetlink/v2/driver"
 	"github.com/mdlayher/netlink"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"golang.org/x/sys/unix"
@@ -95,20 +94,7 @@ func createLogical(conn *rtnetlink.Conn, s network.LinkSpecSpec, index map[strin
 		attrs.Type = parent // IFLA_LINK, in this module's name
 		attrs.Info = &rtnetlink.LinkInfo{Kind: "vlan", Data: &vlanData{id: s.VLAN.VID, protocol: uint16(s.VLAN.Protocol)}}
 	case "bond":
-		bond := &driver.Bond{Mode: driver.BondMode(s.BondMaster.Mode)}
-		if s.BondMaster.MIIMon != 0 {
-			bond.Miimon = &s.BondMaster.MIIMon
-		}
-
-		if s.BondMaster.UpDelay != 0 {
-			bond.UpDelay = &s.BondMaster.UpDelay
-		}
-
-		if s.BondMaster.DownDelay != 0 {
-			bond.DownDelay = &s.BondMaster.DownDelay
-		}
-
-		attrs.Info = &rtnetlink.LinkInfo{Kind: "bond", Data: bond}
+		attrs.Info = &rtnetlink.LinkInfo{Kind: "bond", Data: bondData(s.BondMaster)}
 	case "bridge":
 		attrs.Info = &rtnetlink.LinkInfo{Kind: "bridge", Data: &bridgeData{stp: s.BridgeMaster.STP.Enabled, vlanFiltering: s.BridgeMaster.VLAN.FilteringEnabled}}
 	case "wireguard":
