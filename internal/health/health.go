@@ -19,6 +19,9 @@ type Check struct {
 type Nodes struct {
 	ControlPlanes []string
 	Workers       []string
+	// Disabled are the control plane components the control planes do not run (their config
+	// disables them: DisabledComponents), not waited for.
+	Disabled []string
 }
 
 // All returns every expected node address, control planes first.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,28 @@ import (
 
 // controlPlaneComponents are the static pods every control plane runs (label k8s-app).
 var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// DisabledComponents are the control plane components a control plane's config turns off
+// (machine.controlPlane.controllerManager.disabled, scheduler.disabled), for Nodes.Disabled.
+func DisabledComponents(cfg interface{ Machine() config.MachineConfig }) []string {
+	if cfg == nil || cfg.Machine() == nil {
+		return nil
+	}
+
+	var out []string
+
+	cp := cfg.Machine().Controlplane() // machinery's accessors never return nil
+
+	if cp.ControllerManager().Disabled() {
+		out = append(out, "kube-controller-manager")
+	}
+
+	if cp.Scheduler().Disabled() {
+		out = append(out, "kube-scheduler")
+	}
+
+	return out
+}
 
 // Kubernetes returns upstream's Kubernetes checks, in upstream's order, against the API server
 // behind cfg: every expected node registered, the control plane's static pods running and
@@ -166,7 +189,7 @@ func (k kube) nodesSchedulable(ctx context.Context) error {
 }
 
 // staticPods checks every control plane node's kube-apiserver, kube-controller-manager and
-// kube-scheduler mirror pods: running, and with ready also Ready.
+// kube-scheduler mirror pods (less the disabled ones): running, and with ready also Ready.
 func (k kube) staticPods(ctx context.Context, ready bool) error {
 	nodes, err := k.expected(ctx, k.nodes.ControlPlanes)
 	if err != nil {
@@ -182,6 +205,10 @@ func (k kube) staticPods(ctx context.Context, ready bool) error {
 
 	for _, n := range nodes {
 		for _, component := range controlPlaneComponents {
+			if slices.Contains(k.nodes.Disabled, component) {
+				continue
+			}
+
 			i := slices.IndexFunc(pods.Items, func(p corev1.Pod) bool {
 				return p.Spec.NodeName == n.Name && p.Labels["k8s-app"] == component
 			})

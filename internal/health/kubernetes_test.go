@@ -2,10 +2,12 @@ package health_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,6 +135,27 @@ func TestKubernetesChecks(t *testing.T) {
 
 	passes("all control plane static pods to be running")
 	waitFails("all control plane components to be ready", "cp/kube-scheduler: not ready")
+
+	// A control plane whose config disables the scheduler is not waited for on it.
+	disabled := health.DisabledComponents(&v1alpha1.Config{MachineConfig: &v1alpha1.MachineConfig{MachineControlPlane: &v1alpha1.MachineControlPlaneConfig{
+		MachineScheduler: &v1alpha1.MachineSchedulerConfig{MachineSchedulerDisabled: new(true)},
+	}}})
+	if want := []string{"kube-scheduler"}; !slices.Equal(disabled, want) {
+		t.Fatalf("DisabledComponents = %v, want %v", disabled, want)
+	}
+
+	withoutScheduler, err := health.Kubernetes(cfg, health.Nodes{ControlPlanes: []string{"10.5.0.2"}, Workers: []string{"10.5.0.3"}, Disabled: disabled})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range withoutScheduler {
+		if c.Name == "all control plane components to be ready" {
+			if err = c.Run(ctx); err != nil {
+				t.Fatalf("with kube-scheduler disabled: %v", err)
+			}
+		}
+	}
 
 	// Neither kube-proxy nor CoreDNS deployed (both disabled in the config): nothing to wait for.
 	passes("kube-proxy to report ready")

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clusterres "github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -193,6 +195,12 @@ func kubernetesChecks(ctx context.Context, s, checked *session, nodes health.Nod
 
 	if endpoint != "" {
 		cfg.Host = "https://" + net.JoinHostPort(endpoint, "6443")
+	}
+
+	// The components that control plane's config disables are not waited for; unread, all are.
+	if mc, err := safe.StateGet[*configres.MachineConfig](s.nodeCtx(ctx, nodes.ControlPlanes[0]), s.c.COSI,
+		resource.NewMetadata(configres.NamespaceName, configres.MachineConfigType, configres.ActiveID, resource.VersionUndefined)); err == nil {
+		nodes.Disabled = health.DisabledComponents(mc.Provider())
 	}
 
 	return health.Kubernetes(cfg, nodes)

@@ -69,6 +69,8 @@ func (c *Cluster) HealthCheck(req *clusterapi.HealthCheckRequest, srv grpc.Serve
 			return status.Errorf(codes.Internal, "the node's admin kubeconfig: %v", err)
 		}
 
+		nodes.Disabled = health.DisabledComponents(c.M.R.Config()) // this control plane's config stands for the others'
+
 		k8s, err := health.Kubernetes(cfg, nodes)
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
