@@ -22,7 +22,8 @@ import (
 // DHCP4Controller keeps the DHCPv4 leases of a metal node's links: those the boot leased (it
 // asks again on each: the boot's lease is not handed over) and those the config runs DHCP on
 // (the DHCP4 operator specs of ConfigSpecController, `dhcp: true` on an interface or a VLAN),
-// starting and stopping as the config changes. It renews each lease at half its
+// starting and stopping as the config changes; a link the config ignores (`ignore: true`) it
+// leaves alone, taking away the boot's lease on it. It renews each lease at half its
 // time (RFC 2131's T1), asks any server from 7/8 of it (T2), and publishes each lease as an
 // address spec, a default route spec through its router and a resolver spec of its name
 // servers (the operator layer, as upstream's DHCP operator), which SpecController sets and
@@ -40,7 +41,7 @@ func (ctrl *DHCP4Controller) Name() string { return "network.DHCP4Controller" }
 
 // Inputs implements controller.Controller.
 func (ctrl *DHCP4Controller) Inputs() []controller.Input {
-	return []controller.Input{{Namespace: network.NamespaceName, Type: network.OperatorSpecType, Kind: controller.InputWeak}}
+	return append(ignoredInputs(), controller.Input{Namespace: network.NamespaceName, Type: network.OperatorSpecType, Kind: controller.InputWeak})
 }
 
 // Outputs implements controller.Controller.
@@ -64,6 +65,7 @@ func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log 
 	keepers := linkKeepers[struct{}]{}
 	leases := map[string]*dhcpv4.DHCPv4{}
 	metrics := map[string]uint32{} // the default route's, by link: a new one keeps the lease
+	released := map[string]bool{}  // the boot links the config ignores whose lease is gone
 
 	defer keepers.stop()
 
@@ -76,7 +78,7 @@ func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log 
 				leases[u.link] = u.ack
 			}
 		case <-r.EventCh():
-			want, err := ctrl.links(ctx, r)
+			want, ignored, err := ctrl.links(ctx, r)
 			if err != nil {
 				return err
 			}
@@ -91,6 +93,10 @@ func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log 
 			}) {
 				delete(leases, link)
 			}
+
+			if err = releaseIgnored(ctrl.Links, ignored, released, false, log); err != nil {
+				return err
+			}
 		}
 
 		if err := ctrl.publish(ctx, r, leases, metrics); err != nil {
@@ -100,28 +106,36 @@ func (ctrl *DHCP4Controller) Run(ctx context.Context, r controller.Runtime, log 
 }
 
 // links are the links to keep a lease on, with their default route's metric: the boot's
-// (upstream's 1024, as the initramfs set it) and the DHCP4 operator specs'.
-func (ctrl *DHCP4Controller) links(ctx context.Context, r controller.Reader) (map[string]uint32, error) {
+// (upstream's 1024, as the initramfs set it) and the DHCP4 operator specs', less those the
+// config ignores (which it returns too).
+func (ctrl *DHCP4Controller) links(ctx context.Context, r controller.Reader) (map[string]uint32, map[string]bool, error) {
+	ignored, err := ignoredLinks(ctx, r)
+	if err != nil {
+		return nil, nil, err
+	}
+
 	want := map[string]uint32{}
 
 	for _, link := range ctrl.Links {
-		want[link] = network.DefaultRouteMetric
+		if !ignored[link] {
+			want[link] = network.DefaultRouteMetric
+		}
 	}
 
 	specs, err := safe.ReaderListAll[*network.OperatorSpec](ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("listing operator specs: %w", err)
+		return nil, nil, fmt.Errorf("listing operator specs: %w", err)
 	}
 
 	for spec := range specs.All() {
-		if s := spec.TypedSpec(); s.Operator == network.OperatorDHCP4 {
+		if s := spec.TypedSpec(); s.Operator == network.OperatorDHCP4 && !ignored[s.LinkName] {
 			if _, boot := want[s.LinkName]; !boot {
 				want[s.LinkName] = s.DHCP4.RouteMetric
 			}
 		}
 	}
 
-	return want, nil
+	return want, ignored, nil
 }
 
 func (ctrl *DHCP4Controller) publish(ctx context.Context, r controller.Runtime, leases map[string]*dhcpv4.DHCPv4, metrics map[string]uint32) error {

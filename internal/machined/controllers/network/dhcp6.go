@@ -23,7 +23,7 @@ import (
 // asks any server from T2 (REBIND), and publishes each as a /128 address spec and a resolver spec of its name
 // servers (the operator layer, as upstream's DHCPv6 operator). The network's prefix and default
 // route come from its router advertisements, which the kernel applies. A lease that runs out
-// takes its specs away.
+// takes its specs away. A link the config ignores it leaves alone, as DHCP4Controller does.
 type DHCP6Controller struct {
 	// Links are the links the boot leased an IPv6 address on.
 	Links []string
@@ -36,7 +36,7 @@ func (ctrl *DHCP6Controller) Name() string { return "network.DHCP6Controller" }
 
 // Inputs implements controller.Controller.
 func (ctrl *DHCP6Controller) Inputs() []controller.Input {
-	return []controller.Input{{Namespace: network.NamespaceName, Type: network.OperatorSpecType, Kind: controller.InputWeak}}
+	return append(ignoredInputs(), controller.Input{Namespace: network.NamespaceName, Type: network.OperatorSpecType, Kind: controller.InputWeak})
 }
 
 // Outputs implements controller.Controller.
@@ -52,6 +52,7 @@ func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log 
 	updates := make(chan dhcp6.Lease)
 	keepers := linkKeepers[string]{} // by the DUID asked for: another one is another client
 	leases := map[string]dhcp6.Lease{}
+	released := map[string]bool{} // the boot links the config ignores whose lease is gone
 
 	defer keepers.stop()
 
@@ -64,7 +65,7 @@ func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log 
 				leases[l.Link] = l
 			}
 		case <-r.EventCh():
-			want, err := ctrl.links(ctx, r)
+			want, ignored, err := ctrl.links(ctx, r)
 			if err != nil {
 				return err
 			}
@@ -85,6 +86,10 @@ func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log 
 			}) {
 				delete(leases, link)
 			}
+
+			if err = releaseIgnored(ctrl.Links, ignored, released, true, log); err != nil {
+				return err
+			}
 		}
 
 		if err := ctrl.publish(ctx, r, leases); err != nil {
@@ -94,26 +99,33 @@ func (ctrl *DHCP6Controller) Run(ctx context.Context, r controller.Runtime, log 
 }
 
 // links are the boot's and the DHCP6 operator specs' links, with the DUID to use ("": the
-// link's MAC's).
-func (ctrl *DHCP6Controller) links(ctx context.Context, r controller.Reader) (map[string]string, error) {
+// link's MAC's), less those the config ignores (which it returns too).
+func (ctrl *DHCP6Controller) links(ctx context.Context, r controller.Reader) (map[string]string, map[string]bool, error) {
+	ignored, err := ignoredLinks(ctx, r)
+	if err != nil {
+		return nil, nil, err
+	}
+
 	want := map[string]string{}
 
 	for _, link := range ctrl.Links {
-		want[link] = ""
+		if !ignored[link] {
+			want[link] = ""
+		}
 	}
 
 	specs, err := safe.ReaderListAll[*network.OperatorSpec](ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("listing operator specs: %w", err)
+		return nil, nil, fmt.Errorf("listing operator specs: %w", err)
 	}
 
 	for spec := range specs.All() {
-		if s := spec.TypedSpec(); s.Operator == network.OperatorDHCP6 {
+		if s := spec.TypedSpec(); s.Operator == network.OperatorDHCP6 && !ignored[s.LinkName] {
 			want[s.LinkName] = s.DHCP6.DUID
 		}
 	}
 
-	return want, nil
+	return want, ignored, nil
 }
 
 func (ctrl *DHCP6Controller) publish(ctx context.Context, r controller.Runtime, leases map[string]dhcp6.Lease) error {
