@@ -65,7 +65,7 @@ func TestNetworkRefusals(t *testing.T) {
 		path       string
 	}{
 		{"searchDomains", "machine:\n  network:\n    searchDomains: [example.org]\n", []configsupport.Node{configsupport.Process}, "machine.network.searchDomains[0]"},
-		{"ignore", "machine:\n  network:\n    interfaces:\n      - interface: eth1\n        ignore: true\n", all, "machine.network.interfaces[0].ignore"},
+		{"ignore", "machine:\n  network:\n    interfaces:\n      - interface: eth1\n        ignore: true\n", notMetal, "machine.network.interfaces[0].ignore"},
 		{"bond option", iface("bond0", "bond:\n          mode: 802.3ad\n          lacpRate: fast"), notMetal, "machine.network.interfaces[0].bond.lacpRate"},
 		{"bridge VLAN filtering", iface("br0", "bridge:\n          interfaces: [eth1]\n          vlan:\n            vlanFiltering: true"), notMetal,
 			"machine.network.interfaces[0].bridge.vlan.vlanFiltering"},

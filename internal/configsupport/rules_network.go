@@ -67,9 +67,7 @@ var networkRules = append([]Rule{
 	ownKernel("machine.network.interfaces[].dhcpOptions.ipv4", netCtrl+"TestDHCP6FromTheConfig"),
 	ownKernel("machine.network.interfaces[].dhcpOptions.ipv6", netCtrl+"TestDHCP6FromTheConfig"),
 	ownKernel("machine.network.interfaces[].dhcpOptions.duidv6", ownTest+"TestNetworkConfigSpecs"),
-	notYet("machine.network.interfaces[].ignore",
-		"the node still keeps a boot DHCP lease on an ignored link: only the kernel argument talos.network.interface.ignore= keeps it off",
-		"remove it and boot with talos.network.interface.ignore=<link>, or leave the link out of machine.network.interfaces"),
+	ownKernel("machine.network.interfaces[].ignore", netCtrl+"TestDHCP4IgnoredLink"),
 
 	// Bonds: the kernel gets the mode, link monitoring, members and the bonding options
 	// (bondOptionRules).
