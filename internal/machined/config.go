@@ -139,6 +139,11 @@ func needsReboot(oldCfg, newCfg config.Provider) []string {
 	nAuth, _ := cri.AuthPart(nm.Registries())
 	check("machine.registries.config.*.auth", oAuth, nAuth)
 
+	// CRI reads its base runtime spec only when containerd starts, as upstream's.
+	if len(om.BaseRuntimeSpecOverrides()) > 0 || len(nm.BaseRuntimeSpecOverrides()) > 0 {
+		check("machine.baseRuntimeSpecOverrides", om.BaseRuntimeSpecOverrides(), nm.BaseRuntimeSpecOverrides())
+	}
+
 	oFiles, _ := om.Files() // v1alpha1's Files never fails
 	nFiles, _ := nm.Files()
 

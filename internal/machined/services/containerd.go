@@ -39,6 +39,10 @@ type ContainerdPaths struct {
 	// own: without CAP_SYS_RESOURCE (some VM sandboxes withhold it even from root) the kernel
 	// refuses the negative scores kubelet asks for and every pod sandbox fails to start.
 	RestrictOOMScoreAdj bool
+	// BaseRuntimeSpec is the base OCI runtime spec file of CRI's runc runtime
+	// (machine.baseRuntimeSpecOverrides merged into containerd's default); "": containerd's
+	// default.
+	BaseRuntimeSpec string
 }
 
 // NewContainerdPaths returns the containerd paths of a node's state folder.
@@ -65,10 +69,15 @@ const SandboxImage = "registry.k8s.io/pause:3.10"
 
 // ContainerdConfig is containerd's config (version 3): the node's socket and folders; CRI on for
 // the k8s.io namespace with the image's CNI folders, the cached pause image, and runc with the
-// cgroupfs driver (the node has no systemd). Registry hosts come only from the node's own
+// cgroupfs driver (the node has no systemd) and the base runtime spec p names, if any. Registry hosts come only from the node's own
 // certs.d folder (machined's, empty by default): nothing is pulled implicitly, and a pull goes
 // only to the registry its reference names.
 func ContainerdConfig(p ContainerdPaths) string {
+	baseSpec := ""
+	if p.BaseRuntimeSpec != "" {
+		baseSpec = fmt.Sprintf("\n  base_runtime_spec = %q", p.BaseRuntimeSpec)
+	}
+
 	return fmt.Sprintf(`version = 3
 root = %q
 state = %q
@@ -100,7 +109,7 @@ state = %q
   default_runtime_name = "runc"
 
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
+  runtime_type = "io.containerd.runc.v2"%s
 
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
   SystemdCgroup = false
@@ -109,7 +118,7 @@ state = %q
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-`, p.Root, p.State, p.Socket, p.Socket+".ttrpc", SandboxImage, p.RegistryHosts, p.RestrictOOMScoreAdj)
+`, p.Root, p.State, p.Socket, p.Socket+".ttrpc", SandboxImage, p.RegistryHosts, p.RestrictOOMScoreAdj, baseSpec)
 }
 
 // Containerd is the containerd service: it runs when machined is the node's init (container
@@ -137,18 +146,30 @@ func Containerd(r *runtime.Runtime) *system.Service {
 				}
 			}
 
-			// CRI reads credentials only at its start: machine.registries.config auth goes
-			// into this start's config (a change of them needs a reboot, see needsReboot).
-			var regs talosconfig.Registries
+			// CRI reads credentials and its base runtime spec only at its start:
+			// machine.registries.config auth and machine.baseRuntimeSpecOverrides go into this
+			// start's config (a change of them needs a reboot, as upstream says).
+			var (
+				regs      talosconfig.Registries
+				overrides map[string]any
+			)
+
 			if cfg := r.Config(); cfg != nil && cfg.Machine() != nil {
-				regs = cfg.Machine().Registries()
+				regs, overrides = cfg.Machine().Registries(), cfg.Machine().BaseRuntimeSpecOverrides()
 			}
 
 			if err := cri.WriteAuthPart(paths.CRIParts, regs); err != nil {
 				return nil, err
 			}
 
-			if err := WriteContainerdConfig(paths); err != nil {
+			p := paths
+
+			var err error
+			if p.BaseRuntimeSpec, err = cri.WriteBaseRuntimeSpec(p.CRIParts, overrides); err != nil {
+				return nil, err
+			}
+
+			if err = WriteContainerdConfig(p); err != nil {
 				return nil, err
 			}
 

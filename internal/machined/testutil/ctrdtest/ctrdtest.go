@@ -60,8 +60,9 @@ func containerdBins(t *testing.T) []string {
 }
 
 // StartContainerd runs a real containerd in a temporary node state folder (returned) with a
-// private socket. It skips the test without root or without the binaries.
-func StartContainerd(t *testing.T) (services.ContainerdPaths, string) {
+// private socket, its paths changed by opts before its config is written. It skips the test
+// without root or without the binaries.
+func StartContainerd(t *testing.T, opts ...func(*services.ContainerdPaths)) (services.ContainerdPaths, string) {
 	t.Helper()
 
 	if os.Geteuid() != 0 {
@@ -75,6 +76,10 @@ func StartContainerd(t *testing.T) (services.ContainerdPaths, string) {
 	}
 
 	paths := services.NewContainerdPaths(mdruntime.Paths{Root: root})
+	for _, opt := range opts {
+		opt(&paths)
+	}
+
 	if err = services.WriteContainerdConfig(paths); err != nil {
 		t.Fatal(err)
 	}
