@@ -35,6 +35,8 @@ func TestCheckNamesTheRefusedField(t *testing.T) {
 			[]string{"WatchdogTimerConfig: a watchdog device belongs to the machine's own kernel", "(on a container node)"}},
 		{"swap volume", base + "---\napiVersion: v1alpha1\nkind: SwapVolumeConfig\nname: swap1\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 2GiB\n", configsupport.Metal,
 			[]string{"SwapVolumeConfig(swap1): swap volumes are not implemented"}},
+		{"base runtime spec", base + "  baseRuntimeSpecOverrides:\n    process:\n      rlimits: []\n", configsupport.Process,
+			[]string{"machine.baseRuntimeSpecOverrides: a process node runs no containerd", "(on a process node)"}},
 		{"system volume provisioning", base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  maxSize: 40GiB\n", configsupport.Metal,
 			[]string{"VolumeConfig(EPHEMERAL).provisioning: the system volumes' sizes"}},
 	} {
@@ -55,6 +57,20 @@ func TestCheckNamesTheRefusedField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// machine.baseRuntimeSpecOverrides passes where the node runs containerd.
+func TestBaseRuntimeSpecOverridesPassWithContainerd(t *testing.T) {
+	cfg, err := configloader.NewFromBytes([]byte(base + "  baseRuntimeSpecOverrides:\n    process:\n      rlimits: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, node := range []configsupport.Node{configsupport.Container, configsupport.Metal} {
+		if err = configsupport.Check(cfg, node); err != nil {
+			t.Errorf("%s node: %v", node, err)
+		}
 	}
 }
 

@@ -68,8 +68,10 @@ var machineRules = []Rule{
 		Fix: "remove them",
 	},
 
+	// Merged into containerd's default spec as CRI's runc base_runtime_spec at containerd's start.
 	{
-		Path: "machine.baseRuntimeSpecOverrides", Refused: "overriding containerd's base OCI runtime spec is not implemented",
-		Fix: "remove it",
+		Path: "machine.baseRuntimeSpecOverrides", Test: "internal/machined/controllers/cri.TestBaseRuntimeSpecOverrides", On: []Node{Process},
+		Refused: "a process node runs no containerd: its pods' runtime spec is not the node's to set",
+		Fix:     "remove it, or run the node as a container or on its own kernel",
 	},
 }
