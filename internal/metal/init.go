@@ -1,7 +1,6 @@
 package metal
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
-	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
@@ -24,7 +22,6 @@ import (
 	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/udev"
-	"github.com/talos-go/talos/internal/uki"
 )
 
 // Paths inside the initramfs, as `imager boot` lays it out.
@@ -56,182 +53,58 @@ var BootModules = []string{"loop", "squashfs", "overlay", "virtio_pci"}
 
 // InitMain is the initramfs's /init: PID 1 on the kernel, before the node image runs. It
 // logs to the kernel console; an error here leaves the machine with nothing to run, so
-// Main (cmd/machined) reports it and the kernel panics, as upstream's does.
+// Main (cmd/machined) reports it and the kernel panics, as upstream's does. The work is
+// initSteps, run in order.
 func InitMain([]string) error {
 	runtime.LockOSThread()
 
-	for _, m := range []struct{ src, dir, fs string }{{"devtmpfs", "/dev", "devtmpfs"}, {"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}} {
-		if err := os.MkdirAll(m.dir, 0o755); err != nil {
-			return err
+	defer flushLog() // an error ends the boot: its lines before it must reach the console
+
+	return runInitSteps(initSteps(&initBoot{}))
+}
+
+// initStep is one named step of the initramfs's boot.
+type initStep struct {
+	name string
+	run  func() error
+}
+
+// initSteps is the initramfs's boot, in order: each step reads what the ones before it left
+// in b. The last one execs machined and does not return when it succeeds.
+func initSteps(b *initBoot) []initStep {
+	return []initStep{
+		{"mountKernelFilesystems", mountKernelFilesystems},
+		{"openKernelLog", openKernelLog},
+		{"readCmdline", b.readCmdline},
+		{"loadModules", b.loadModules},
+		{"measureInitrd", b.measureInitrd},
+		{"platformNetwork", b.platformNetwork},
+		{"setHostname", b.setHostname},
+		{"leaveInitrd", b.leaveInitrd},
+		{"mountDisk", b.mountDisk},
+		{"startTheWorld", b.startTheWorld},
+		{"chooseSlot", b.chooseSlot},
+		{"machineConfig", b.machineConfig},
+		{"writePlatform", b.writePlatform},
+		{"buildMetalRoot", b.buildMetalRoot},
+		{"execMachined", b.execMachined},
+	}
+}
+
+// runInitSteps runs steps in order, logs each one's name and time, and stops at the first
+// error, which names its step.
+func runInitSteps(steps []initStep) error {
+	for _, s := range steps {
+		start := time.Now()
+
+		if err := s.run(); err != nil {
+			return fmt.Errorf("init step %s: %w", s.name, err)
 		}
 
-		if err := unix.Mount(m.src, m.dir, m.fs, unix.MS_NOSUID, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("mounting %s: %w", m.dir, err)
-		}
+		log("init step %s: done in %s", s.name, time.Since(start).Round(time.Microsecond))
 	}
 
-	initKmsg, _ = OpenKmsg() // stderr, the console, without it
-	defer flushLog()         // an error ends the boot: its lines before it must reach the console
-
-	b, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		return err
-	}
-
-	cmdline := ParseCmdline(string(b))
-
-	platformName := cmdline.Get("talos.platform")
-	if err = platform.Check(platformName); err != nil {
-		return err
-	}
-
-	if err = cmdline.CheckKSPP(); err != nil {
-		return err
-	}
-
-	ip, err := ParseIP(cmdline.Get("ip"))
-	if err != nil {
-		return err
-	}
-
-	var uts unix.Utsname
-	if err = unix.Uname(&uts); err != nil {
-		return err
-	}
-
-	release := unix.ByteSliceToString(uts.Release[:])
-
-	mods, err := OpenModules(filepath.Join(InitramfsModules, release))
-	if err != nil {
-		return fmt.Errorf("the initramfs has no modules for kernel %s: %w (rebuild the boot assets with `make boot`)", release, err)
-	}
-
-	for _, name := range BootModules {
-		if err = mods.Load(name); err != nil {
-			return err
-		}
-	}
-
-	loaded, err := mods.LoadForDevices("/sys")
-	if err != nil {
-		return err
-	}
-
-	log("kernel %s: loaded %s and, for the devices, %s", release, strings.Join(BootModules, ", "), strings.Join(loaded, ", "))
-
-	phases := startPhases()
-
-	// A static ip= configures its link; otherwise DHCPv4 runs on every link not ignored, and the
-	// first lease's address is the node's. A platform other than metal says what the network is
-	// (nocloud's network-config) and brings the boot's own up only when it needs it.
-	boot := &bootNetwork{ip: ip, ignore: cmdline.List("talos.network.interface.ignore")}
-	published := platform.Published{Data: platform.Data{Metadata: runtimeres.PlatformMetadataSpec{Platform: platform.Metal}}}
-
-	if p, ok := platforms[platformName]; ok {
-		if published.Data, err = p.Data(context.Background(), platformEnv(cmdline, mods, boot)); err != nil {
-			return err
-		}
-	}
-
-	address, leased, err := applyPlatformNetwork(published.Network, boot)
-	if err != nil {
-		return err
-	}
-
-	ip, ip.Address = boot.ip, address
-	if published.Network != nil && len(published.Network.Links) > 0 {
-		published.DHCPLinks = leased
-	}
-
-	hostname := ip.Hostname
-	if host, _ := published.Network.HostnameParts(); host != "" {
-		hostname = host
-	}
-
-	if hostname == "" {
-		hostname = "talos"
-	}
-
-	if err = unix.Sethostname([]byte(hostname)); err != nil {
-		return err
-	}
-
-	// The disks are opened in the phase a UKI's PCR signature approves, and the boot moves past
-	// it once they are: nothing after the boot stage unseals their keys.
-	phases.extend(uki.LeaveInitrd, uki.EnterMachined)
-
-	installed, err := mountDisk(mods)
-	if err != nil {
-		return err
-	}
-
-	phases.extend(uki.StartTheWorld)
-
-	var env []string
-
-	if installed {
-		// GRUB booted a slot; META says whether it is being tried, and what to wipe first.
-		slot, err := chooseSlot(slots.Booted(string(b)))
-		if err != nil {
-			return err
-		}
-
-		env = append(env, slots.EnvSlot+"="+slot)
-	}
-
-	spec := container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: hostname, Address: ip.Address, Modules: InitramfsModules, Initramfs: "/", Init: "/init"}
-
-	// talos.config= is the first boot's config, downloaded now that the network is up, or read
-	// from a metal-iso volume; a platform's is its user data; an installed node has its config
-	// on STATE.
-	if arg := cmdline.Get("talos.config"); platformName != platform.Metal {
-		if arg != "" {
-			log("talos.config=%s is metal's: on talos.platform=%s the machine config is the platform's user data", arg, platformName)
-		}
-
-		if published.Config != nil && !installed {
-			spec.Config = downloadedConfig
-			if err = os.WriteFile(spec.Config, published.Config, 0o600); err != nil {
-				return err
-			}
-
-			log("talos.platform=%s: the machine config is the platform's user data", platformName)
-		}
-	} else if arg == MetalISO && !installed {
-		spec.Config = downloadedConfig
-
-		dev, err := configFromISO(mods, spec.Config)
-		if err != nil {
-			return err
-		}
-
-		log("talos.config: read the machine config from the %s volume %s", MetalISO, dev)
-	} else if arg != "" && !installed {
-		url, err := ConfigURL(arg, ConfigVars(ip.Address.Addr(), hostname))
-		if err != nil {
-			return err
-		}
-
-		spec.Config = downloadedConfig
-		if err = FetchConfig(context.Background(), url, spec.Config); err != nil {
-			return err
-		}
-
-		log("talos.config: downloaded the machine config from %s", url)
-	}
-
-	if err = platform.Write(platform.File, published); err != nil {
-		return err
-	}
-
-	if err = container.BuildMetalRoot(spec); err != nil {
-		return err
-	}
-
-	log("switched to the node image; starting machined at %s", ip.Address)
-	flushLog()
-
-	return container.ExecInit("metal", ip.Address.Addr(), spec.Config != "", env...)
+	return nil
 }
 
 // MetalISO is upstream's talos.config=metal-iso: the config is config.yaml at the root of an
