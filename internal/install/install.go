@@ -53,15 +53,9 @@ const UEFIBootPath = "EFI/BOOT/BOOTX64.EFI"
 // kernel and initramfs), an empty META (zeroed: internal/meta's partition store) and this boot's
 // STATE on the disk's STATE. The node boots from the disk next.
 func ToDisk(ctx context.Context, o Options) error {
-	// A /dev/disk/by-* name is the link udevd made: the kernel knows the disk by what it points to.
-	disk, err := filepath.EvalSymlinks(o.Disk)
+	disk, err := o.resolveDisk()
 	if err != nil {
-		disk = o.Disk
-	}
-
-	fi, err := os.Stat(disk)
-	if err != nil || fi.Mode()&fs.ModeDevice == 0 || fi.Mode()&fs.ModeCharDevice != 0 {
-		return fmt.Errorf("machine.install.disk %s is not a disk of this machine: name one `talosctl get disks` lists", o.Disk)
+		return err
 	}
 
 	f, err := os.OpenFile(disk, os.O_RDWR, 0)
@@ -70,20 +64,9 @@ func ToDisk(ctx context.Context, o Options) error {
 	}
 	defer f.Close()
 
-	size, err := f.Seek(0, io.SeekEnd)
+	size, ss, parts, err := o.planPartitions(f)
 	if err != nil {
 		return err
-	}
-
-	// The table is in the disk's logical sectors (512 bytes, or 4096 on a 4Kn disk).
-	ss, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET)
-	if err != nil {
-		return fmt.Errorf("machine.install.disk %s: its sector size: %w", o.Disk, err)
-	}
-
-	parts, err := partition.PlanSectors(partition.Layout, size, int64(ss))
-	if err != nil {
-		return fmt.Errorf("machine.install.disk %s: %w", o.Disk, err)
 	}
 
 	// Booted from a signed UKI, the node installs one; what it cannot install is refused before
@@ -98,41 +81,14 @@ func ToDisk(ctx context.Context, o Options) error {
 	}
 
 	if o.Wipe {
-		// As upstream's installer with wipe: the whole disk is zeroed (BLKZEROOUT, which the device
-		// offloads where it can, or written zeroes), this disk only, refused if it is in use.
-		o.Log("wiping %s (machine.install.wipe): zeroing all of its %d MiB", o.Disk, size/partition.MiB)
-
-		start := time.Now()
-		if err = blockwipe.Wipe("/sys", "/dev", []blockwipe.Device{{Name: filepath.Base(disk), Method: blockwipe.Zeroes}}); err != nil {
-			return fmt.Errorf("machine.install.wipe: %w", err)
-		}
-
-		o.Log("wiped %s in %s", o.Disk, time.Since(start).Round(time.Millisecond))
-	}
-
-	o.Log("installing to %s (%d MiB, %d-byte sectors): partitions %s", o.Disk, size/partition.MiB, ss, layoutText(parts))
-
-	// Old filesystems' signatures go, so nothing mistakes a partition for what it was.
-	zeros := make([]byte, partition.MiB)
-	for _, p := range parts {
-		if _, err = f.WriteAt(zeros[:min(int64(len(zeros)), p.Bytes())], p.Offset()); err != nil {
+		if err = o.wipeDisk(disk, size); err != nil {
 			return err
 		}
 	}
 
-	if err = partition.Write(f, size, parts); err != nil {
-		return err
-	}
+	o.Log("installing to %s (%d MiB, %d-byte sectors): partitions %s", o.Disk, size/partition.MiB, ss, layoutText(parts))
 
-	if err = f.Sync(); err != nil {
-		return err
-	}
-
-	if err = unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0); err != nil {
-		return fmt.Errorf("the kernel did not read %s's new partitions (is one of them in use?): %w", o.Disk, err)
-	}
-
-	devs, err := waitPartitions(ctx, filepath.Base(disk), len(parts))
+	devs, err := o.writePartitions(ctx, f, disk, size, parts)
 	if err != nil {
 		return err
 	}
@@ -155,6 +111,123 @@ func ToDisk(ctx context.Context, o Options) error {
 		}
 	}()
 
+	if err = o.formatFilesystems(ctx, devs, targets, ss); err != nil {
+		return err
+	}
+
+	if err = o.installGRUB(f, parts, devs, ss); err != nil {
+		return err
+	}
+
+	what := "kernel, initramfs"
+	if signed != nil {
+		what = "the unified kernel image (its PCR signature approves it)"
+	}
+
+	o.Log("writing slot A to BOOT: %s, GRUB's menu", what)
+
+	err = onPartition(partition.Boot, targets[partition.Boot], "xfs", func(dir string) error {
+		return writeSlot(dir, "A", o, signed)
+	})
+	if err != nil {
+		return err
+	}
+
+	o.Log("copying STATE (the machine config) to the disk")
+
+	return onPartition(partition.State, targets[partition.State], "xfs", func(dir string) error {
+		if salt != nil {
+			if err := os.WriteFile(filepath.Join(dir, encryption.SaltFile), salt, 0o600); err != nil {
+				return err
+			}
+		}
+
+		return copyTree(o.State, dir)
+	})
+}
+
+// resolveDisk names the block device machine.install.disk is.
+func (o Options) resolveDisk() (string, error) {
+	// A /dev/disk/by-* name is the link udevd made: the kernel knows the disk by what it points to.
+	disk, err := filepath.EvalSymlinks(o.Disk)
+	if err != nil {
+		disk = o.Disk
+	}
+
+	fi, err := os.Stat(disk)
+	if err != nil || fi.Mode()&fs.ModeDevice == 0 || fi.Mode()&fs.ModeCharDevice != 0 {
+		return "", fmt.Errorf("machine.install.disk %s is not a disk of this machine: name one `talosctl get disks` lists", o.Disk)
+	}
+
+	return disk, nil
+}
+
+// planPartitions measures the open disk f (its size and logical sector size) and places upstream's
+// partitions on it.
+func (o Options) planPartitions(f *os.File) (size int64, ss int, parts []partition.Placed, err error) {
+	size, err = f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+
+	// The table is in the disk's logical sectors (512 bytes, or 4096 on a 4Kn disk).
+	ss, err = unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("machine.install.disk %s: its sector size: %w", o.Disk, err)
+	}
+
+	parts, err = partition.PlanSectors(partition.Layout, size, int64(ss))
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("machine.install.disk %s: %w", o.Disk, err)
+	}
+
+	return size, ss, parts, nil
+}
+
+// wipeDisk zeroes the whole disk (machine.install.wipe).
+func (o Options) wipeDisk(disk string, size int64) error {
+	// As upstream's installer with wipe: the whole disk is zeroed (BLKZEROOUT, which the device
+	// offloads where it can, or written zeroes), this disk only, refused if it is in use.
+	o.Log("wiping %s (machine.install.wipe): zeroing all of its %d MiB", o.Disk, size/partition.MiB)
+
+	start := time.Now()
+	if err := blockwipe.Wipe("/sys", "/dev", []blockwipe.Device{{Name: filepath.Base(disk), Method: blockwipe.Zeroes}}); err != nil {
+		return fmt.Errorf("machine.install.wipe: %w", err)
+	}
+
+	o.Log("wiped %s in %s", o.Disk, time.Since(start).Round(time.Millisecond))
+
+	return nil
+}
+
+// writePartitions writes the partition table to f, has the kernel read it and returns the
+// partitions' devices once they appear.
+func (o Options) writePartitions(ctx context.Context, f *os.File, disk string, size int64, parts []partition.Placed) (map[string]partition.Device, error) {
+	// Old filesystems' signatures go, so nothing mistakes a partition for what it was.
+	zeros := make([]byte, partition.MiB)
+	for _, p := range parts {
+		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), p.Bytes())], p.Offset()); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := partition.Write(f, size, parts); err != nil {
+		return nil, err
+	}
+
+	if err := f.Sync(); err != nil {
+		return nil, err
+	}
+
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0); err != nil {
+		return nil, fmt.Errorf("the kernel did not read %s's new partitions (is one of them in use?): %w", o.Disk, err)
+	}
+
+	return waitPartitions(ctx, filepath.Base(disk), len(parts))
+}
+
+// formatFilesystems makes XFS on BOOT, STATE and EPHEMERAL (on targets) and FAT on EFI.
+func (o Options) formatFilesystems(ctx context.Context, devs map[string]partition.Device, targets map[string]string, ss int) error {
 	for _, name := range []string{partition.Boot, partition.State, partition.Ephemeral} {
 		o.Log("formatting %s (%s) as XFS", name, targets[name])
 
@@ -177,6 +250,12 @@ func ToDisk(ctx context.Context, o Options) error {
 		return fmt.Errorf("mkfs.fat %s: %w: %s", devs[partition.EFI].Path(), err, out)
 	}
 
+	return nil
+}
+
+// installGRUB writes the initramfs's GRUB to the disk: its boot sector and core image for BIOS
+// (f, the BIOS partition), its UEFI program to the EFI partition.
+func (o Options) installGRUB(f *os.File, parts []partition.Placed, devs map[string]partition.Device, ss int) error {
 	grub := filepath.Join(o.Initramfs, metal.InitramfsGRUB)
 
 	bootImg, err := os.ReadFile(filepath.Join(grub, "boot.img"))
@@ -217,41 +296,12 @@ func ToDisk(ctx context.Context, o Options) error {
 
 	o.Log("writing GRUB for UEFI to %s: %s", partition.EFI, UEFIBootPath)
 
-	err = onPartition(partition.EFI, devs[partition.EFI].Path(), "vfat", func(dir string) error {
+	return onPartition(partition.EFI, devs[partition.EFI].Path(), "vfat", func(dir string) error {
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(UEFIBootPath)), 0o755); err != nil {
 			return err
 		}
 
 		return os.WriteFile(filepath.Join(dir, UEFIBootPath), efi, 0o644)
-	})
-	if err != nil {
-		return err
-	}
-
-	what := "kernel, initramfs"
-	if signed != nil {
-		what = "the unified kernel image (its PCR signature approves it)"
-	}
-
-	o.Log("writing slot A to BOOT: %s, GRUB's menu", what)
-
-	err = onPartition(partition.Boot, targets[partition.Boot], "xfs", func(dir string) error {
-		return writeSlot(dir, "A", o, signed)
-	})
-	if err != nil {
-		return err
-	}
-
-	o.Log("copying STATE (the machine config) to the disk")
-
-	return onPartition(partition.State, targets[partition.State], "xfs", func(dir string) error {
-		if salt != nil {
-			if err := os.WriteFile(filepath.Join(dir, encryption.SaltFile), salt, 0o600); err != nil {
-				return err
-			}
-		}
-
-		return copyTree(o.State, dir)
 	})
 }
 
