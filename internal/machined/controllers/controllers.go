@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -122,12 +123,6 @@ func List(opts Options) []controller.Controller {
 		systemRoots = trustbundle.System
 	}
 
-	// A control plane's kubelet gets its client certificate from the cluster CA where it runs.
-	kubeletCertDir := ""
-	if opts.Mode.RunsKubernetes() {
-		kubeletCertDir = k8sctrl.KubeletCertDir
-	}
-
 	seccompDir := ""
 	if opts.Mode.RunsKubernetes() {
 		seccompDir = filepath.Join(opts.Root, constants.SeccompProfilesDirectory)
@@ -139,7 +134,7 @@ func List(opts Options) []controller.Controller {
 		p = *opts.Platform.Network
 	}
 
-	list := []controller.Controller{
+	list := slices.Concat([]controller.Controller{
 		configctrl.NewMachineTypeController(),
 		&hardwarectrl.SystemInformationController{},
 		&hardwarectrl.ProcessorController{},
@@ -155,21 +150,7 @@ func List(opts Options) []controller.Controller {
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
 		&clusterctrl.MemberController{},
 		&etcdctrl.MemberController{Etcd: opts.Etcd},
-		&secretsctrl.TrustedRootsController{System: systemRoots, Bundle: bundle},
-		secretsctrl.NewRootController(),
-		secretsctrl.NewAPICertSANsController(),
-		&secretsctrl.APIController{Address: opts.Address, KeyFile: filepath.Join(opts.StateDir, secretsctrl.NodeKeyFile), Lifetime: opts.CertLifetime},
-		&secretsctrl.APIFilesController{Dir: opts.APIDSecretsDir},
-		&secretsctrl.TrustdController{Lifetime: opts.CertLifetime},
-		&secretsctrl.TrustdFilesController{Dir: opts.TrustdSecretsDir},
-		&secretsctrl.JoinRequestsController{Dir: filepath.Join(opts.StateDir, trustd.JoinsDir)},
-		secretsctrl.NewKubernetesRootController(),
-		secretsctrl.NewKubernetesCertSANsController(),
-		secretsctrl.NewKubeletController(),
-		&secretsctrl.KubernetesDynamicCertsController{Lifetime: opts.CertLifetime},
-		&secretsctrl.KubernetesController{Lifetime: opts.CertLifetime},
-		&secretsctrl.KubernetesFilesController{SecretsDir: opts.KubernetesSecretsDir, KubeletDir: opts.KubeletDir,
-			KubeletCertDir: kubeletCertDir, KubeletCertPath: k8sctrl.KubeletCertDir, Lifetime: opts.CertLifetime},
+	}, secretsControllers(opts, systemRoots, bundle), []controller.Controller{
 		controlplanectrl.NewAPIServerConfigController(),
 		controlplanectrl.NewControllerManagerConfigController(),
 		controlplanectrl.NewSchedulerConfigController(),
@@ -200,7 +181,43 @@ func List(opts Options) []controller.Controller {
 		&runtimectrl.SecurityStateController{OwnsMachine: opts.Mode.OwnsMachine(), Efivars: "/sys/firmware/efi/efivars",
 			PCRKey: filepath.Join(container.InitramfsDir, uki.PublicKeyFile), SELinux: "/sys/fs/selinux/enforce"},
 		&networkctrl.StatusController{},
+	})
+
+	return append(list, modeControllers(opts, p)...)
+}
+
+// secretsControllers make the node's certificates and keys and write their files: the trust
+// bundle, the Talos API's, trustd's and Kubernetes's.
+func secretsControllers(opts Options, systemRoots, bundle string) []controller.Controller {
+	// A control plane's kubelet gets its client certificate from the cluster CA where it runs.
+	kubeletCertDir := ""
+	if opts.Mode.RunsKubernetes() {
+		kubeletCertDir = k8sctrl.KubeletCertDir
 	}
+
+	return []controller.Controller{
+		&secretsctrl.TrustedRootsController{System: systemRoots, Bundle: bundle},
+		secretsctrl.NewRootController(),
+		secretsctrl.NewAPICertSANsController(),
+		&secretsctrl.APIController{Address: opts.Address, KeyFile: filepath.Join(opts.StateDir, secretsctrl.NodeKeyFile), Lifetime: opts.CertLifetime},
+		&secretsctrl.APIFilesController{Dir: opts.APIDSecretsDir},
+		&secretsctrl.TrustdController{Lifetime: opts.CertLifetime},
+		&secretsctrl.TrustdFilesController{Dir: opts.TrustdSecretsDir},
+		&secretsctrl.JoinRequestsController{Dir: filepath.Join(opts.StateDir, trustd.JoinsDir)},
+		secretsctrl.NewKubernetesRootController(),
+		secretsctrl.NewKubernetesCertSANsController(),
+		secretsctrl.NewKubeletController(),
+		&secretsctrl.KubernetesDynamicCertsController{Lifetime: opts.CertLifetime},
+		&secretsctrl.KubernetesController{Lifetime: opts.CertLifetime},
+		&secretsctrl.KubernetesFilesController{SecretsDir: opts.KubernetesSecretsDir, KubeletDir: opts.KubeletDir,
+			KubeletCertDir: kubeletCertDir, KubeletCertPath: k8sctrl.KubeletCertDir, Lifetime: opts.CertLifetime},
+	}
+}
+
+// modeControllers are the controllers of the node's mode (Options.Mode) and of the options it
+// was given: what a node on its own kernel, network or machine drives, and Kubernetes's.
+func modeControllers(opts Options, p platform.Network) []controller.Controller {
+	var list []controller.Controller
 
 	if opts.Events != nil {
 		list = append(list, &runtimectrl.EventsSinkController{Events: opts.Events})
