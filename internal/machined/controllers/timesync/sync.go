@@ -125,17 +125,10 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 	}
 
 	var (
-		started          = time.Now()
-		synced           bool
-		epoch            int
-		servers          []string
-		nextQuery        time.Time
-		poll, retry      time.Duration
-		failing          bool
-		asking           []string // the servers of the query under way
-		answers          = make(chan answer)
-		wake             = time.NewTimer(time.Hour)
-		timedOutUnsynced bool
+		started = time.Now()
+		st      syncState
+		answers = make(chan answer)
+		wake    = time.NewTimer(time.Hour)
 	)
 
 	defer wake.Stop()
@@ -147,41 +140,8 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 		case <-r.EventCh():
 		case <-wake.C:
 		case a := <-answers:
-			if slices.Equal(a.servers, asking) {
-				asking = nil
-			}
-
-			switch {
-			case !slices.Equal(a.servers, servers): // asked before a config change
-			case a.err != nil:
-				retry = min(max(2*retry, time.Second), maxRetry)
-				nextQuery = time.Now().Add(retry)
-
-				if !failing || retry == maxRetry {
-					log.Warn("time sync failed: retrying", zap.Error(a.err), zap.Duration("retry", retry))
-				}
-
-				failing = true
-			default:
-				if err := adjust(a.offset); err != nil {
-					return fmt.Errorf("adjusting the clock by %s: %w", a.offset, err)
-				}
-
-				if a.offset.Abs() > epochJump {
-					epoch++
-				}
-
-				if !synced || a.offset.Abs() >= StepThreshold {
-					log.Info("time synced", zap.String("server", a.server), zap.Duration("offset", a.offset))
-				}
-
-				if a.offset.Abs() >= StepThreshold || poll == 0 {
-					poll = MinPoll
-				} else {
-					poll = min(2*poll, MaxPoll)
-				}
-
-				synced, failing, retry, nextQuery = true, false, 0, time.Now().Add(poll)
+			if err := st.take(a, adjust, log); err != nil {
+				return err
 			}
 		}
 
@@ -190,32 +150,28 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 			return err
 		}
 
-		if err = safe.WriterModify(ctx, r, network.NewTimeServerStatus(network.NamespaceName, network.TimeServerID), func(res *network.TimeServerStatus) error {
-			res.TypedSpec().NTPServers = slices.Clone(s.servers)
-
-			return nil
-		}); err != nil {
-			return fmt.Errorf("writing the time servers: %w", err)
+		if err = writeServers(ctx, r, s.servers); err != nil {
+			return err
 		}
 
 		if !ctrl.Sync || s.disabled {
-			if err = writeStatus(ctx, r, timeres.StatusSpec{Synced: true, Epoch: epoch, SyncDisabled: true}); err != nil {
+			if err = writeStatus(ctx, r, timeres.StatusSpec{Synced: true, Epoch: st.epoch, SyncDisabled: true}); err != nil {
 				return err
 			}
 
-			servers = nil
+			st.servers = nil
 
 			continue
 		}
 
-		if !slices.Equal(servers, s.servers) { // new servers: ask them now
-			servers, nextQuery, poll, retry = s.servers, time.Time{}, 0, 0
+		if !slices.Equal(st.servers, s.servers) { // new servers: ask them now
+			st.servers, st.nextQuery, st.poll, st.retry = s.servers, time.Time{}, 0, 0
 		}
 
 		// A query of servers no longer configured goes on beside the new one; its answer is
 		// dropped.
-		if !slices.Equal(asking, servers) && !time.Now().Before(nextQuery) {
-			asking = servers
+		if !slices.Equal(st.asking, st.servers) && !time.Now().Before(st.nextQuery) {
+			st.asking = st.servers
 
 			go func(servers []string) {
 				server, offset, err := query(servers)
@@ -224,21 +180,21 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 				case answers <- answer{servers: servers, server: server, offset: offset, err: err}:
 				case <-ctx.Done():
 				}
-			}(servers)
+			}(st.servers)
 		}
 
-		next := max(time.Until(nextQuery), 0)
-		if asking != nil {
+		next := max(time.Until(st.nextQuery), 0)
+		if st.asking != nil {
 			next = time.Hour // the answer wakes the loop
 		}
 
-		if !synced && s.bootTimeout > 0 {
+		if !st.synced && s.bootTimeout > 0 {
 			if left := s.bootTimeout - time.Since(started); left <= 0 {
-				if !timedOutUnsynced {
+				if !st.timedOutUnsynced {
 					log.Warn("time is not synced yet: the boot goes on as machine.time.bootTimeout has passed", zap.Duration("bootTimeout", s.bootTimeout))
 				}
 
-				timedOutUnsynced = true
+				st.timedOutUnsynced = true
 			} else {
 				next = min(next, left)
 			}
@@ -246,10 +202,78 @@ func (ctrl *SyncController) Run(ctx context.Context, r controller.Runtime, log *
 
 		wake.Reset(next)
 
-		if err = writeStatus(ctx, r, timeres.StatusSpec{Synced: synced || timedOutUnsynced, Epoch: epoch}); err != nil {
+		if err = writeStatus(ctx, r, timeres.StatusSpec{Synced: st.synced || st.timedOutUnsynced, Epoch: st.epoch}); err != nil {
 			return err
 		}
 	}
+}
+
+// syncState is what the sync loop keeps from one round to the next.
+type syncState struct {
+	synced           bool
+	epoch            int
+	servers          []string
+	nextQuery        time.Time
+	poll, retry      time.Duration
+	failing          bool
+	asking           []string // the servers of the query under way
+	timedOutUnsynced bool
+}
+
+// take takes a query's answer: the clock is adjusted and the next query is a poll away, or,
+// on an error, a backed-off retry away. An answer from servers no longer configured is dropped.
+func (st *syncState) take(a answer, adjust func(time.Duration) error, log *zap.Logger) error {
+	if slices.Equal(a.servers, st.asking) {
+		st.asking = nil
+	}
+
+	switch {
+	case !slices.Equal(a.servers, st.servers): // asked before a config change
+	case a.err != nil:
+		st.retry = min(max(2*st.retry, time.Second), maxRetry)
+		st.nextQuery = time.Now().Add(st.retry)
+
+		if !st.failing || st.retry == maxRetry {
+			log.Warn("time sync failed: retrying", zap.Error(a.err), zap.Duration("retry", st.retry))
+		}
+
+		st.failing = true
+	default:
+		if err := adjust(a.offset); err != nil {
+			return fmt.Errorf("adjusting the clock by %s: %w", a.offset, err)
+		}
+
+		if a.offset.Abs() > epochJump {
+			st.epoch++
+		}
+
+		if !st.synced || a.offset.Abs() >= StepThreshold {
+			log.Info("time synced", zap.String("server", a.server), zap.Duration("offset", a.offset))
+		}
+
+		if a.offset.Abs() >= StepThreshold || st.poll == 0 {
+			st.poll = MinPoll
+		} else {
+			st.poll = min(2*st.poll, MaxPoll)
+		}
+
+		st.synced, st.failing, st.retry, st.nextQuery = true, false, 0, time.Now().Add(st.poll)
+	}
+
+	return nil
+}
+
+// writeServers publishes the time servers the node uses (the config's, the platform's or the default).
+func writeServers(ctx context.Context, r controller.Runtime, servers []string) error {
+	if err := safe.WriterModify(ctx, r, network.NewTimeServerStatus(network.NamespaceName, network.TimeServerID), func(res *network.TimeServerStatus) error {
+		res.TypedSpec().NTPServers = slices.Clone(servers)
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("writing the time servers: %w", err)
+	}
+
+	return nil
 }
 
 func writeStatus(ctx context.Context, r controller.Runtime, spec timeres.StatusSpec) error {
