@@ -101,54 +101,23 @@ func kubernetesCAPresent(ctx context.Context, c *client.Client, node string) err
 }
 
 func rotateTalosCA(ctx context.Context, w io.Writer, g *Global, fl rotateCAFlags) error {
-	cfg, path, err := loadConfig(g.Talosconfig, false)
+	r, err := newTalosCARotation(g, fl)
 	if err != nil {
 		return err
-	}
-
-	ctxName, cctx, err := currentContext(cfg, g.Context, path)
-	if err != nil {
-		return err
-	}
-
-	oldCA, err := base64.StdEncoding.DecodeString(cctx.CA)
-	if err != nil {
-		return fmt.Errorf("talosconfig context %q: ca: %w", ctxName, err)
-	}
-
-	newCA, err := secrets.NewTalosCA(time.Now())
-	if err != nil {
-		return fmt.Errorf("generating the new CA: %w", err)
-	}
-
-	nodes := append(slices.Clone(fl.controlPlanes), fl.workers...)
-	isCP := func(n string) bool { return slices.Contains(fl.controlPlanes, n) }
-	newCrt := &x509.PEMEncodedCertificate{Crt: newCA.CrtPEM}
-	oldCrt := &x509.PEMEncodedCertificate{Crt: oldCA}
-
-	endpoints := g.Endpoints
-	if len(endpoints) == 0 {
-		endpoints = cctx.Endpoints
-	}
-
-	connect := func(ctxCfg clientconfig.Context) (*client.Client, error) {
-		cc := &clientconfig.Config{Context: ctxName, Contexts: map[string]*clientconfig.Context{ctxName: &ctxCfg}}
-
-		return client.New(ctx, client.WithConfig(cc), client.WithEndpoints(endpoints...), client.WithDefaultGRPCDialOptions())
 	}
 
 	// Step 1: every node accepts the new CA beside its own.
-	fmt.Fprintf(w, "> Talos API CA: accepting the new CA on %v\n", nodes)
+	fmt.Fprintf(w, "> Talos API CA: accepting the new CA on %v\n", r.nodes)
 
-	oldClient, err := connect(*cctx)
+	oldClient, err := r.connect(ctx, *r.cctx)
 	if err != nil {
 		return err
 	}
 
 	defer oldClient.Close()
 
-	if err = patchNodes(ctx, w, oldClient, nodes, fl.dryRun, func(_ string, c *v1alpha1.Config) {
-		c.MachineConfig.MachineAcceptedCAs = append(c.MachineConfig.MachineAcceptedCAs, newCrt)
+	if err = patchNodes(ctx, w, oldClient, r.nodes, fl.dryRun, func(_ string, c *v1alpha1.Config) {
+		c.MachineConfig.MachineAcceptedCAs = append(c.MachineConfig.MachineAcceptedCAs, r.newCrt)
 	}); err != nil {
 		return err
 	}
@@ -161,80 +130,154 @@ func rotateTalosCA(ctx context.Context, w io.Writer, g *Global, fl rotateCAFlags
 
 	// Step 2: the client moves to a certificate from the new CA trusting both CAs, saved before
 	// the nodes switch so an interruption leaves a talosconfig that works.
-	admin, err := secrets.NewAdminCertificateAndKey(time.Now(), x509.NewCertificateAndKeyFromCertificateAuthority(newCA), role.MakeSet(role.Admin), constants.TalosAPIDefaultCertificateValidityDuration)
+	both, err := r.bothCAsContext()
 	if err != nil {
-		return fmt.Errorf("issuing the client certificate: %w", err)
-	}
-
-	both := *cctx
-	both.CA = base64.StdEncoding.EncodeToString(bytes.Join([][]byte{bytes.TrimSpace(oldCA), bytes.TrimSpace(newCA.CrtPEM)}, []byte("\n")))
-	both.Crt = base64.StdEncoding.EncodeToString(admin.Crt)
-	both.Key = base64.StdEncoding.EncodeToString(admin.Key)
-
-	out := fl.output
-	if out == "" {
-		out = path
-	}
-
-	if err = saveContext(cfg, ctxName, both, out); err != nil {
 		return err
 	}
 
-	bothClient, err := connect(both)
+	if err = saveContext(r.cfg, r.ctxName, both, r.out); err != nil {
+		return err
+	}
+
+	bothClient, err := r.connect(ctx, both)
 	if err != nil {
 		return err
 	}
 
 	defer bothClient.Close()
 
-	if err = waitAnswer(ctx, bothClient, nodes); err != nil {
-		return fmt.Errorf("a node does not take the client certificate from the new CA: %w (the saved talosconfig %s and the old CA still work)", err, out)
+	if err = waitAnswer(ctx, bothClient, r.nodes); err != nil {
+		return fmt.Errorf("a node does not take the client certificate from the new CA: %w (the saved talosconfig %s and the old CA still work)", err, r.out)
 	}
 
-	fmt.Fprintf(w, "> Talos API CA: switching %v to the new CA\n", nodes)
+	fmt.Fprintf(w, "> Talos API CA: switching %v to the new CA\n", r.nodes)
 
-	if err = patchNodes(ctx, w, bothClient, nodes, false, func(node string, c *v1alpha1.Config) {
-		ca := &x509.PEMEncodedCertificateAndKey{Crt: newCA.CrtPEM}
-		if isCP(node) {
-			ca.Key = newCA.KeyPEM
-		}
-
-		c.MachineConfig.MachineCA = ca
-		c.MachineConfig.MachineAcceptedCAs = replaceCA(c.MachineConfig.MachineAcceptedCAs, newCrt, oldCrt)
-	}); err != nil {
+	if err = r.switchNodes(ctx, w, bothClient); err != nil {
 		return err
 	}
 
 	// Step 3: the old CA goes; the client trusts the new one only.
-	fmt.Fprintf(w, "> Talos API CA: dropping the old CA on %v\n", nodes)
+	fmt.Fprintf(w, "> Talos API CA: dropping the old CA on %v\n", r.nodes)
 
-	if err = patchNodes(ctx, w, bothClient, nodes, false, func(_ string, c *v1alpha1.Config) {
-		c.MachineConfig.MachineAcceptedCAs = replaceCA(c.MachineConfig.MachineAcceptedCAs, oldCrt, nil)
+	if err = patchNodes(ctx, w, bothClient, r.nodes, false, func(_ string, c *v1alpha1.Config) {
+		c.MachineConfig.MachineAcceptedCAs = replaceCA(c.MachineConfig.MachineAcceptedCAs, r.oldCrt, nil)
 	}); err != nil {
 		return err
 	}
 
 	final := both
-	final.CA = base64.StdEncoding.EncodeToString(newCA.CrtPEM)
+	final.CA = base64.StdEncoding.EncodeToString(r.newCA.CrtPEM)
 
-	finalClient, err := connect(final)
+	finalClient, err := r.connect(ctx, final)
 	if err != nil {
 		return err
 	}
 
 	defer finalClient.Close()
 
-	if err = waitAnswer(ctx, finalClient, nodes); err != nil {
-		return fmt.Errorf("a node does not serve a certificate from the new CA yet: %w (talosconfig %s trusts both CAs meanwhile)", err, out)
+	if err = waitAnswer(ctx, finalClient, r.nodes); err != nil {
+		return fmt.Errorf("a node does not serve a certificate from the new CA yet: %w (talosconfig %s trusts both CAs meanwhile)", err, r.out)
 	}
 
-	if err = saveContext(cfg, ctxName, final, out); err != nil {
+	if err = saveContext(r.cfg, r.ctxName, final, r.out); err != nil {
 		return err
 	}
 
-	fmt.Fprintf(w, "> Talos API CA rotated; talosconfig %s updated\n", out)
+	fmt.Fprintf(w, "> Talos API CA rotated; talosconfig %s updated\n", r.out)
 
 	return nil
+}
+
+// talosCARotation is what the Talos API CA's rotation works with: the talosconfig's context and
+// its CA, the new CA, the nodes.
+type talosCARotation struct {
+	cfg            *clientconfig.Config
+	ctxName        string
+	cctx           *clientconfig.Context
+	out            string // where the new talosconfig is saved
+	endpoints      []string
+	oldCA          []byte
+	newCA          *x509.CertificateAuthority
+	oldCrt, newCrt *x509.PEMEncodedCertificate
+	nodes          []string
+	controlPlanes  []string
+}
+
+// newTalosCARotation reads the talosconfig's context and generates the new CA.
+func newTalosCARotation(g *Global, fl rotateCAFlags) (*talosCARotation, error) {
+	cfg, path, err := loadConfig(g.Talosconfig, false)
+	if err != nil {
+		return nil, err
+	}
+
+	ctxName, cctx, err := currentContext(cfg, g.Context, path)
+	if err != nil {
+		return nil, err
+	}
+
+	oldCA, err := base64.StdEncoding.DecodeString(cctx.CA)
+	if err != nil {
+		return nil, fmt.Errorf("talosconfig context %q: ca: %w", ctxName, err)
+	}
+
+	newCA, err := secrets.NewTalosCA(time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("generating the new CA: %w", err)
+	}
+
+	r := &talosCARotation{
+		cfg: cfg, ctxName: ctxName, cctx: cctx, out: fl.output, endpoints: g.Endpoints,
+		oldCA: oldCA, newCA: newCA,
+		oldCrt: &x509.PEMEncodedCertificate{Crt: oldCA}, newCrt: &x509.PEMEncodedCertificate{Crt: newCA.CrtPEM},
+		nodes: append(slices.Clone(fl.controlPlanes), fl.workers...), controlPlanes: fl.controlPlanes,
+	}
+
+	if len(r.endpoints) == 0 {
+		r.endpoints = cctx.Endpoints
+	}
+
+	if r.out == "" {
+		r.out = path
+	}
+
+	return r, nil
+}
+
+// connect is a client of the rotation's endpoints with the context ctxCfg.
+func (r *talosCARotation) connect(ctx context.Context, ctxCfg clientconfig.Context) (*client.Client, error) {
+	cc := &clientconfig.Config{Context: r.ctxName, Contexts: map[string]*clientconfig.Context{r.ctxName: &ctxCfg}}
+
+	return client.New(ctx, client.WithConfig(cc), client.WithEndpoints(r.endpoints...), client.WithDefaultGRPCDialOptions())
+}
+
+// bothCAsContext is the talosconfig context of step 2: an admin certificate from the new CA,
+// trusting both CAs.
+func (r *talosCARotation) bothCAsContext() (clientconfig.Context, error) {
+	admin, err := secrets.NewAdminCertificateAndKey(time.Now(), x509.NewCertificateAndKeyFromCertificateAuthority(r.newCA), role.MakeSet(role.Admin), constants.TalosAPIDefaultCertificateValidityDuration)
+	if err != nil {
+		return clientconfig.Context{}, fmt.Errorf("issuing the client certificate: %w", err)
+	}
+
+	both := *r.cctx
+	both.CA = base64.StdEncoding.EncodeToString(bytes.Join([][]byte{bytes.TrimSpace(r.oldCA), bytes.TrimSpace(r.newCA.CrtPEM)}, []byte("\n")))
+	both.Crt = base64.StdEncoding.EncodeToString(admin.Crt)
+	both.Key = base64.StdEncoding.EncodeToString(admin.Key)
+
+	return both, nil
+}
+
+// switchNodes makes the new CA the nodes' own (with its key on control planes), the old one
+// accepted beside it.
+func (r *talosCARotation) switchNodes(ctx context.Context, w io.Writer, c *client.Client) error {
+	return patchNodes(ctx, w, c, r.nodes, false, func(node string, c *v1alpha1.Config) {
+		ca := &x509.PEMEncodedCertificateAndKey{Crt: r.newCA.CrtPEM}
+		if slices.Contains(r.controlPlanes, node) {
+			ca.Key = r.newCA.KeyPEM
+		}
+
+		c.MachineConfig.MachineCA = ca
+		c.MachineConfig.MachineAcceptedCAs = replaceCA(c.MachineConfig.MachineAcceptedCAs, r.newCrt, r.oldCrt)
+	})
 }
 
 // replaceCA drops drop from the accepted CAs and adds add (when not nil).
