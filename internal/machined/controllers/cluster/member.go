@@ -18,6 +18,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
@@ -133,35 +134,7 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 			}
 		}
 
-		merged := map[string]discovery.Affiliate{self.NodeID: *self}
-		reached := 0
-
-		for _, ep := range endpoints {
-			conn, ok := conns[ep]
-			if !ok {
-				if conn, err = dial(ep); err != nil {
-					continue
-				}
-
-				conns[ep] = conn
-			}
-
-			callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			list, err := discovery.Exchange(callCtx, conn, *self)
-			cancel()
-
-			if err != nil {
-				log.Debug("discovery exchange failed", zap.String("endpoint", ep), zap.Error(err))
-				continue
-			}
-
-			reached++
-
-			for _, a := range list {
-				merged[a.NodeID] = a
-			}
-		}
-
+		merged, reached := exchange(ctx, log, conns, endpoints, dial, self)
 		if reached == 0 {
 			// No registry answered: keep the last view of the others rather than shrinking to
 			// ourselves, but with our own entry current (a new hostname shows at once).
@@ -181,6 +154,43 @@ func (ctrl *MemberController) Run(ctx context.Context, r controller.Runtime, log
 			return err
 		}
 	}
+}
+
+// exchange sends self to each registry at endpoints (dialled once, kept in conns) and merges
+// their affiliates with self; reached counts the registries that answered.
+func exchange(ctx context.Context, log *zap.Logger, conns map[string]*grpc.ClientConn, endpoints []string,
+	dial func(string) (*grpc.ClientConn, error), self *discovery.Affiliate,
+) (merged map[string]discovery.Affiliate, reached int) {
+	merged = map[string]discovery.Affiliate{self.NodeID: *self}
+
+	for _, ep := range endpoints {
+		conn, ok := conns[ep]
+		if !ok {
+			var err error
+			if conn, err = dial(ep); err != nil {
+				continue
+			}
+
+			conns[ep] = conn
+		}
+
+		callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		list, err := discovery.Exchange(callCtx, conn, *self)
+		cancel()
+
+		if err != nil {
+			log.Debug("discovery exchange failed", zap.String("endpoint", ep), zap.Error(err))
+			continue
+		}
+
+		reached++
+
+		for _, a := range list {
+			merged[a.NodeID] = a
+		}
+	}
+
+	return merged, reached
 }
 
 // errDiscoveryOff: cluster.discovery is disabled, or its service registry is.
@@ -285,20 +295,24 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 		self.KubeSpan = kubeSpanAffiliate(ctx, r, ks.TypedSpec(), self.Addresses, pods)
 	}
 
-	endpoints := []string{c.Cluster().Endpoint().Hostname()}
+	return self, []string{c.Cluster().Endpoint().Hostname()}, registryDialer(c.Machine().Security()), nil
+}
 
+// registryDialer dials a control plane's registry (trustd's port) trusting the machine's CAs,
+// with the machine token.
+func registryDialer(sec talosconfig.Security) func(host string) (*grpc.ClientConn, error) {
 	pool := x509.NewCertPool()
-	if ca := c.Machine().Security().IssuingCA(); ca != nil {
+	if ca := sec.IssuingCA(); ca != nil {
 		pool.AppendCertsFromPEM(ca.Crt)
 	}
 
-	for _, ca := range c.Machine().Security().AcceptedCAs() {
+	for _, ca := range sec.AcceptedCAs() {
 		pool.AppendCertsFromPEM(ca.Crt)
 	}
 
-	token := c.Machine().Security().Token()
+	token := sec.Token()
 
-	dial := func(host string) (*grpc.ClientConn, error) {
+	return func(host string) (*grpc.ClientConn, error) {
 		tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, ServerName: host}
 
 		return grpc.NewClient(net.JoinHostPort(host, strconv.Itoa(constants.TrustdPort)),
@@ -308,8 +322,6 @@ func (ctrl *MemberController) local(ctx context.Context, r controller.Runtime) (
 			}),
 		)
 	}
-
-	return self, endpoints, dial, nil
 }
 
 func (ctrl *MemberController) writeMembers(ctx context.Context, r controller.Runtime, list []discovery.Affiliate) error {
