@@ -163,25 +163,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 	old := n.r.Config()
 
 	if old == nil { // maintenance mode: the config completes the boot
-		if mode == machine.ApplyConfigurationRequest_TRY {
-			return "", mode, errkind.New(errkind.Invalid, "try mode needs a running node: apply the config with --mode=auto in maintenance mode")
-		}
-
-		if req.DryRun {
-			return "Dry run summary:\nNode is in maintenance mode and will boot with the applied config.", mode, nil
-		}
-
-		if err := atomicfile.WriteFile(n.r.Paths.Config(), raw, 0o600); err != nil {
-			return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
-		}
-
-		if err := n.activate(ctx, cfg); err != nil {
-			return "", mode, errkind.Wrap(errkind.Internal, err)
-		}
-
-		n.readyOnce.Do(func() { close(n.configReady) })
-
-		return "Applied configuration: the node leaves maintenance mode and boots", mode, nil
+		return n.applyInMaintenance(ctx, cfg, raw, req)
 	}
 
 	rebootFor := needsReboot(old, cfg)
@@ -225,22 +207,7 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 
 		return "Staged configuration to be applied after the next reboot", mode, nil
 	case machine.ApplyConfigurationRequest_TRY:
-		timeout := DefaultTryTimeout
-		if req.TryModeTimeout != nil && req.TryModeTimeout.AsDuration() > 0 {
-			timeout = req.TryModeTimeout.AsDuration()
-		}
-
-		if err := n.activate(ctx, cfg); err != nil {
-			return "", mode, errkind.Wrap(errkind.Internal, err)
-		}
-
-		// The timer knows itself: a revert that fired while a newer apply held the lock finds
-		// another timer current and leaves the newer config alone.
-		var timer *time.Timer
-		timer = time.AfterFunc(timeout, func() { n.revertTry(timer) })
-		n.tryRevert = timer
-
-		return fmt.Sprintf("Applied configuration in try mode: it is reverted in %s unless applied again in another mode", timeout), mode, nil
+		return n.applyTry(ctx, cfg, req)
 	case machine.ApplyConfigurationRequest_NO_REBOOT:
 		// The staged config is superseded: removed first, durably, or a power loss could bring
 		// it back and the next boot would take it over the config applied here.
@@ -274,6 +241,55 @@ func (n *node) ApplyConfig(ctx context.Context, cfg config.Provider, raw []byte,
 	}
 
 	return "", mode, errkind.Errorf(errkind.Invalid, "unknown apply mode %v", req.Mode)
+}
+
+// applyInMaintenance saves and activates the first config of a node in maintenance mode, which
+// then boots with it; n.applyMu is held.
+func (n *node) applyInMaintenance(ctx context.Context, cfg config.Provider, raw []byte, req *machine.ApplyConfigurationRequest) (string, machine.ApplyConfigurationRequest_Mode, error) {
+	mode := req.Mode
+
+	if mode == machine.ApplyConfigurationRequest_TRY {
+		return "", mode, errkind.New(errkind.Invalid, "try mode needs a running node: apply the config with --mode=auto in maintenance mode")
+	}
+
+	if req.DryRun {
+		return "Dry run summary:\nNode is in maintenance mode and will boot with the applied config.", mode, nil
+	}
+
+	if err := atomicfile.WriteFile(n.r.Paths.Config(), raw, 0o600); err != nil {
+		return "", mode, errkind.Errorf(errkind.Internal, "saving config: %w", err)
+	}
+
+	if err := n.activate(ctx, cfg); err != nil {
+		return "", mode, errkind.Wrap(errkind.Internal, err)
+	}
+
+	n.readyOnce.Do(func() { close(n.configReady) })
+
+	return "Applied configuration: the node leaves maintenance mode and boots", mode, nil
+}
+
+// applyTry activates cfg without saving it and reverts it after the try's timeout; n.applyMu is
+// held.
+func (n *node) applyTry(ctx context.Context, cfg config.Provider, req *machine.ApplyConfigurationRequest) (string, machine.ApplyConfigurationRequest_Mode, error) {
+	mode := machine.ApplyConfigurationRequest_TRY
+
+	timeout := DefaultTryTimeout
+	if req.TryModeTimeout != nil && req.TryModeTimeout.AsDuration() > 0 {
+		timeout = req.TryModeTimeout.AsDuration()
+	}
+
+	if err := n.activate(ctx, cfg); err != nil {
+		return "", mode, errkind.Wrap(errkind.Internal, err)
+	}
+
+	// The timer knows itself: a revert that fired while a newer apply held the lock finds
+	// another timer current and leaves the newer config alone.
+	var timer *time.Timer
+	timer = time.AfterFunc(timeout, func() { n.revertTry(timer) })
+	n.tryRevert = timer
+
+	return fmt.Sprintf("Applied configuration in try mode: it is reverted in %s unless applied again in another mode", timeout), mode, nil
 }
 
 func (n *node) cancelTry() {
