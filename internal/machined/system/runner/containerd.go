@@ -89,45 +89,7 @@ func (c *Containerd) Run(ctx context.Context) error {
 
 	removeContainer(bg, client, c.ID)
 
-	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithEnv(c.Env), oci.WithMounts(c.Mounts)}
-	if len(c.Args) > 0 {
-		opts = append(opts, oci.WithProcessArgs(c.Args...))
-	}
-
-	if c.HostNetwork {
-		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostHostsFile, oci.WithHostResolvconf)
-	}
-
-	if c.HostPID {
-		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
-	}
-
-	if c.Privileged {
-		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices, oci.WithWriteableCgroupfs, oci.WithWriteableSysfs)
-	}
-
-	oomScoreAdj := c.OOMScoreAdj
-	if oomScoreAdj < 0 && !MayLowerOOMScoreAdj() {
-		// runc would fail to start the container: it keeps the shim's score instead.
-		if c.Log != nil {
-			c.Log.Debug("oom_score_adj not set: lowering it needs CAP_SYS_RESOURCE", zap.String("container", c.ID), zap.Int("oom_score_adj", oomScoreAdj))
-		}
-
-		oomScoreAdj = 0
-	}
-
-	if oomScoreAdj != 0 || c.MemoryReservation > 0 {
-		opts = append(opts, withResources(oomScoreAdj, c.MemoryReservation))
-	}
-
-	if slices.ContainsFunc(c.Mounts, func(m specs.Mount) bool { return slices.Contains(m.Options, "rshared") }) {
-		// An rshared bind propagates back to the node only when the container's root is
-		// rshared too (runc otherwise makes it rslave first): kubelet's volume mounts must
-		// reach containerd, which mounts them into the pods (as CRI does for Bidirectional).
-		opts = append(opts, withRootfsPropagation("rshared"))
-	}
-
-	ctr, err := client.NewContainer(bg, c.ID, containerd.WithImage(img), containerd.WithNewSnapshot(c.ID, img), containerd.WithNewSpec(opts...))
+	ctr, err := client.NewContainer(bg, c.ID, containerd.WithImage(img), containerd.WithNewSnapshot(c.ID, img), containerd.WithNewSpec(c.specOpts(img)...))
 	if err != nil {
 		return fmt.Errorf("creating container %s: %w", c.ID, err)
 	}
@@ -191,6 +153,50 @@ func (c *Containerd) Run(ctx context.Context) error {
 	}
 
 	return nil
+}
+
+// specOpts are the container's OCI spec: the image's config, the service's environment,
+// mounts and arguments, and the host namespaces, privileges and resources it asks for.
+func (c *Containerd) specOpts(img containerd.Image) []oci.SpecOpts {
+	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithEnv(c.Env), oci.WithMounts(c.Mounts)}
+	if len(c.Args) > 0 {
+		opts = append(opts, oci.WithProcessArgs(c.Args...))
+	}
+
+	if c.HostNetwork {
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostHostsFile, oci.WithHostResolvconf)
+	}
+
+	if c.HostPID {
+		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
+	}
+
+	if c.Privileged {
+		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices, oci.WithWriteableCgroupfs, oci.WithWriteableSysfs)
+	}
+
+	oomScoreAdj := c.OOMScoreAdj
+	if oomScoreAdj < 0 && !MayLowerOOMScoreAdj() {
+		// runc would fail to start the container: it keeps the shim's score instead.
+		if c.Log != nil {
+			c.Log.Debug("oom_score_adj not set: lowering it needs CAP_SYS_RESOURCE", zap.String("container", c.ID), zap.Int("oom_score_adj", oomScoreAdj))
+		}
+
+		oomScoreAdj = 0
+	}
+
+	if oomScoreAdj != 0 || c.MemoryReservation > 0 {
+		opts = append(opts, withResources(oomScoreAdj, c.MemoryReservation))
+	}
+
+	if slices.ContainsFunc(c.Mounts, func(m specs.Mount) bool { return slices.Contains(m.Options, "rshared") }) {
+		// An rshared bind propagates back to the node only when the container's root is
+		// rshared too (runc otherwise makes it rslave first): kubelet's volume mounts must
+		// reach containerd, which mounts them into the pods (as CRI does for Bidirectional).
+		opts = append(opts, withRootfsPropagation("rshared"))
+	}
+
+	return opts
 }
 
 // image returns the service's image, importing it from the archive when containerd lacks it,
