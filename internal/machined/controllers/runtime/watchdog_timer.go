@@ -83,54 +83,26 @@ func (ctrl *WatchdogTimerController) Outputs() []controller.Output {
 const watchdogFeedsPerTimeout = 3
 
 // Run implements controller.Controller.
-//
-//nolint:gocognit,gocyclo,cyclop // one loop: the ticker, the config, the status.
 func (ctrl *WatchdogTimerController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
 	open := ctrl.Open
 	if open == nil {
 		open = OpenWatchdog
 	}
 
-	var (
-		dev    WatchdogDevice
-		path   string
-		ticker *time.Ticker
-		tick   <-chan time.Time
-	)
-
-	stopTicker := func() {
-		if ticker != nil {
-			ticker.Stop()
-			ticker, tick = nil, nil
-		}
-	}
-
-	disarm := func() {
-		if dev == nil {
-			return
-		}
-
-		if err := dev.Disarm(); err != nil {
-			log.Error("disarming the hardware watchdog", zap.String("device", path), zap.Error(err))
-		} else {
-			log.Info("hardware watchdog disarmed", zap.String("device", path))
-		}
-
-		dev, path = nil, ""
-	}
+	w := &fedWatchdog{log: log}
 
 	defer func() {
-		stopTicker()
-		disarm()
+		w.stopTicker()
+		w.disarm()
 	}()
 
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick:
-			if err := dev.Keepalive(); err != nil {
-				return fmt.Errorf("keeping the watchdog %s alive: %w", path, err)
+		case <-w.tick:
+			if err := w.dev.Keepalive(); err != nil {
+				return fmt.Errorf("keeping the watchdog %s alive: %w", w.path, err)
 			}
 
 			continue
@@ -145,42 +117,18 @@ func (ctrl *WatchdogTimerController) Run(ctx context.Context, r controller.Runti
 		r.StartTrackingOutputs()
 
 		if cfg == nil {
-			stopTicker()
-			disarm()
+			w.stopTicker()
+			w.disarm()
 		} else {
 			spec := cfg.TypedSpec()
 
-			if dev != nil && path != spec.Device { // another device: the old one must not reset the machine
-				stopTicker()
-				disarm()
+			feed, err := w.arm(open, spec)
+			if err != nil {
+				return err
 			}
-
-			if dev == nil {
-				if dev, err = open(spec.Device); err != nil {
-					return fmt.Errorf("opening the watchdog device: %w", err)
-				}
-
-				path = spec.Device
-			}
-
-			if err = dev.SetTimeout(spec.Timeout); err != nil {
-				return fmt.Errorf("setting the watchdog %s timeout to %s: %w", path, spec.Timeout, err)
-			}
-
-			feed := spec.Timeout / watchdogFeedsPerTimeout
-
-			stopTicker()
-			ticker = time.NewTicker(feed)
-			tick = ticker.C
-
-			if err = dev.Keepalive(); err != nil {
-				return fmt.Errorf("keeping the watchdog %s alive: %w", path, err)
-			}
-
-			log.Info("hardware watchdog armed", zap.String("device", path), zap.Duration("timeout", spec.Timeout), zap.Duration("feed_interval", feed))
 
 			if err = safe.WriterModify(ctx, r, runtimeres.NewWatchdogTimerStatus(cfg.Metadata().ID()), func(st *runtimeres.WatchdogTimerStatus) error {
-				st.TypedSpec().Device = path
+				st.TypedSpec().Device = w.path
 				st.TypedSpec().Timeout = spec.Timeout
 				st.TypedSpec().FeedInterval = feed
 
@@ -194,6 +142,73 @@ func (ctrl *WatchdogTimerController) Run(ctx context.Context, r controller.Runti
 			return err
 		}
 	}
+}
+
+// fedWatchdog is the device the controller keeps alive, and the ticker that feeds it.
+type fedWatchdog struct {
+	log    *zap.Logger
+	dev    WatchdogDevice
+	path   string
+	ticker *time.Ticker
+	tick   <-chan time.Time // nil without a device: never fires
+}
+
+func (w *fedWatchdog) stopTicker() {
+	if w.ticker != nil {
+		w.ticker.Stop()
+		w.ticker, w.tick = nil, nil
+	}
+}
+
+// disarm stops the device, which no longer resets the machine.
+func (w *fedWatchdog) disarm() {
+	if w.dev == nil {
+		return
+	}
+
+	if err := w.dev.Disarm(); err != nil {
+		w.log.Error("disarming the hardware watchdog", zap.String("device", w.path), zap.Error(err))
+	} else {
+		w.log.Info("hardware watchdog disarmed", zap.String("device", w.path))
+	}
+
+	w.dev, w.path = nil, ""
+}
+
+// arm opens the device spec names (disarming another one first), sets its timeout, feeds it
+// and starts feeding it watchdogFeedsPerTimeout times a timeout; it returns the feed interval.
+func (w *fedWatchdog) arm(open func(string) (WatchdogDevice, error), spec *runtimeres.WatchdogTimerConfigSpec) (time.Duration, error) {
+	if w.dev != nil && w.path != spec.Device { // another device: the old one must not reset the machine
+		w.stopTicker()
+		w.disarm()
+	}
+
+	if w.dev == nil {
+		dev, err := open(spec.Device)
+		if err != nil {
+			return 0, fmt.Errorf("opening the watchdog device: %w", err)
+		}
+
+		w.dev, w.path = dev, spec.Device
+	}
+
+	if err := w.dev.SetTimeout(spec.Timeout); err != nil {
+		return 0, fmt.Errorf("setting the watchdog %s timeout to %s: %w", w.path, spec.Timeout, err)
+	}
+
+	feed := spec.Timeout / watchdogFeedsPerTimeout
+
+	w.stopTicker()
+	w.ticker = time.NewTicker(feed)
+	w.tick = w.ticker.C
+
+	if err := w.dev.Keepalive(); err != nil {
+		return 0, fmt.Errorf("keeping the watchdog %s alive: %w", w.path, err)
+	}
+
+	w.log.Info("hardware watchdog armed", zap.String("device", w.path), zap.Duration("timeout", spec.Timeout), zap.Duration("feed_interval", feed))
+
+	return feed, nil
 }
 
 // watchdogFile is a Linux watchdog device (Documentation/watchdog/watchdog-api.rst).
