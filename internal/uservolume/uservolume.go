@@ -106,21 +106,9 @@ func Matches(v config.UserVolumeConfig, d Disk) (bool, error) {
 func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env Env) (Result, error) {
 	name := PartitionName(v.Name())
 
-	var candidates []Disk
-
-	for _, d := range disks {
-		ok, err := Matches(v, d)
-		if err != nil {
-			return Result{}, fmt.Errorf("UserVolumeConfig %s: provisioning.diskSelector.match: %w", v.Name(), err)
-		}
-
-		if ok && !d.Spec.Readonly && !d.Spec.CDROM {
-			candidates = append(candidates, d)
-		}
-	}
-
-	if len(candidates) == 0 {
-		return Result{}, fmt.Errorf("UserVolumeConfig %s: no disk matches provisioning.diskSelector.match (%d disks seen)", v.Name(), len(disks))
+	candidates, err := candidateDisks(v, disks)
+	if err != nil {
+		return Result{}, err
 	}
 
 	spec, err := encryption.FromEncryption("UserVolumeConfig "+v.Name()+": encryption", v.Encryption())
@@ -147,35 +135,12 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 	}
 
 	res.Device = res.Partition
-	enc := env.Encryption
-	enc.Label = name
 
 	if spec != nil {
 		res.Encrypted = true
 
-		res.Device = "/dev/mapper/" + encryption.MappedName(name)
-
-		luks, err := encryption.IsLUKS(res.Partition)
-		if err != nil {
+		if res.Device, err = openEncrypted(ctx, v.Name(), name, res.Partition, spec, env); err != nil {
 			return Result{}, err
-		}
-
-		switch {
-		case exists(res.Device): // opened by an earlier try
-		case !luks && isBlank(res.Partition):
-			env.Log("encrypting %s (%s) with LUKS2", name, res.Partition)
-
-			// A new volume reads as noise (zeros decrypted): its first MiB is zeroed through
-			// it, so that it is blank, and formatted, below.
-			if err = (encryption.Cryptsetup{}).Format(ctx, res.Partition, spec, enc); err == nil {
-				err = zeroStart(res.Device)
-			}
-		default:
-			_, err = encryption.Cryptsetup{}.Open(ctx, res.Partition, spec, enc)
-		}
-
-		if err != nil {
-			return Result{}, fmt.Errorf("UserVolumeConfig %s: %w", v.Name(), err)
 		}
 	}
 
@@ -212,6 +177,62 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 	}
 
 	return res, nil
+}
+
+// candidateDisks are the writable disks the volume's diskSelector matches.
+func candidateDisks(v config.UserVolumeConfig, disks []Disk) ([]Disk, error) {
+	var candidates []Disk
+
+	for _, d := range disks {
+		ok, err := Matches(v, d)
+		if err != nil {
+			return nil, fmt.Errorf("UserVolumeConfig %s: provisioning.diskSelector.match: %w", v.Name(), err)
+		}
+
+		if ok && !d.Spec.Readonly && !d.Spec.CDROM {
+			candidates = append(candidates, d)
+		}
+	}
+
+	if len(candidates) == 0 {
+		return nil, fmt.Errorf("UserVolumeConfig %s: no disk matches provisioning.diskSelector.match (%d disks seen)", v.Name(), len(disks))
+	}
+
+	return candidates, nil
+}
+
+// openEncrypted opens the LUKS2 volume on the volume's partition, made first when the partition
+// is blank, and returns the opened volume's device.
+func openEncrypted(ctx context.Context, volume, name, part string, spec *encryption.Spec, env Env) (string, error) {
+	enc := env.Encryption
+	enc.Label = name
+
+	dev := "/dev/mapper/" + encryption.MappedName(name)
+
+	luks, err := encryption.IsLUKS(part)
+	if err != nil {
+		return "", err
+	}
+
+	switch {
+	case exists(dev): // opened by an earlier try
+	case !luks && isBlank(part):
+		env.Log("encrypting %s (%s) with LUKS2", name, part)
+
+		// A new volume reads as noise (zeros decrypted): its first MiB is zeroed through
+		// it, so that it is blank, and formatted, below.
+		if err = (encryption.Cryptsetup{}).Format(ctx, part, spec, enc); err == nil {
+			err = zeroStart(dev)
+		}
+	default:
+		_, err = encryption.Cryptsetup{}.Open(ctx, part, spec, enc)
+	}
+
+	if err != nil {
+		return "", fmt.Errorf("UserVolumeConfig %s: %w", volume, err)
+	}
+
+	return dev, nil
 }
 
 // ensurePartition finds the volume's partition on the disk, or adds it in the disk's free
