@@ -128,50 +128,9 @@ func GenConfig(o GenConfigOptions, log io.Writer) error {
 		}
 	}
 
-	var contract *config.VersionContract
-
-	if o.TalosVersion != "" {
-		if contract, err = config.ParseContractFromVersion(o.TalosVersion); err != nil {
-			return fmt.Errorf("--talos-version %q: %w (use a version like v1.11)", o.TalosVersion, err)
-		}
-	}
-
-	var bundle *secrets.Bundle
-
-	if o.WithSecrets != "" {
-		if bundle, err = secrets.LoadBundle(o.WithSecrets); err != nil {
-			return fmt.Errorf("loading secrets %s: %w (create one with `talosctl gen secrets`)", o.WithSecrets, err)
-		}
-	} else {
-		fmt.Fprintln(log, "generating PKI and tokens")
-
-		if bundle, err = secrets.NewBundle(secrets.NewClock(), contract); err != nil {
-			return fmt.Errorf("generating secrets: %w", err)
-		}
-	}
-
-	opts := []generate.Option{
-		generate.WithSecretsBundle(bundle),
-		generate.WithInstallDisk(o.InstallDisk),
-		generate.WithInstallImage(o.InstallImage),
-		generate.WithDNSDomain(o.DNSDomain),
-		generate.WithAdditionalSubjectAltNames(o.AdditionalSANs),
-	}
-
-	if contract != nil {
-		opts = append(opts, generate.WithVersionContract(contract))
-	}
-
-	extra, err := o.extraOptions()
+	in, err := o.input(log)
 	if err != nil {
 		return err
-	}
-
-	opts = append(opts, extra...)
-
-	in, err := generate.NewInput(o.ClusterName, o.Endpoint, o.KubernetesVersion, opts...)
-	if err != nil {
-		return fmt.Errorf("preparing config generation: %w", err)
 	}
 
 	if o.OutputDir != "" {
@@ -223,6 +182,61 @@ func GenConfig(o GenConfigOptions, log io.Writer) error {
 	}
 
 	return nil
+}
+
+// input is the generation's input: the version contract, the secrets (loaded or generated)
+// and the options the flags set.
+func (o GenConfigOptions) input(log io.Writer) (*generate.Input, error) {
+	var (
+		contract *config.VersionContract
+		err      error
+	)
+
+	if o.TalosVersion != "" {
+		if contract, err = config.ParseContractFromVersion(o.TalosVersion); err != nil {
+			return nil, fmt.Errorf("--talos-version %q: %w (use a version like v1.11)", o.TalosVersion, err)
+		}
+	}
+
+	var bundle *secrets.Bundle
+
+	if o.WithSecrets != "" {
+		if bundle, err = secrets.LoadBundle(o.WithSecrets); err != nil {
+			return nil, fmt.Errorf("loading secrets %s: %w (create one with `talosctl gen secrets`)", o.WithSecrets, err)
+		}
+	} else {
+		fmt.Fprintln(log, "generating PKI and tokens")
+
+		if bundle, err = secrets.NewBundle(secrets.NewClock(), contract); err != nil {
+			return nil, fmt.Errorf("generating secrets: %w", err)
+		}
+	}
+
+	opts := []generate.Option{
+		generate.WithSecretsBundle(bundle),
+		generate.WithInstallDisk(o.InstallDisk),
+		generate.WithInstallImage(o.InstallImage),
+		generate.WithDNSDomain(o.DNSDomain),
+		generate.WithAdditionalSubjectAltNames(o.AdditionalSANs),
+	}
+
+	if contract != nil {
+		opts = append(opts, generate.WithVersionContract(contract))
+	}
+
+	extra, err := o.extraOptions()
+	if err != nil {
+		return nil, err
+	}
+
+	opts = append(opts, extra...)
+
+	in, err := generate.NewInput(o.ClusterName, o.Endpoint, o.KubernetesVersion, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("preparing config generation: %w", err)
+	}
+
+	return in, nil
 }
 
 func genMachineConfig(in *generate.Input, typ machine.Type, patchArgs []string, comments encoder.CommentsFlags) ([]byte, error) {
