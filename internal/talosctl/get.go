@@ -170,27 +170,7 @@ func watchResources(ctx context.Context, stderr io.Writer, s *session, out outpu
 	}
 
 	for _, node := range s.nodes {
-		nctx := s.nodeCtx(ctx, node)
-
-		md, rd, err := resolveKind(nctx, s.c, ns, typ, id)
-		if err == nil {
-			err = out.WriteHeader(rd, true)
-		}
-
-		if err != nil {
-			fail(node, err)
-
-			continue
-		}
-
-		ch := make(chan state.Event)
-
-		if id != "" {
-			err = s.c.COSI.Watch(nctx, md, ch)
-		} else {
-			err = s.c.COSI.WatchKind(nctx, md, ch, state.WithBootstrapContents(true))
-		}
-
+		ch, err := watchNode(s.nodeCtx(ctx, node), s, out, ns, typ, id)
 		if err != nil {
 			fail(node, err)
 
@@ -248,6 +228,33 @@ func watchResources(ctx context.Context, stderr io.Writer, s *session, out outpu
 	}
 
 	return nil
+}
+
+// watchNode writes the output's header for the kind and starts the watch on one node (ctx
+// names it): its events come on the channel until ctx ends.
+func watchNode(ctx context.Context, s *session, out output.Writer, ns, typ, id string) (<-chan state.Event, error) {
+	md, rd, err := resolveKind(ctx, s.c, ns, typ, id)
+	if err == nil {
+		err = out.WriteHeader(rd, true)
+	}
+
+	if err != nil {
+		return nil, err
+	}
+
+	ch := make(chan state.Event)
+
+	if id != "" {
+		err = s.c.COSI.Watch(ctx, md, ch)
+	} else {
+		err = s.c.COSI.WatchKind(ctx, md, ch, state.WithBootstrapContents(true))
+	}
+
+	if err != nil {
+		return nil, err
+	}
+
+	return ch, nil
 }
 
 // getInsecure runs get against each node's maintenance API (hardware, disk and network
