@@ -34,9 +34,9 @@ type Options struct {
 	Image    string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pcr-keygen --out FILE.pem | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR")
+var errUsage = errors.New("usage: imager keygen --out DIR | pcr-keygen --out FILE.pem | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR | installer --image FILE --pub FILE.pub (--push HOST/REPO:TAG | --out FILE.tar)")
 
-// Main is the imager command: keygen, pubkey, build, verify, rootfs, boot.
+// Main is the imager command: keygen, pubkey, build, verify, rootfs, boot, installer.
 func Main(args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "rootfs" {
 		return rootfsMain(args[1:], stdout)
@@ -44,6 +44,10 @@ func Main(args []string, stdout io.Writer) error {
 
 	if len(args) > 0 && args[0] == "boot" {
 		return bootMain(args[1:], stdout)
+	}
+
+	if len(args) > 0 && args[0] == "installer" {
+		return installerMain(context.Background(), args[1:], stdout)
 	}
 
 	opts, err := parseArgs(args)

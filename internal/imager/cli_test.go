@@ -1,8 +1,15 @@
 package imager
 
 import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -35,5 +42,87 @@ func TestParseArgs(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%v: got %+v, %v; want %+v", tc.args, got, err, tc.want)
 		}
+	}
+}
+
+// `imager installer --out` wraps a signed image as an installer image (the archive a push would
+// send): its config names the format, the version and the image's architecture, and its one
+// layer holds the image unchanged. An image not signed by --pub is refused.
+func TestInstallerCommand(t *testing.T) {
+	dir := t.TempDir()
+
+	if _, err := GenerateKey(filepath.Join(dir, "k.key"), filepath.Join(dir, "k.pub")); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := GenerateKey(filepath.Join(dir, "o.key"), filepath.Join(dir, "o.pub")); err != nil {
+		t.Fatal(err)
+	}
+
+	priv, _ := LoadPrivateKey(filepath.Join(dir, "k.key"))
+
+	for _, f := range []string{MachinedName, EtcdName} {
+		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o755)
+	}
+
+	img := filepath.Join(dir, "talos.img")
+	if _, err := BuildFile(img, BuildOptions{Version: "v1.2.3", Arch: "amd64", Key: priv, Compress: true,
+		Files: map[string]string{MachinedName: filepath.Join(dir, MachinedName), EtcdName: filepath.Join(dir, EtcdName)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	out := filepath.Join(dir, "installer.tar")
+
+	var stdout strings.Builder
+	if err := Main([]string{"installer", "--image", img, "--pub", filepath.Join(dir, "k.pub"), "--out", out}, &stdout); err != nil {
+		t.Fatal(err)
+	}
+
+	if !strings.Contains(stdout.String(), "version v1.2.3, linux/amd64") {
+		t.Fatalf("output %q", stdout.String())
+	}
+
+	oci, err := tarball.ImageFromPath(out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cf, err := oci.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if v, err := CheckInstallerConfig(cf, "amd64"); err != nil || v != "v1.2.3" {
+		t.Fatalf("config: version %q, %v", v, err)
+	}
+
+	if _, err = CheckInstallerConfig(cf, "arm64"); err == nil || !strings.Contains(err.Error(), "is for linux/amd64 and this node is linux/arm64") {
+		t.Fatalf("an amd64 installer on an arm64 node: %v", err)
+	}
+
+	layers, err := oci.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%d layers, %v", len(layers), err)
+	}
+
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+
+	payload, err := InstallerPayload(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got, _ := io.ReadAll(payload)
+	if want, _ := os.ReadFile(img); !bytes.Equal(got, want) {
+		t.Fatalf("the layer's image differs from the signed image (%d bytes, want %d)", len(got), len(want))
+	}
+
+	err = Main([]string{"installer", "--image", img, "--pub", filepath.Join(dir, "o.pub"), "--out", filepath.Join(dir, "x.tar")}, io.Discard)
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("an image signed by another key: %v", err)
 	}
 }

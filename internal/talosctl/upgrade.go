@@ -31,8 +31,9 @@ func upgradeCmd(g *Global) *cobra.Command {
 		Use:   "upgrade",
 		Short: "Upgrade Talos on the target node",
 		Long: "Upgrade installs a signed node image (built with `make image VERSION=...`) into the node's inactive boot slot " +
-			"and reboots into it; a version that does not boot falls back to the previous one. In container mode --image is " +
-			"the image file's path on the nodes' host.",
+			"and reboots into it; a version that does not boot falls back to the previous one. --image is the image file's path on " +
+			"the nodes' host (process nodes), its http(s) URL, or an installer image reference REGISTRY/REPOSITORY:TAG or @sha256:DIGEST " +
+			"(built with `imager installer --push`), which the node pulls through its machine.registries.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if image == "" {

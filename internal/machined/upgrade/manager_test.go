@@ -276,7 +276,7 @@ func TestUpgradeRefusals(t *testing.T) {
 		want string
 	}{
 		{"relative", &machine.UpgradeRequest{Image: "img"}, errkind.Invalid, "absolute path"},
-		{"container ref", &machine.UpgradeRequest{Image: "ghcr.io/siderolabs/installer:v1.11.1"}, errkind.Invalid, "absolute path"},
+		{"reference without a registry host", &machine.UpgradeRequest{Image: "siderolabs/installer:v1.11.1"}, errkind.Invalid, "installer image reference REGISTRY/REPOSITORY:TAG"},
 		{"stage without preserve on a control plane", &machine.UpgradeRequest{Image: e.image, Stage: true}, errkind.Invalid, "needs --preserve"},
 		{"powercycle", &machine.UpgradeRequest{Image: e.image, RebootMode: machine.UpgradeRequest_POWERCYCLE}, errkind.Invalid, "powercycle"},
 	} {

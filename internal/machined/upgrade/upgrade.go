@@ -219,13 +219,13 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 		return "", err
 	}
 
-	remote := strings.HasPrefix(req.Image, "http://") || strings.HasPrefix(req.Image, "https://")
+	remote := strings.HasPrefix(req.Image, "http://") || strings.HasPrefix(req.Image, "https://") || isImageReference(req.Image)
 
 	switch {
 	case m.metal() && !remote:
-		return "", errkind.Errorf(errkind.Invalid, "image %q: a metal node downloads its image: give its URL, http://HOST/talos-metal-vX.Y.Z.img (built with `make metal-image VERSION=...`)", req.Image)
+		return "", errkind.Errorf(errkind.Invalid, "image %q: a metal node downloads its image: give an installer image reference, REGISTRY/REPOSITORY:TAG (built with `imager installer --push`), or its URL, http://HOST/talos-metal-vX.Y.Z.img (built with `make metal-image VERSION=...`)", req.Image)
 	case !remote && (req.Image == "" || !filepath.IsAbs(req.Image)):
-		return "", errkind.Errorf(errkind.Invalid, "image %q: give the absolute path of a signed image file on the node's host (built with `make image VERSION=...`), or its http(s) URL", req.Image)
+		return "", errkind.Errorf(errkind.Invalid, "image %q: give the absolute path of a signed image file on the node's host (built with `make image VERSION=...`), its http(s) URL, or an installer image reference REGISTRY/REPOSITORY:TAG", req.Image)
 	}
 
 	if req.RebootMode == machine.UpgradeRequest_POWERCYCLE && m.R.Mode.InContainer() {
@@ -261,7 +261,7 @@ func (m *Manager) Upgrade(ctx context.Context, req *machine.UpgradeRequest, acto
 		return "", errkind.Errorf(errkind.Internal, "clearing %s: %w", staging, err)
 	}
 
-	man, err := extractImage(ctx, req.Image, keys, staging)
+	man, err := m.extractImage(ctx, req.Image, keys, staging)
 	if err == nil && man.Metal() != m.metal() {
 		os.RemoveAll(staging)
 
