@@ -90,44 +90,7 @@ func imageCmd(g *Global) *cobra.Command {
 			}
 
 			return g.run(cmd, func(ctx context.Context, s *session) error {
-				stream, err := s.c.MachineClient.ImageList(s.ctx(ctx), &machineapi.ImageListRequest{Namespace: n})
-				if err != nil {
-					return nodeErrors(cmd.ErrOrStderr(), err)
-				}
-
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 3, ' ', 0)
-				fmt.Fprintln(tw, "NODE\tIMAGE\tDIGEST\tSIZE\tCREATED")
-
-				failed := false
-
-				for {
-					img, err := stream.Recv()
-					if errors.Is(err, io.EOF) {
-						break
-					}
-
-					if err != nil {
-						return nodeErrors(cmd.ErrOrStderr(), err)
-					}
-
-					// A node that failed (no containerd, say) sends its error in place of images.
-					if e := img.GetMetadata().GetError(); e != "" {
-						fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %s\n", img.GetMetadata().GetHostname(), e)
-
-						failed = true
-
-						continue
-					}
-
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.GetMetadata().GetHostname(), img.GetName(), img.GetDigest(),
-						humanize.Bytes(uint64(img.GetSize())), img.GetCreatedAt().AsTime().Format("2006-01-02T15:04:05Z07:00"))
-				}
-
-				if err = tw.Flush(); err == nil && failed {
-					err = errSilent
-				}
-
-				return err
+				return listImages(ctx, cmd, s, n)
 			})
 		},
 	}, &cobra.Command{
@@ -164,4 +127,46 @@ func imageCmd(g *Global) *cobra.Command {
 	cmd.AddCommand(imageCacheCreateCmd())
 
 	return cmd
+}
+
+// listImages writes the images of each node's containerd in namespace n, as a table.
+func listImages(ctx context.Context, cmd *cobra.Command, s *session, n common.ContainerdNamespace) error {
+	stream, err := s.c.MachineClient.ImageList(s.ctx(ctx), &machineapi.ImageListRequest{Namespace: n})
+	if err != nil {
+		return nodeErrors(cmd.ErrOrStderr(), err)
+	}
+
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tIMAGE\tDIGEST\tSIZE\tCREATED")
+
+	failed := false
+
+	for {
+		img, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+
+		if err != nil {
+			return nodeErrors(cmd.ErrOrStderr(), err)
+		}
+
+		// A node that failed (no containerd, say) sends its error in place of images.
+		if e := img.GetMetadata().GetError(); e != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %s\n", img.GetMetadata().GetHostname(), e)
+
+			failed = true
+
+			continue
+		}
+
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.GetMetadata().GetHostname(), img.GetName(), img.GetDigest(),
+			humanize.Bytes(uint64(img.GetSize())), img.GetCreatedAt().AsTime().Format("2006-01-02T15:04:05Z07:00"))
+	}
+
+	if err = tw.Flush(); err == nil && failed {
+		err = errSilent
+	}
+
+	return err
 }
