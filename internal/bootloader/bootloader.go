@@ -183,49 +183,7 @@ func Run(ctx context.Context, o Options) error {
 	defer runtime.UnlockOSThread()
 
 	for {
-		var d slots.Decision
-
-		err = s.meta.Update(func(v meta.Values) error {
-			var err error
-
-			d, err = slots.Choose(v, func(slot string) bool { return SlotInstalled(s.boot, slot) })
-			if err != nil {
-				return err
-			}
-
-			if d.Trial && v[meta.WipeEphemeral] != "" {
-				v[meta.WipeEphemeral] = ""
-
-				if err = WipeFolder(o.StateDir, "EPHEMERAL"); err != nil {
-					return fmt.Errorf("wiping EPHEMERAL for the staged upgrade: %w", err)
-				}
-
-				s.logf("EPHEMERAL wiped for the staged upgrade")
-			}
-
-			// A reset that machined began and did not finish (it died after leaving etcd).
-			if labels := v[meta.ResetWipe]; labels != "" {
-				for _, label := range strings.Split(labels, ",") {
-					if label != "STATE" && label != "EPHEMERAL" {
-						continue // META is ours, but a wipe goes only where a reset may
-					}
-
-					if err = WipeFolder(o.StateDir, label); err != nil {
-						return fmt.Errorf("finishing the interrupted reset: wiping %s: %w", label, err)
-					}
-				}
-
-				v[meta.ResetWipe] = ""
-				s.logf("finished an interrupted reset: wiped %s", labels)
-			}
-
-			v[meta.LastBoot] = d.Slot
-			if d.Trial {
-				v[meta.LastBoot] += " (trial)"
-			}
-
-			return nil
-		})
+		d, err := s.chooseSlot()
 		if err != nil {
 			return fmt.Errorf("boot: %w", err)
 		}
@@ -237,6 +195,56 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+}
+
+// chooseSlot picks the slot to boot (slots.Choose) and records it in META, wiping first what a
+// staged upgrade or an interrupted reset left to wipe.
+func (s *stage) chooseSlot() (slots.Decision, error) {
+	var d slots.Decision
+
+	err := s.meta.Update(func(v meta.Values) error {
+		var err error
+
+		d, err = slots.Choose(v, func(slot string) bool { return SlotInstalled(s.boot, slot) })
+		if err != nil {
+			return err
+		}
+
+		if d.Trial && v[meta.WipeEphemeral] != "" {
+			v[meta.WipeEphemeral] = ""
+
+			if err = WipeFolder(s.o.StateDir, "EPHEMERAL"); err != nil {
+				return fmt.Errorf("wiping EPHEMERAL for the staged upgrade: %w", err)
+			}
+
+			s.logf("EPHEMERAL wiped for the staged upgrade")
+		}
+
+		// A reset that machined began and did not finish (it died after leaving etcd).
+		if labels := v[meta.ResetWipe]; labels != "" {
+			for _, label := range strings.Split(labels, ",") {
+				if label != "STATE" && label != "EPHEMERAL" {
+					continue // META is ours, but a wipe goes only where a reset may
+				}
+
+				if err = WipeFolder(s.o.StateDir, label); err != nil {
+					return fmt.Errorf("finishing the interrupted reset: wiping %s: %w", label, err)
+				}
+			}
+
+			v[meta.ResetWipe] = ""
+			s.logf("finished an interrupted reset: wiped %s", labels)
+		}
+
+		v[meta.LastBoot] = d.Slot
+		if d.Trial {
+			v[meta.LastBoot] += " (trial)"
+		}
+
+		return nil
+	})
+
+	return d, err
 }
 
 // install puts a first slot in place when BOOT is empty.
