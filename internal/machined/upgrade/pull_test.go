@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -18,9 +19,11 @@ import (
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	configmachine "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 
 	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	"github.com/talos-go/talos/internal/registry"
 	"github.com/talos-go/talos/internal/slots"
 )
@@ -275,5 +278,60 @@ func TestIsImageReference(t *testing.T) {
 		if got := isImageReference(s); got != want {
 			t.Errorf("isImageReference(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// A metal node upgrades from an installer image in a registry its config names (CA and basic
+// auth in machine.registries): slot B gets the image's kernel and initramfs, GRUB boots it next.
+func TestMetalUpgradeFromInstallerImage(t *testing.T) {
+	e, srv := metalEnv(t)
+	r := startInstallerRegistry(t)
+	ctx := context.Background()
+
+	resp, err := http.Get(srv + "/metal.img")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	metalImg := filepath.Join(t.TempDir(), "metal.img")
+	f, _ := os.Create(metalImg)
+	_, err = io.Copy(f, resp.Body)
+	resp.Body.Close()
+	f.Close()
+
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	keys, err := e.m.TrustedKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	img, _, err := imager.InstallerImage(metalImg, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err = (registry.Client{Username: "u", Password: "pw", CA: r.ca}).Push(ctx, r.reg.Host+"/talos/metal:v2.0.0", img); err != nil {
+		t.Fatal(err)
+	}
+
+	e.m.R.SetConfig(ctest.MachineConfig(t, configmachine.TypeWorker, func(c *v1alpha1.Config) {
+		c.MachineConfig.MachineRegistries = *r.registries("pw")
+	}).Provider())
+
+	if _, err = e.m.Upgrade(ctx, &machine.UpgradeRequest{Image: r.reg.Host + "/talos/metal:v2.0.0"}, "actor"); err != nil {
+		t.Fatal(err)
+	}
+
+	<-e.rec.done
+
+	if data, _ := os.ReadFile(filepath.Join(e.m.R.Paths.Boot(), "B", slots.SlotInitramfs)); string(data) != "new initramfs" {
+		t.Fatalf("slot B's initramfs: %q", data)
+	}
+
+	if grubDefault(t, e) != slots.B {
+		t.Fatalf("GRUB boots %s after the upgrade", grubDefault(t, e))
 	}
 }
