@@ -81,21 +81,8 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	a.Release = strings.TrimPrefix(filepath.Base(kernels[0]), "vmlinuz-")
 	modDir := filepath.Join(opts.KernelRoot, "lib", "modules", a.Release)
 
-	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
-		return a, err
-	}
-
-	a.Kernel, a.Initramfs = filepath.Join(opts.Out, "vmlinuz"), filepath.Join(opts.Out, "initramfs.img")
-
-	a.Cmdline = filepath.Join(opts.Out, "cmdline")
-	if err := os.WriteFile(a.Cmdline, []byte(strings.Join(metal.DefaultKernelArgs, " ")+"\n"), 0o644); err != nil {
-		return a, err
-	}
-	if err := os.Remove(a.Kernel); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return a, err
-	}
-
-	if err := copyFile(kernels[0], a.Kernel); err != nil {
+	a.Initramfs = filepath.Join(opts.Out, "initramfs.img")
+	if err := a.writeKernel(opts.Out, kernels[0]); err != nil {
 		return a, err
 	}
 
@@ -104,24 +91,8 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 		return a, err
 	}
 
-	var files []string // module paths under modDir
-
-	for _, name := range bootModules {
-		p, ok := deps.paths[name]
-		if !ok {
-			continue // built into this kernel
-		}
-
-		for _, f := range append([]string{p}, deps.deps[name]...) {
-			if !slices.Contains(files, f) {
-				files = append(files, f)
-			}
-		}
-
-		a.Modules = append(a.Modules, name)
-	}
-
-	slices.Sort(files)
+	files, modules := bootModuleFiles(deps)
+	a.Modules = modules
 
 	grubDir := opts.GRUBDir
 	if grubDir == "" {
@@ -159,19 +130,7 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	}
 
 	w.device("dev/console", 0o600, 5, 1)
-
-	for _, f := range files {
-		for _, parent := range parents(path.Dir(f)) {
-			w.dir(path.Join(dir, parent))
-		}
-
-		w.file(path.Join(dir, f), filepath.Join(modDir, f), 0o644)
-	}
-
-	// The index files for the carried modules only: modprobe's view of this initramfs.
-	w.bytes(path.Join(dir, "modules.dep"), deps.subset(files), 0o644)
-	w.bytes(path.Join(dir, "modules.alias"), aliasesFor(filepath.Join(modDir, "modules.alias"), files), 0o644)
-	w.file(path.Join(dir, "modules.builtin"), filepath.Join(modDir, "modules.builtin"), 0o644)
+	w.modules(dir, modDir, files, deps)
 
 	// /init is the node image's own machined, so the node runs the one copy the kernel has in
 	// memory already (internal/metal binds it over the image's).
@@ -184,27 +143,8 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 	w.file("init", machined, 0o755)
 	w.file(strings.TrimPrefix(metal.InitramfsImage, "/"), opts.Rootfs, 0o644)
 
-	// What the node installs to disk besides this initramfs: the kernel and GRUB.
-	w.dir("boot")
-	w.dir("boot/grub")
-	w.file(strings.TrimPrefix(metal.InitramfsKernel, "/"), a.Kernel, 0o644)
-	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/boot.img", filepath.Join(grubDir, "boot.img"), 0o644)
-	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/core.img", core, 0o644)
-	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/"+metal.GRUBEFIName, efi, 0o644)
-
-	// systemd's EFI stub: a node booted from the UKI installs a UKI of this initramfs.
-	if _, err = os.Stat(uki.Stub); err != nil {
-		return a, fmt.Errorf("no systemd EFI stub (%s): install Debian's systemd-boot-efi (apt-get install systemd-boot-efi)", uki.Stub)
-	}
-
-	w.file(strings.TrimPrefix(metal.InitramfsStub, "/"), uki.Stub, 0o644)
-
-	if opts.Keys != "" {
-		if _, err = LoadPublicKeys(opts.Keys); err != nil {
-			return a, fmt.Errorf("--keys: %w", err)
-		}
-
-		w.file(strings.TrimPrefix(metal.InitramfsKeys, "/"), opts.Keys, 0o644)
+	if err = w.installFiles(a.Kernel, grubDir, core, efi, opts.Keys); err != nil {
+		return a, err
 	}
 
 	if err = w.close(); err != nil {
@@ -219,39 +159,136 @@ func BuildBoot(opts BootOptions) (BootAssets, error) {
 		return a, err
 	}
 
+	err = a.buildImages(opts, grubDir, core, efi)
+
+	return a, err
+}
+
+// writeKernel copies the kernel to out, and its default arguments beside it.
+func (a *BootAssets) writeKernel(out, kernel string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+
+	a.Kernel = filepath.Join(out, "vmlinuz")
+
+	a.Cmdline = filepath.Join(out, "cmdline")
+	if err := os.WriteFile(a.Cmdline, []byte(strings.Join(metal.DefaultKernelArgs, " ")+"\n"), 0o644); err != nil {
+		return err
+	}
+
+	if err := os.Remove(a.Kernel); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+
+	return copyFile(kernel, a.Kernel)
+}
+
+// bootModuleFiles are the files of bootModules and of the modules they depend on (paths under
+// the kernel's modules folder, sorted), and the boot modules this kernel has as modules.
+func bootModuleFiles(deps modulesDep) (files, modules []string) {
+	for _, name := range bootModules {
+		p, ok := deps.paths[name]
+		if !ok {
+			continue // built into this kernel
+		}
+
+		for _, f := range append([]string{p}, deps.deps[name]...) {
+			if !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+
+		modules = append(modules, name)
+	}
+
+	slices.Sort(files)
+
+	return files, modules
+}
+
+// modules adds the module files (under modDir) at dir, and their index.
+func (w *cpio) modules(dir, modDir string, files []string, deps modulesDep) {
+	for _, f := range files {
+		for _, parent := range parents(path.Dir(f)) {
+			w.dir(path.Join(dir, parent))
+		}
+
+		w.file(path.Join(dir, f), filepath.Join(modDir, f), 0o644)
+	}
+
+	// The index files for the carried modules only: modprobe's view of this initramfs.
+	w.bytes(path.Join(dir, "modules.dep"), deps.subset(files), 0o644)
+	w.bytes(path.Join(dir, "modules.alias"), aliasesFor(filepath.Join(modDir, "modules.alias"), files), 0o644)
+	w.file(path.Join(dir, "modules.builtin"), filepath.Join(modDir, "modules.builtin"), 0o644)
+}
+
+// installFiles adds what the node installs to disk besides this initramfs: the kernel, GRUB
+// (its boot.img from grubDir, the core and EFI images built), systemd's EFI stub and the image
+// keys (keys, when given). The files are read when the archive is closed.
+func (w *cpio) installFiles(kernel, grubDir, core, efi, keys string) error {
+	w.dir("boot")
+	w.dir("boot/grub")
+	w.file(strings.TrimPrefix(metal.InitramfsKernel, "/"), kernel, 0o644)
+	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/boot.img", filepath.Join(grubDir, "boot.img"), 0o644)
+	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/core.img", core, 0o644)
+	w.file(strings.TrimPrefix(metal.InitramfsGRUB, "/")+"/"+metal.GRUBEFIName, efi, 0o644)
+
+	// systemd's EFI stub: a node booted from the UKI installs a UKI of this initramfs.
+	if _, err := os.Stat(uki.Stub); err != nil {
+		return fmt.Errorf("no systemd EFI stub (%s): install Debian's systemd-boot-efi (apt-get install systemd-boot-efi)", uki.Stub)
+	}
+
+	w.file(strings.TrimPrefix(metal.InitramfsStub, "/"), uki.Stub, 0o644)
+
+	if keys != "" {
+		if _, err := LoadPublicKeys(keys); err != nil {
+			return fmt.Errorf("--keys: %w", err)
+		}
+
+		w.file(strings.TrimPrefix(metal.InitramfsKeys, "/"), keys, 0o644)
+	}
+
+	return nil
+}
+
+// buildImages builds the images of the kernel and initramfs: the ISO, the UKI (signed with
+// opts.PCRKey's PCR policy when given) and the disk image, and records the assets' sizes.
+func (a *BootAssets) buildImages(opts BootOptions, grubDir, core, efi string) error {
 	a.ISO = filepath.Join(opts.Out, ISOName)
-	if err = buildISO(a.Kernel, a.Initramfs, a.ISO); err != nil {
-		return a, err
+	if err := buildISO(a.Kernel, a.Initramfs, a.ISO); err != nil {
+		return err
 	}
 
 	var pcrKey *rsa.PrivateKey
 	if opts.PCRKey != "" {
+		var err error
 		if pcrKey, err = LoadPCRKey(opts.PCRKey); err != nil {
-			return a, fmt.Errorf("--pcr-key: %w", err)
+			return fmt.Errorf("--pcr-key: %w", err)
 		}
 	}
 
 	a.UKI = filepath.Join(opts.Out, UKIName)
-	if err = buildUKI(a.Kernel, a.Initramfs, pcrKey, a.UKI); err != nil {
-		return a, err
+	if err := buildUKI(a.Kernel, a.Initramfs, pcrKey, a.UKI); err != nil {
+		return err
 	}
 
 	a.DiskImage = filepath.Join(opts.Out, DiskImageName)
-	err = buildDiskImage(diskImageInputs{kernel: a.Kernel, initramfs: a.Initramfs, bootImg: filepath.Join(grubDir, "boot.img"), coreImg: core, efi: efi, keys: opts.Keys}, a.DiskImage)
+	err := buildDiskImage(diskImageInputs{kernel: a.Kernel, initramfs: a.Initramfs, bootImg: filepath.Join(grubDir, "boot.img"), coreImg: core, efi: efi, keys: opts.Keys}, a.DiskImage)
 	if err != nil {
-		return a, fmt.Errorf("the disk image: %w", err)
+		return fmt.Errorf("the disk image: %w", err)
 	}
 
 	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize, a.UKI: &a.UKISize, a.DiskImage: &a.DiskImageSize} {
 		fi, err := os.Stat(p)
 		if err != nil {
-			return a, err
+			return err
 		}
 
 		*n = fi.Size()
 	}
 
-	return a, nil
+	return nil
 }
 
 // extractInit copies the node image's machined (InitPath) to out with Debian's unsquashfs.
