@@ -2,14 +2,22 @@ package imager
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/talos-go/talos/internal/registry"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -124,5 +132,88 @@ func TestInstallerCommand(t *testing.T) {
 	err = Main([]string{"installer", "--image", img, "--pub", filepath.Join(dir, "o.pub"), "--out", filepath.Join(dir, "x.tar")}, io.Discard)
 	if !errors.Is(err, ErrRefused) {
 		t.Fatalf("an image signed by another key: %v", err)
+	}
+}
+
+// `imager installer --push` pushes to a registry behind TLS and basic auth; a wrong password is
+// refused by the registry.
+func TestInstallerPush(t *testing.T) {
+	dir := t.TempDir()
+
+	caPEM, crtPEM, keyPEM, err := registry.ServerCert("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cert, err := tls.X509KeyPair(crtPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	reg, err := registry.Start(registry.Options{Addr: "127.0.0.1:0", Cert: &cert, Users: map[string]string{"u": "pw"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { reg.Close() })
+
+	if _, err = GenerateKey(filepath.Join(dir, "k.key"), filepath.Join(dir, "k.pub")); err != nil {
+		t.Fatal(err)
+	}
+
+	priv, _ := LoadPrivateKey(filepath.Join(dir, "k.key"))
+
+	for _, f := range []string{VmlinuzName, InitramfsName} {
+		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644)
+	}
+
+	img := filepath.Join(dir, "metal.img")
+	if _, err = BuildFile(img, BuildOptions{Version: "v1.2.3", Key: priv,
+		Files: map[string]string{VmlinuzName: filepath.Join(dir, VmlinuzName), InitramfsName: filepath.Join(dir, InitramfsName)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o644)
+	os.WriteFile(filepath.Join(dir, "pass"), []byte("pw\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "bad"), []byte("nope\n"), 0o600)
+
+	ref := reg.Host + "/talos/installer:v1.2.3"
+	args := func(pass string) []string {
+		return []string{"installer", "--image", img, "--pub", filepath.Join(dir, "k.pub"), "--push", ref,
+			"--ca", filepath.Join(dir, "ca.crt"), "--username", "u", "--password-file", filepath.Join(dir, pass)}
+	}
+
+	var stdout strings.Builder
+	if err = Main(args("pass"), &stdout); err != nil {
+		t.Fatal(err)
+	}
+
+	_, pin, _ := strings.Cut(stdout.String(), "pinned: ")
+
+	pushed, err := name.NewDigest(strings.TrimSpace(pin))
+	if err != nil {
+		t.Fatalf("output %q names no reference: %v", stdout.String(), err)
+	}
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+
+	got, err := remote.Image(pushed, remote.WithAuth(&authn.Basic{Username: "u", Password: "pw"}),
+		remote.WithTransport(&http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}))
+	if err != nil {
+		t.Fatalf("pulling back %s: %v", pushed, err)
+	}
+
+	cf, err := got.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if v, err := CheckInstallerConfig(cf, cf.Architecture); err != nil || v != "v1.2.3" {
+		t.Fatalf("pushed config: version %q, %v", v, err)
+	}
+
+	if err = Main(args("bad"), io.Discard); err == nil || !strings.Contains(err.Error(), `refused the credentials of user "u"`) {
+		t.Fatalf("push with a wrong password: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path"
 	"time"
@@ -18,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/talos-go/talos/internal/registry"
@@ -228,6 +230,11 @@ func installerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	if err = client.Push(ctx, *push, img); err != nil {
+		var terr *transport.Error
+		if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
+			return fmt.Errorf("the registry refused the credentials of user %q (--username, --password-file): %w", *user, err)
+		}
+
 		return err
 	}
 
@@ -236,7 +243,13 @@ func installerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(stdout, "installer image %s@%s: version %s, linux/%s\n", *push, digest, man.Version, man.Arch)
+	// The digest reference is what `talosctl upgrade --image` pins.
+	tag, err := name.NewTag(*push)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stdout, "installer image %s: version %s, linux/%s\npinned: %s@%s\n", *push, man.Version, man.Arch, tag.Context().Name(), digest)
 
 	return nil
 }
