@@ -212,64 +212,24 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 
 	tr := tar.NewReader(src)
 
-	next := func(want string) (*tar.Header, error) {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			if want == "" {
-				return nil, io.EOF
-			}
+	t := imageTar{tr}
 
-			return nil, refused("image ends before %s: the file is truncated or is not an image", want)
-		}
-
-		if err != nil {
-			return nil, refused("not a valid image (tar): %v", err)
-		}
-
-		if h.Typeflag != tar.TypeReg {
-			return nil, refused("image entry %q is not a regular file", h.Name)
-		}
-
-		if want != "" && h.Name != want {
-			if want == SignatureName {
-				return nil, refused("image is not signed (found %q where %s should be): sign it with `imager build --key`", h.Name, SignatureName)
-			}
-
-			return nil, refused("image starts with %q instead of %s: not an image built by imager", h.Name, want)
-		}
-
-		return h, nil
-	}
-
-	readEntry := func(h *tar.Header) ([]byte, error) {
-		if h.Size > maxMetaSize {
-			return nil, refused("%s is %d bytes, more than the %d allowed", h.Name, h.Size, maxMetaSize)
-		}
-
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, refused("reading %s: %v", h.Name, err)
-		}
-
-		return data, nil
-	}
-
-	h, err := next(ManifestName)
+	h, err := t.next(ManifestName)
 	if err != nil {
 		return nil, err
 	}
 
-	raw, err := readEntry(h)
+	raw, err := t.entry(h)
 	if err != nil {
 		return nil, err
 	}
 
-	h, err = next(SignatureName)
+	h, err = t.next(SignatureName)
 	if err != nil {
 		return nil, err
 	}
 
-	sig, err := readEntry(h)
+	sig, err := t.entry(h)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +244,7 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 	seen := map[string]bool{}
 
 	for {
-		h, err = next("")
+		h, err = t.next("")
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -308,26 +268,8 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 			return nil, refused("%s is %d bytes but the signed manifest says %d: the image was altered", h.Name, h.Size, file.Size)
 		}
 
-		hash := sha256.New()
-		body := &readErr{r: io.TeeReader(tr, hash)}
-
-		if err = onFile(file, body); err != nil {
-			// A stream that breaks while the file is read (a flipped byte in the compressed
-			// data) is the image's fault; anything else (a full disk) is the writer's.
-			if body.err != nil && !errors.Is(body.err, io.EOF) {
-				return nil, refused("reading %s: %v: the image was altered or damaged", h.Name, body.err)
-			}
-
-			return nil, fmt.Errorf("unpacking %s: %w", h.Name, err)
-		}
-
-		// onFile may stop early; drain so the digest covers the whole entry.
-		if _, err = io.Copy(hash, tr); err != nil { //nolint:gosec // only hashed, nothing is stored
-			return nil, refused("reading %s: %v", h.Name, err)
-		}
-
-		if hex.EncodeToString(hash.Sum(nil)) != file.SHA256 {
-			return nil, refused("%s does not match its sha256 in the signed manifest: the image was altered or damaged", h.Name)
+		if err = t.payload(h, file, onFile); err != nil {
+			return nil, err
 		}
 	}
 
@@ -338,6 +280,82 @@ func readRaw(r io.Reader, keys []ed25519.PublicKey, onManifest func(raw, sig []b
 	}
 
 	return m, nil
+}
+
+// imageTar reads an image's tar entries, refusing what an image built by imager does not hold.
+type imageTar struct{ tr *tar.Reader }
+
+// next is the next entry, a regular file named want (any name when want is "", and io.EOF at
+// the end).
+func (t imageTar) next(want string) (*tar.Header, error) {
+	h, err := t.tr.Next()
+	if errors.Is(err, io.EOF) {
+		if want == "" {
+			return nil, io.EOF
+		}
+
+		return nil, refused("image ends before %s: the file is truncated or is not an image", want)
+	}
+
+	if err != nil {
+		return nil, refused("not a valid image (tar): %v", err)
+	}
+
+	if h.Typeflag != tar.TypeReg {
+		return nil, refused("image entry %q is not a regular file", h.Name)
+	}
+
+	if want != "" && h.Name != want {
+		if want == SignatureName {
+			return nil, refused("image is not signed (found %q where %s should be): sign it with `imager build --key`", h.Name, SignatureName)
+		}
+
+		return nil, refused("image starts with %q instead of %s: not an image built by imager", h.Name, want)
+	}
+
+	return h, nil
+}
+
+// entry reads the metadata entry h (the manifest, the signature): at most maxMetaSize bytes.
+func (t imageTar) entry(h *tar.Header) ([]byte, error) {
+	if h.Size > maxMetaSize {
+		return nil, refused("%s is %d bytes, more than the %d allowed", h.Name, h.Size, maxMetaSize)
+	}
+
+	data, err := io.ReadAll(t.tr)
+	if err != nil {
+		return nil, refused("reading %s: %v", h.Name, err)
+	}
+
+	return data, nil
+}
+
+// payload streams the payload entry h through onFile and checks it against file, its signed
+// manifest's entry.
+func (t imageTar) payload(h *tar.Header, file File, onFile func(File, io.Reader) error) error {
+	hash := sha256.New()
+	body := &readErr{r: io.TeeReader(t.tr, hash)}
+
+	if err := onFile(file, body); err != nil {
+		// A stream that breaks while the file is read (a flipped byte in the compressed
+		// data) is the image's fault; anything else (a full disk) is the writer's.
+		if body.err != nil && !errors.Is(body.err, io.EOF) {
+			return refused("reading %s: %v: the image was altered or damaged", h.Name, body.err)
+		}
+
+		return fmt.Errorf("unpacking %s: %w", h.Name, err)
+	}
+
+	// onFile may stop early; drain so the digest covers the whole entry.
+	if _, err := io.Copy(hash, t.tr); err != nil {
+		return refused("reading %s: %v", h.Name, err)
+	}
+
+	if hex.EncodeToString(hash.Sum(nil)) != file.SHA256 {
+		return refused("%s does not match its sha256 in the signed manifest: the image was altered or damaged", h.Name)
+	}
+
+	return nil
 }
 
 // checkManifest verifies the signature over raw, then parses and validates the manifest.
