@@ -49,55 +49,9 @@ func buildDiskImage(in diskImageInputs, out string) error {
 		return parts[slices.IndexFunc(parts, func(p partition.Placed) bool { return p.Name == name })]
 	}
 
-	// BOOT: slot A and GRUB's menu, with the default kernel arguments.
-	cfg := filepath.Join(tmp, "grub.cfg")
-	if err = os.WriteFile(cfg, []byte(partition.GRUBConfig("A", []partition.GRUBSlot{{Name: "A"}}, strings.Join(metal.DefaultKernelArgs, " "))), 0o600); err != nil {
+	files, err := partitionFiles(in, tmp, part)
+	if err != nil {
 		return err
-	}
-
-	proto := fmt.Sprintf("boot\n0 0\nd--755 0 0\nA d--700 0 0\nvmlinuz ---600 0 0 %s\ninitramfs.img ---600 0 0 %s\n$\ngrub d--700 0 0\ngrub.cfg ---600 0 0 %s\n$\n",
-		in.kernel, in.initramfs, cfg)
-	if in.keys != "" {
-		proto += fmt.Sprintf("%s ---644 0 0 %s\n", filepath.Base(metal.InitramfsKeys), in.keys)
-	}
-
-	proto += "$\n"
-
-	files := map[string]string{}
-
-	for _, p := range []partition.Placed{part(partition.Boot), part(partition.State), part(partition.Ephemeral)} {
-		files[p.Name] = filepath.Join(tmp, p.Name)
-
-		var extra []string
-		if p.Name == partition.Boot {
-			protoFile := filepath.Join(tmp, "boot.proto")
-			if err = os.WriteFile(protoFile, []byte(proto), 0o600); err != nil {
-				return err
-			}
-
-			extra = []string{"-p", protoFile}
-		}
-
-		if err = sizedFile(files[p.Name], p.Bytes()); err != nil {
-			return err
-		}
-
-		if err = partition.FormatXFS(context.Background(), files[p.Name], p.Name, extra...); err != nil {
-			return err
-		}
-	}
-
-	efi := part(partition.EFI)
-	files[partition.EFI] = filepath.Join(tmp, partition.EFI)
-
-	if err = sizedFile(files[partition.EFI], efi.Bytes()); err != nil {
-		return err
-	}
-
-	for _, args := range [][]string{{"mkfs.fat", "-F", "32", "-n", partition.EFI, files[partition.EFI]}, {"mmd", "-i", files[partition.EFI], "::/EFI", "::/EFI/BOOT"}, {"mcopy", "-i", files[partition.EFI], in.efi, "::/EFI/BOOT/BOOTX64.EFI"}} {
-		if o, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w: %s (install Debian's dosfstools and mtools)", args[0], err, o)
-		}
 	}
 
 	f, err := os.Create(out + ".tmp")
@@ -142,6 +96,64 @@ func buildDiskImage(in diskImageInputs, out string) error {
 	}
 
 	return os.Rename(f.Name(), out)
+}
+
+// partitionFiles makes the filesystems of BOOT (slot A, GRUB's menu, the keys), STATE,
+// EPHEMERAL and EFI (GRUB for UEFI), each in a file of its own in tmp, and names the files by
+// partition.
+func partitionFiles(in diskImageInputs, tmp string, part func(name string) partition.Placed) (map[string]string, error) {
+	// BOOT: slot A and GRUB's menu, with the default kernel arguments.
+	cfg := filepath.Join(tmp, "grub.cfg")
+	if err := os.WriteFile(cfg, []byte(partition.GRUBConfig("A", []partition.GRUBSlot{{Name: "A"}}, strings.Join(metal.DefaultKernelArgs, " "))), 0o600); err != nil {
+		return nil, err
+	}
+
+	proto := fmt.Sprintf("boot\n0 0\nd--755 0 0\nA d--700 0 0\nvmlinuz ---600 0 0 %s\ninitramfs.img ---600 0 0 %s\n$\ngrub d--700 0 0\ngrub.cfg ---600 0 0 %s\n$\n",
+		in.kernel, in.initramfs, cfg)
+	if in.keys != "" {
+		proto += fmt.Sprintf("%s ---644 0 0 %s\n", filepath.Base(metal.InitramfsKeys), in.keys)
+	}
+
+	proto += "$\n"
+
+	files := map[string]string{}
+
+	for _, p := range []partition.Placed{part(partition.Boot), part(partition.State), part(partition.Ephemeral)} {
+		files[p.Name] = filepath.Join(tmp, p.Name)
+
+		var extra []string
+		if p.Name == partition.Boot {
+			protoFile := filepath.Join(tmp, "boot.proto")
+			if err := os.WriteFile(protoFile, []byte(proto), 0o600); err != nil {
+				return nil, err
+			}
+
+			extra = []string{"-p", protoFile}
+		}
+
+		if err := sizedFile(files[p.Name], p.Bytes()); err != nil {
+			return nil, err
+		}
+
+		if err := partition.FormatXFS(context.Background(), files[p.Name], p.Name, extra...); err != nil {
+			return nil, err
+		}
+	}
+
+	efi := part(partition.EFI)
+	files[partition.EFI] = filepath.Join(tmp, partition.EFI)
+
+	if err := sizedFile(files[partition.EFI], efi.Bytes()); err != nil {
+		return nil, err
+	}
+
+	for _, args := range [][]string{{"mkfs.fat", "-F", "32", "-n", partition.EFI, files[partition.EFI]}, {"mmd", "-i", files[partition.EFI], "::/EFI", "::/EFI/BOOT"}, {"mcopy", "-i", files[partition.EFI], in.efi, "::/EFI/BOOT/BOOTX64.EFI"}} {
+		if o, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s: %w: %s (install Debian's dosfstools and mtools)", args[0], err, o)
+		}
+	}
+
+	return files, nil
 }
 
 // sizedFile makes a new file of size bytes (sparse), for a filesystem.
