@@ -198,34 +198,12 @@ func Build(w io.Writer, opts BuildOptions) (*Manifest, error) {
 
 	m := &Manifest{Format: Format, Version: opts.Version, Arch: opts.Arch, Created: opts.Created.UTC().Format(time.RFC3339)}
 
-	req := required(func(n string) bool { _, ok := opts.Files[n]; return ok })
-	names := append([]string{}, req...)
-
-	for name := range opts.Files {
-		if !slices.Contains(req, name) {
-			names = append(names, name)
-		}
+	files, err := manifestFiles(opts.Files)
+	if err != nil {
+		return nil, err
 	}
 
-	slices.Sort(names[len(req):])
-
-	for _, name := range names {
-		path, ok := opts.Files[name]
-		if !ok {
-			return nil, fmt.Errorf("no %s given: an image holds machined and etcd, or a metal node's vmlinuz and initramfs.img", name)
-		}
-
-		if !validName(name) {
-			return nil, fmt.Errorf("image file name %q: only plain names are allowed", name)
-		}
-
-		sum, size, mode, err := digestFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s for the image: %w", name, err)
-		}
-
-		m.Files = append(m.Files, File{Name: name, Size: size, SHA256: sum, Mode: mode})
-	}
+	m.Files = files
 
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -289,6 +267,43 @@ func Build(w io.Writer, opts BuildOptions) (*Manifest, error) {
 	}
 
 	return m, nil
+}
+
+// manifestFiles are the manifest's entries of files (image name -> path on disk): the required
+// files first, then the others by name, each with its digest, size and mode.
+func manifestFiles(files map[string]string) ([]File, error) {
+	var out []File
+
+	req := required(func(n string) bool { _, ok := files[n]; return ok })
+	names := append([]string{}, req...)
+
+	for name := range files {
+		if !slices.Contains(req, name) {
+			names = append(names, name)
+		}
+	}
+
+	slices.Sort(names[len(req):])
+
+	for _, name := range names {
+		path, ok := files[name]
+		if !ok {
+			return nil, fmt.Errorf("no %s given: an image holds machined and etcd, or a metal node's vmlinuz and initramfs.img", name)
+		}
+
+		if !validName(name) {
+			return nil, fmt.Errorf("image file name %q: only plain names are allowed", name)
+		}
+
+		sum, size, mode, err := digestFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s for the image: %w", name, err)
+		}
+
+		out = append(out, File{Name: name, Size: size, SHA256: sum, Mode: mode})
+	}
+
+	return out, nil
 }
 
 // copyChecked streams a source file and makes sure it did not change since it was digested.
