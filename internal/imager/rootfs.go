@@ -55,35 +55,7 @@ type RootfsResult struct {
 // BuildRootfs builds the node rootfs: the pinned tools, the Debian userland with its libraries,
 // the layout and /etc; checks that its programs run in a chroot of it; and squashes it.
 func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error) {
-	if opts.Out == "" || opts.Machined == "" || opts.Etcd == "" {
-		return nil, errors.New("rootfs needs --out, --machined and --etcd")
-	}
-
-	if opts.Version == "" {
-		return nil, errors.New("rootfs needs --version (for /etc/os-release)")
-	}
-
-	if err := CheckVersion(opts.Version); err != nil {
-		return nil, err
-	}
-
-	if opts.Progress == nil {
-		opts.Progress = io.Discard
-	}
-
-	if opts.CacheDir == "" {
-		opts.CacheDir = filepath.Join(filepath.Dir(opts.Out), "cache")
-	}
-
-	// The go command runs in each module's folder: every path it gets must be absolute.
-	cache, err := filepath.Abs(opts.CacheDir)
-	if err != nil {
-		return nil, err
-	}
-
-	opts.CacheDir = cache
-
-	if err := os.MkdirAll(filepath.Join(opts.CacheDir, "tools"), 0o755); err != nil {
+	if err := opts.prepare(); err != nil {
 		return nil, err
 	}
 
@@ -122,28 +94,7 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 
 	step("node binaries, Debian userland (%s), /etc", strings.Join(append(DebianUserland.Packages, DiskUserland.Packages...), ", "))
 
-	for _, f := range []struct{ path, src string }{{InitPath, opts.Machined}, {EtcdPath, opts.Etcd}} {
-		if err := checkStatic(f.src); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.src, err)
-		}
-
-		if err := t.File(f.path, f.src, 0o755); err != nil {
-			return nil, err
-		}
-	}
-
-	// etcd's image in its own small archive: container mode runs etcd from it, and etcd starts
-	// without waiting for the Kubernetes images' import.
-	etcdImage := filepath.Join(opts.CacheDir, "etcd-image.tar")
-	if err := WriteImageArchive(etcdImage, ImageSpec{
-		Ref:        images.Etcd,
-		Files:      []ImageFile{{Path: images.EtcdPath, Source: opts.Etcd, Mode: 0o755}},
-		Entrypoint: []string{images.EtcdPath},
-	}); err != nil {
-		return nil, err
-	}
-
-	if err := t.File(EtcdImageArchive, etcdImage, 0o644); err != nil {
+	if err := addNodeBinaries(t, opts); err != nil {
 		return nil, err
 	}
 
@@ -168,6 +119,74 @@ func BuildRootfs(ctx context.Context, opts RootfsOptions) (*RootfsResult, error)
 	}
 
 	return squashCached(ctx, t, opts, step)
+}
+
+// prepare checks the options and fills in the defaults: no progress, the cache beside Out (an
+// absolute path).
+func (opts *RootfsOptions) prepare() error {
+	if opts.Out == "" || opts.Machined == "" || opts.Etcd == "" {
+		return errors.New("rootfs needs --out, --machined and --etcd")
+	}
+
+	if opts.Version == "" {
+		return errors.New("rootfs needs --version (for /etc/os-release)")
+	}
+
+	if err := CheckVersion(opts.Version); err != nil {
+		return err
+	}
+
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+
+	if opts.CacheDir == "" {
+		opts.CacheDir = filepath.Join(filepath.Dir(opts.Out), "cache")
+	}
+
+	// The go command runs in each module's folder: every path it gets must be absolute.
+	cache, err := filepath.Abs(opts.CacheDir)
+	if err != nil {
+		return err
+	}
+
+	opts.CacheDir = cache
+
+	if err := os.MkdirAll(filepath.Join(opts.CacheDir, "tools"), 0o755); err != nil {
+		return err
+	}
+
+	return nil
+}
+
+// addNodeBinaries adds machined and etcd (static binaries, checked), and etcd's image archive.
+func addNodeBinaries(t *Tree, opts RootfsOptions) error {
+	for _, f := range []struct{ path, src string }{{InitPath, opts.Machined}, {EtcdPath, opts.Etcd}} {
+		if err := checkStatic(f.src); err != nil {
+			return fmt.Errorf("%s: %w", f.src, err)
+		}
+
+		if err := t.File(f.path, f.src, 0o755); err != nil {
+			return err
+		}
+	}
+
+	// etcd's image in its own small archive: container mode runs etcd from it, and etcd starts
+	// without waiting for the Kubernetes images' import.
+	etcdImage := filepath.Join(opts.CacheDir, "etcd-image.tar")
+	if err := WriteImageArchive(etcdImage, ImageSpec{
+		Ref:        images.Etcd,
+		Files:      []ImageFile{{Path: images.EtcdPath, Source: opts.Etcd, Mode: 0o755}},
+		Entrypoint: []string{images.EtcdPath},
+	}); err != nil {
+		return err
+	}
+
+	if err := t.File(EtcdImageArchive, etcdImage, 0o644); err != nil {
+		return err
+	}
+
+	return nil
 }
 
 // addKubernetes builds the Kubernetes images into the image cache and the flannel CNI plugin
