@@ -179,43 +179,9 @@ func (r *Request) checkQEMU() error {
 		return fmt.Errorf("--config-injection-method %q is unknown: use %s (the default) or %s", q.ConfigInjection, ConfigInjectionHTTP, ConfigInjectionISO)
 	}
 
-	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
-	if flag, medium := q.bootMedium(); medium != "" {
-		if media := len(slices.DeleteFunc([]string{q.ISO, q.USB, q.UKI, q.IPXEBootScript, q.DiskImage}, func(s string) bool { return s == "" })); media > 1 {
-			return errors.New("--iso-path, --usb-path, --uki-path, --ipxe-boot-script and --disk-image-path each give the first boot's medium: give one")
-		}
-
-		if q.DiskImage != "" && q.DiskBlockSize > partition.SectorSize {
-			return fmt.Errorf("--disk-image-path: the image's partition table is in 512-byte sectors: drop --disk-block-size %d", q.DiskBlockSize)
-		}
-
-		if q.IPXEBootScript != "" && !httpURL(q.IPXEBootScript) {
-			return fmt.Errorf("--ipxe-boot-script %q: give the script's http:// or https:// URL", q.IPXEBootScript)
-		}
-
-		// OVMF boots the network with its own PXE client, not the card's iPXE, and the
-		// cluster's DHCP serves iPXE only (no TFTP, no UEFI HTTP boot).
-		if q.IPXEBootScript != "" && !q.NoUEFI {
-			return errors.New("--ipxe-boot-script: the nodes' UEFI firmware boots the network with its own PXE client, which the cluster's DHCP does not serve (it answers iPXE): add --with-uefi=false")
-		}
-
-		if q.UKI != "" && q.NoUEFI {
-			return errors.New("--uki-path: a unified kernel image boots with UEFI: drop --with-uefi=false")
-		}
-
-		if q.NoBootloader {
-			return fmt.Errorf("--with-bootloader=false boots the kernel directly on every start: drop %s, or --with-bootloader=false", flag)
-		}
-
-		// The medium's menu has the kernel arguments: the configs go through the maintenance API.
-		if len(q.ExtraKernelArgs) > 0 {
-			return fmt.Errorf("--extra-boot-kernel-args are for a kernel booted directly: the %s carries its own; drop %s, or --extra-boot-kernel-args", flag, flag)
-		}
-
-		paths = map[string]string{flag: medium}
-		if q.IPXEBootScript != "" {
-			paths = nil // a URL, fetched by the nodes
-		}
+	paths, err := q.bootPaths()
+	if err != nil {
+		return err
 	}
 
 	for flag, path := range paths {
@@ -231,6 +197,52 @@ func (r *Request) checkQEMU() error {
 	}
 
 	return nil
+}
+
+// bootPaths checks the first boot's medium (a kernel and initramfs, or one of --iso-path,
+// --usb-path, --uki-path, --ipxe-boot-script and --disk-image-path) against the other flags,
+// and names the files it needs by flag (none for an iPXE script, a URL).
+func (q QEMURequest) bootPaths() (map[string]string, error) {
+	paths := map[string]string{"--vmlinuz-path": q.Kernel, "--initrd-path": q.Initrd}
+	if flag, medium := q.bootMedium(); medium != "" {
+		if media := len(slices.DeleteFunc([]string{q.ISO, q.USB, q.UKI, q.IPXEBootScript, q.DiskImage}, func(s string) bool { return s == "" })); media > 1 {
+			return nil, errors.New("--iso-path, --usb-path, --uki-path, --ipxe-boot-script and --disk-image-path each give the first boot's medium: give one")
+		}
+
+		if q.DiskImage != "" && q.DiskBlockSize > partition.SectorSize {
+			return nil, fmt.Errorf("--disk-image-path: the image's partition table is in 512-byte sectors: drop --disk-block-size %d", q.DiskBlockSize)
+		}
+
+		if q.IPXEBootScript != "" && !httpURL(q.IPXEBootScript) {
+			return nil, fmt.Errorf("--ipxe-boot-script %q: give the script's http:// or https:// URL", q.IPXEBootScript)
+		}
+
+		// OVMF boots the network with its own PXE client, not the card's iPXE, and the
+		// cluster's DHCP serves iPXE only (no TFTP, no UEFI HTTP boot).
+		if q.IPXEBootScript != "" && !q.NoUEFI {
+			return nil, errors.New("--ipxe-boot-script: the nodes' UEFI firmware boots the network with its own PXE client, which the cluster's DHCP does not serve (it answers iPXE): add --with-uefi=false")
+		}
+
+		if q.UKI != "" && q.NoUEFI {
+			return nil, errors.New("--uki-path: a unified kernel image boots with UEFI: drop --with-uefi=false")
+		}
+
+		if q.NoBootloader {
+			return nil, fmt.Errorf("--with-bootloader=false boots the kernel directly on every start: drop %s, or --with-bootloader=false", flag)
+		}
+
+		// The medium's menu has the kernel arguments: the configs go through the maintenance API.
+		if len(q.ExtraKernelArgs) > 0 {
+			return nil, fmt.Errorf("--extra-boot-kernel-args are for a kernel booted directly: the %s carries its own; drop %s, or --extra-boot-kernel-args", flag, flag)
+		}
+
+		paths = map[string]string{flag: medium}
+		if q.IPXEBootScript != "" {
+			paths = nil // a URL, fetched by the nodes
+		}
+	}
+
+	return paths, nil
 }
 
 // The values of --config-injection-method.
