@@ -329,56 +329,11 @@ func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
 // createQEMUNetwork makes the bridge and starts the cluster's network process (DHCP and the
 // configs over HTTP on the bridge's address).
 func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
-	cidr := req.CIDR
 	gw := gateway(req.networkCIDR())
 
-	// The MACs come from the IPv4 addresses, which an IPv6-only cluster has too (unused).
-	addrs4, err := NodeAddresses(cidr, len(c.Nodes))
+	spec, err := c.networkSpec(req, gw)
 	if err != nil {
 		return err
-	}
-
-	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
-
-	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname, IPXEBootScript: req.QEMU.IPXEBootScript}
-	if req.QEMU.JSONLogs {
-		spec.JSONLogs = filepath.Join(c.Dir, JSONLogsFile)
-	}
-
-	if req.Encryption.usesKMS() {
-		spec.KMSKey = filepath.Join(c.Dir, KMSKeyFile)
-	}
-
-	for _, ns := range req.Nameservers {
-		if a, err := netip.ParseAddr(ns); err == nil {
-			spec.Nameservers = append(spec.Nameservers, a)
-		}
-	}
-
-	if req.IPv6 {
-		spec.IPv6 = CIDR6(cidr)
-	}
-
-	var addrs6 []netip.Addr
-	if req.IPv6 {
-		if addrs6, err = NodeAddresses(spec.IPv6, len(c.Nodes)); err != nil {
-			return err
-		}
-	}
-
-	for i := range c.Nodes {
-		n := &c.Nodes[i]
-		n.Tap, n.MAC = "tap"+shortHash(n.State, 11), macFor(addrs4[i])
-		lease := qemu.NodeLease{Name: n.Name, MAC: n.MAC, Address: addrs4[i], Config: n.Config}
-
-		switch {
-		case req.NoIPv4:
-			lease.Address, lease.Address6 = netip.Addr{}, addrs6[i]
-		case req.IPv6:
-			lease.Address6, n.Address6 = addrs6[i], addrs6[i].String()
-		}
-
-		spec.Nodes = append(spec.Nodes, lease)
 	}
 
 	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gw)
@@ -430,6 +385,63 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 	c.NetworkPID = pid
 
 	return err
+}
+
+// networkSpec names the cluster's bridge and the nodes' taps, MACs and IPv6 addresses, and is
+// what the network process serves: the nodes' leases and configs.
+func (c *Cluster) networkSpec(req Request, gw netip.Prefix) (qemu.NetworkSpec, error) {
+	cidr := req.CIDR
+
+	// The MACs come from the IPv4 addresses, which an IPv6-only cluster has too (unused).
+	addrs4, err := NodeAddresses(cidr, len(c.Nodes))
+	if err != nil {
+		return qemu.NetworkSpec{}, err
+	}
+
+	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
+
+	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname, IPXEBootScript: req.QEMU.IPXEBootScript}
+	if req.QEMU.JSONLogs {
+		spec.JSONLogs = filepath.Join(c.Dir, JSONLogsFile)
+	}
+
+	if req.Encryption.usesKMS() {
+		spec.KMSKey = filepath.Join(c.Dir, KMSKeyFile)
+	}
+
+	for _, ns := range req.Nameservers {
+		if a, err := netip.ParseAddr(ns); err == nil {
+			spec.Nameservers = append(spec.Nameservers, a)
+		}
+	}
+
+	if req.IPv6 {
+		spec.IPv6 = CIDR6(cidr)
+	}
+
+	var addrs6 []netip.Addr
+	if req.IPv6 {
+		if addrs6, err = NodeAddresses(spec.IPv6, len(c.Nodes)); err != nil {
+			return qemu.NetworkSpec{}, err
+		}
+	}
+
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		n.Tap, n.MAC = "tap"+shortHash(n.State, 11), macFor(addrs4[i])
+		lease := qemu.NodeLease{Name: n.Name, MAC: n.MAC, Address: addrs4[i], Config: n.Config}
+
+		switch {
+		case req.NoIPv4:
+			lease.Address, lease.Address6 = netip.Addr{}, addrs6[i]
+		case req.IPv6:
+			lease.Address6, n.Address6 = addrs6[i], addrs6[i].String()
+		}
+
+		spec.Nodes = append(spec.Nodes, lease)
+	}
+
+	return spec, nil
 }
 
 // startQEMU starts a node's launcher, which runs QEMU on the boot assets.
