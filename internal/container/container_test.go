@@ -32,7 +32,7 @@ func needRootInPrivateNetns(t *testing.T) {
 		t.Skip("needs root: makes links and cgroups")
 	}
 
-	if !netnstest.Private() {
+	if !netnstest.Own() {
 		t.Skip("not in a network namespace of its own")
 	}
 }

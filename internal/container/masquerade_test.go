@@ -56,6 +56,10 @@ func TestMasquerade(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The node's namespace outlives its process (netnstest.In keeps a thread in it), and so would
+	// this end: deleting it takes the pair.
+	t.Cleanup(func() { DeleteLink(nn.HostEnd) })
+
 	// "Outside": another namespace behind a veth, with a route back to the cluster network
 	// (used only when the cluster does not masquerade).
 	outside := netnsProcess(t)
@@ -69,6 +73,8 @@ func TestMasquerade(t *testing.T) {
 			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
+
+	t.Cleanup(func() { DeleteLink("mq0") })
 
 	for _, args := range [][]string{
 		{"addr", "add", "10.79.0.2/24", "dev", "mq1"}, {"link", "set", "mq1", "up"}, {"route", "add", "10.78.0.0/24", "via", "10.79.0.1"},

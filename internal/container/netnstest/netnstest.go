@@ -32,11 +32,23 @@ func Private() bool {
 	return true
 }
 
+// privateAtStart records that Isolate found this namespace private already (nsrun, unshare).
+var privateAtStart bool
+
+// Own reports whether the tests run in a network namespace of their own: Isolate made it, or
+// found it private. Unlike Private it stays true when a test has made links since, so one test's
+// leftovers cannot turn the next one into a skip.
+func Own() bool {
+	return os.Getenv(envIsolated) != "" || privateAtStart
+}
+
 // Isolate re-runs the test binary in a new network namespace when this one is shared (root
 // only: without root the caller's tests skip). It reports the child's exit code and true when
 // it did; false means go on here.
 func Isolate() (int, bool) {
-	if os.Getenv(envIsolated) != "" || Private() || os.Geteuid() != 0 {
+	privateAtStart = Private()
+
+	if os.Getenv(envIsolated) != "" || privateAtStart || os.Geteuid() != 0 {
 		if os.Getenv(envIsolated) != "" {
 			if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 				fmt.Fprintf(os.Stderr, "loopback up: %v\n%s", err, out)

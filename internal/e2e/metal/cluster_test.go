@@ -701,7 +701,7 @@ func oneNodeCluster(name, cidr, gateway string, flags ...string) []string {
 func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, string) {
 	t.Helper()
 
-	if !netnstest.Private() {
+	if !netnstest.Own() {
 		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
 	}
 
@@ -716,7 +716,7 @@ func qemuCluster(t *testing.T, name string) (*testenv.NTPServer, testenv.CLI, st
 func qemuClusterCLI(t *testing.T, name string) (testenv.CLI, string) {
 	t.Helper()
 
-	if !netnstest.Private() {
+	if !netnstest.Own() {
 		t.Skip("the qemu provisioner makes a bridge: it needs a network namespace of its own (run as root)")
 	}
 
