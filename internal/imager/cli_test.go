@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/talos-go/talos/internal/registry"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -140,22 +140,9 @@ func TestInstallerCommand(t *testing.T) {
 func TestInstallerPush(t *testing.T) {
 	dir := t.TempDir()
 
-	caPEM, crtPEM, keyPEM, err := registry.ServerCert("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, caPEM := testenv.StartRegistry(t, "127.0.0.1", map[string]string{"u": "pw"})
 
-	cert, err := tls.X509KeyPair(crtPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	reg, err := registry.Start(registry.Options{Addr: "127.0.0.1:0", Cert: &cert, Users: map[string]string{"u": "pw"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { reg.Close() })
+	var err error
 
 	if _, err = GenerateKey(filepath.Join(dir, "k.key"), filepath.Join(dir, "k.pub")); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	"github.com/talos-go/talos/internal/registry"
 	"github.com/talos-go/talos/internal/slots"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // installerRegistry is a real registry on loopback behind TLS and basic auth holding installer
@@ -45,22 +46,7 @@ func startInstallerRegistry(t *testing.T) *installerRegistry {
 	ctx := context.Background()
 	dir := t.TempDir()
 
-	caPEM, crtPEM, keyPEM, err := registry.ServerCert("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cert, err := tls.X509KeyPair(crtPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	reg, err := registry.Start(registry.Options{Addr: "127.0.0.1:0", Cert: &cert, Users: map[string]string{"u": "pw"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { reg.Close() })
+	reg, caPEM := testenv.StartRegistry(t, "127.0.0.1", map[string]string{"u": "pw"})
 
 	r := &installerRegistry{reg: reg, ca: caPEM}
 	client := registry.Client{Username: "u", Password: "pw", CA: caPEM}
@@ -68,6 +54,8 @@ func startInstallerRegistry(t *testing.T) *installerRegistry {
 	for _, f := range []string{"machined", "etcd"} {
 		os.WriteFile(filepath.Join(dir, f), []byte("new "+f), 0o755)
 	}
+
+	var err error
 
 	for _, tc := range []struct{ tag, arch, key string }{
 		{"v2", "amd64", "k"}, {"arm64", "arm64", "k"}, {"foreign", "amd64", "other"},
