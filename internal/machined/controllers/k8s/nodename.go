@@ -47,6 +47,14 @@ func NewNodenameController() *NodenameController {
 					return xerrors.NewTaggedf[transform.SkipReconcileTag]("the machine config has no machine section")
 				}
 
+				// The hostname starts as a generated one and becomes the config's a moment later: a
+				// kubelet started in between would bootstrap its client certificate for the wrong
+				// node name and be refused its own Node ever after.
+				if configured, _, _ := strings.Cut(cfg.Config().Machine().Network().Hostname(), "."); configured != "" &&
+					!strings.EqualFold(configured, h.TypedSpec().Hostname) {
+					return xerrors.NewTaggedf[transform.SkipReconcileTag]("waiting for the configured hostname %q (now %q)", configured, h.TypedSpec().Hostname)
+				}
+
 				kubelet := cfg.Config().Machine().Kubelet()
 				name := h.TypedSpec().Hostname
 
