@@ -10,6 +10,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -244,6 +245,12 @@ func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress
 		} else {
 			nodes.Workers = append(nodes.Workers, n.Address)
 		}
+	}
+
+	// Components the control planes' config turns off are not waited for (a config the cluster
+	// folder does not hold, with --skip-injecting-config, waits for all).
+	if loaded, err := configloader.NewFromFile(cps[0].Config); err == nil {
+		nodes.Disabled = health.DisabledComponents(loaded)
 	}
 
 	checks, err := health.Kubernetes(cfg, nodes)
