@@ -110,6 +110,13 @@ func TestKubernetesChecks(t *testing.T) {
 	passes("all k8s nodes to report ready")
 	waitFails("all control plane static pods to be running", "cp/kube-apiserver: no pod")
 
+	// The API server makes kube-system itself, a moment after it serves.
+	testenv.WaitFor(t, "the kube-system namespace", time.Minute, func() error {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+
+		return err
+	})
+
 	if _, err = cs.CoreV1().ServiceAccounts("kube-system").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
