@@ -57,7 +57,8 @@ node_memory() {
 }
 
 # service_rss CLUSTER NODE: "service kB" for the node's own services, from the processes in its
-# cgroup (machined is the node's /sbin/init; apid and trustd its multi-call subcommands).
+# cgroup (machined is the node's /sbin/init; apid and trustd their own binaries, or the
+# multi-call binary's subcommands on an older image).
 service_rss() {
   local dir=/sys/fs/cgroup/memory/talos-go/$1/$2
   [ -d "$dir" ] || dir=/sys/fs/cgroup/talos-go/$1/$2
@@ -66,8 +67,8 @@ service_rss() {
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null) || continue
     case "$cmd" in
       "/sbin/init --platform"*) echo "machined ${rss:-0}" ;;
-      *"init apid "*) echo "apid ${rss:-0}" ;;
-      *"init trustd "*) echo "trustd ${rss:-0}" ;;
+      *"init apid "* | "/usr/sbin/apid "*) echo "apid ${rss:-0}" ;;
+      *"init trustd "* | "/usr/sbin/trustd "*) echo "trustd ${rss:-0}" ;;
       *"/usr/bin/containerd "*) echo "containerd ${rss:-0}" ;;
       *"etcd "*--name*) echo "etcd ${rss:-0}" ;;
       *"kubelet "*) echo "kubelet ${rss:-0}" ;;

@@ -56,7 +56,12 @@ if [ -z "$ETCD" ]; then
 	CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -buildid=" -o "$ETCD" ./cmd/etcd
 fi
 
+# apid and trustd alone: their processes then load none of machined's packages.
+echo "building apid and trustd (static)"
+CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "$LDFLAGS" -o "$OUT/cache/node/" ./cmd/apid ./cmd/trustd
+
 # shellcheck disable=SC2086 # VERSION_FLAG is a flag and its value, or nothing
 "$OUT/imager" rootfs $VERSION_FLAG --machined "$MACHINED" --etcd "$ETCD" \
+	--apid "$OUT/cache/node/apid" --trustd "$OUT/cache/node/trustd" \
 	--cache "$OUT/cache" --out "$ROOTFS_OUT" ${IMAGES:+--images "$IMAGES"} \
 	--kubernetes="$([ "$KUBERNETES" = 0 ] && echo false || echo true)" --repo .

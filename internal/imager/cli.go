@@ -34,7 +34,7 @@ type Options struct {
 	Image    string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pcr-keygen --out FILE.pem | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR | installer --image FILE --pub FILE.pub (--push HOST/REPO:TAG | --out FILE.tar)")
+var errUsage = errors.New("usage: imager keygen --out DIR | pcr-keygen --out FILE.pem | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE [--apid FILE --trustd FILE] --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR | installer --image FILE --pub FILE.pub (--push HOST/REPO:TAG | --out FILE.tar)")
 
 // Main is the imager command: keygen, pubkey, build, verify, rootfs, boot, installer.
 func Main(args []string, stdout io.Writer) error {
@@ -261,6 +261,8 @@ func rootfsMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.CacheDir, "cache", "", "cache folder for tool builds (default: cache/ next to --out)")
 	fs.StringVar(&opts.Machined, "machined", "", "multi-call binary (static), installed as /sbin/init")
 	fs.StringVar(&opts.Etcd, "etcd", "", "etcd binary (static)")
+	fs.StringVar(&opts.Apid, "apid", "", "apid built alone (static, optional: else apid runs from the multi-call binary)")
+	fs.StringVar(&opts.Trustd, "trustd", "", "trustd built alone (static, optional: else trustd runs from the multi-call binary)")
 	fs.StringVar(&opts.Version, "version", version.Tag, "node version for /etc/os-release")
 	fs.StringVar(&opts.Squashfs.Compression, "comp", "zstd", "squashfs compression: zstd, xz or gzip")
 	images := fs.String("images", "", "folder of OCI archives (*.tar) for the image cache")

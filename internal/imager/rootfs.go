@@ -18,6 +18,9 @@ import (
 const (
 	InitPath = "/usr/sbin/init"
 	EtcdPath = "/usr/bin/etcd"
+	// apid and trustd on their own, next to machined, which runs them when present.
+	ApidPath   = "/usr/sbin/apid"
+	TrustdPath = "/usr/sbin/trustd"
 )
 
 // Archives of the node image's cache: the Kubernetes images, and etcd's image alone (in
@@ -33,8 +36,11 @@ type RootfsOptions struct {
 	CacheDir string // tool builds and the last build's digest; default <dir of Out>/cache
 	Machined string // the multi-call binary, built by the caller
 	Etcd     string
-	Version  string   // for /etc/os-release
-	Images   []string // OCI archives for the image cache
+	// Apid and Trustd are those programs built alone (optional): without them the node runs
+	// them from the multi-call binary, whose processes carry all of machined's packages.
+	Apid, Trustd string
+	Version      string   // for /etc/os-release
+	Images       []string // OCI archives for the image cache
 	// Kubernetes adds the Kubernetes images (internal/images) to the image cache and the flannel
 	// CNI plugin to /opt/cni/bin, built from Repo (the repository root).
 	Kubernetes bool
@@ -159,9 +165,13 @@ func (opts *RootfsOptions) prepare() error {
 	return nil
 }
 
-// addNodeBinaries adds machined and etcd (static binaries, checked), and etcd's image archive.
+// addNodeBinaries adds machined, etcd, and apid and trustd when given (static binaries, checked), and etcd's image archive.
 func addNodeBinaries(t *Tree, opts RootfsOptions) error {
-	for _, f := range []struct{ path, src string }{{InitPath, opts.Machined}, {EtcdPath, opts.Etcd}} {
+	for _, f := range []struct{ path, src string }{{InitPath, opts.Machined}, {EtcdPath, opts.Etcd}, {ApidPath, opts.Apid}, {TrustdPath, opts.Trustd}} {
+		if f.src == "" {
+			continue // Apid, Trustd: optional
+		}
+
 		if err := checkStatic(f.src); err != nil {
 			return fmt.Errorf("%s: %w", f.src, err)
 		}

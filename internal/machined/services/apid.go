@@ -56,17 +56,18 @@ func APID(r *runtime.Runtime) *system.Service {
 				return nil, err
 			}
 
+			args := program(r, "apid")
+
 			return &runner.Process{
-				Args: []string{
-					r.Binary, "apid",
+				Args: append(args,
 					"--listen", listen,
 					"--certs", dir,
 					"--socket", r.Paths.MachinedSocket(),
 					"--local-address", r.Address,
-				},
+				),
 				Output:          out,
 				GracefulTimeout: 10 * time.Second,
-				Sandbox:         confined(r, dir),
+				Sandbox:         confined(dir, args[0]),
 				// apid sits on every call's path, and on a VM each thread wake-up costs about
 				// 20 µs of CPU. The Go runtime's monitor thread wakes every 20 µs while apid is
 				// busy and is woken from deep sleep at the start of every call: 1 ms of timer

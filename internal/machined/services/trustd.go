@@ -54,17 +54,17 @@ func Trustd(r *runtime.Runtime) *system.Service {
 				return nil, err
 			}
 
-			sb := confined(r, dir)
+			args := program(r, "trustd")
+			sb := confined(dir, args[0])
 			sb.ReadWrite = append(sb.ReadWrite, joins)
 
 			return &runner.Process{
-				Args: []string{
-					r.Binary, "trustd",
+				Args: append(args,
 					"--listen", listen,
 					"--secrets", dir,
 					"--joins", joins,
 					"--cert-lifetime", secretsctrl.Lifetime(r.CertLifetime).String(),
-				},
+				),
 				Output:          out,
 				GracefulTimeout: 5 * time.Second,
 				Sandbox:         sb,
