@@ -28,6 +28,8 @@ require (
 	github.com/packetcap/go-pcap v0.0.0-20240528124601-8c87ecf5dbc5
 	github.com/rivo/tview v0.0.0-20250625164341-a4a78f1e05cb
 	github.com/siderolabs/crypto v0.6.3
+	github.com/siderolabs/discovery-api v0.1.6
+	github.com/siderolabs/discovery-client v0.1.11
 	github.com/siderolabs/gen v0.8.5
 	github.com/siderolabs/go-kmsg v0.1.4
 	github.com/siderolabs/kms-client v0.2.0

@@ -5,6 +5,7 @@ import (
 	"github.com/talos-go/talos/internal/apid"
 	"github.com/talos-go/talos/internal/bootloader"
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/discoveryservice"
 	"github.com/talos-go/talos/internal/machined"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/portforward"
@@ -21,6 +22,8 @@ var Commands = map[string]func(args []string) error{
 	// container runs a node in its own namespaces (host side); container-init builds its root.
 	"container":      container.Main,
 	"container-init": container.InitMain,
+	// discovery-service is our server of the upstream discovery API (docs/discovery.md).
+	"discovery-service": discoveryservice.Main,
 	// metal-init is the initramfs's /init on a kernel (metal mode).
 	"metal-init": metal.InitMain,
 	// qemu runs a metal node under QEMU (host side); qemu-network is its cluster's DHCP and
