@@ -75,7 +75,7 @@ func Main(args []string) error {
 
 		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
-		go ms.Serve(ml) //nolint:errcheck // ends with Close below
+		go ms.Serve(ml)
 
 		defer ms.Close()
 	}
