@@ -75,7 +75,7 @@ func Main(args []string) error {
 
 		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
-		go ms.Serve(ml)
+		go ms.Serve(ml) //nolint:errcheck // ends with ms.Close below; a metrics failure must not stop discovery
 
 		defer ms.Close()
 	}

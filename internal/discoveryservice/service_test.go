@@ -211,6 +211,52 @@ func TestAbuseIsRefused(t *testing.T) {
 	}
 }
 
+// TestClusterLimit: clusters holding affiliates count against Limits.Clusters, watchers of
+// empty clusters do not (or they could lock real clusters out), and a cluster whose last
+// affiliate left frees its place.
+func TestClusterLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	r := serve(t, Options{Limits: Limits{Clusters: 2}}, nil)
+	c := r.client(t)
+
+	for _, id := range []string{"w1", "w2", "w3"} {
+		w, err := c.Watch(ctx, &pb.WatchRequest{ClusterId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err = w.Recv(); err != nil {
+			t.Fatalf("watching %s: %v", id, err)
+		}
+	}
+
+	for _, id := range []string{"c1", "c2"} {
+		if _, err := c.AffiliateUpdate(ctx, update(id, "a", []byte("x"), time.Minute)); err != nil {
+			t.Fatalf("cluster %s within the limit of 2 (3 empty clusters watched): %v", id, err)
+		}
+	}
+
+	// Another affiliate in a held cluster is not a new cluster.
+	if _, err := c.AffiliateUpdate(ctx, update("c1", "b", []byte("x"), time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := c.AffiliateUpdate(ctx, update("c3", "a", []byte("x"), time.Minute))
+	checkRefusal(t, "a third cluster", err, codes.ResourceExhausted, "limit of 2 clusters")
+
+	for _, id := range []string{"a", "b"} {
+		if _, err = c.AffiliateDelete(ctx, &pb.AffiliateDeleteRequest{ClusterId: "c1", AffiliateId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if _, err = c.AffiliateUpdate(ctx, update("c3", "a", []byte("x"), time.Minute)); err != nil {
+		t.Errorf("a cluster after c1 emptied: %v", err)
+	}
+}
+
 // TestRequestFloodIsRefused: one source past its burst is refused, and its earlier writes stand.
 // The clock stands still, so the bucket does not refill during the test.
 func TestRequestFloodIsRefused(t *testing.T) {

@@ -100,6 +100,7 @@ func (s *store) restore(snap snapshotFile, now time.Time) {
 
 		if len(c.affiliates) > 0 {
 			s.clusters[sc.ID] = c
+			s.populated++
 		}
 	}
 }

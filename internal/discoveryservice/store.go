@@ -57,7 +57,10 @@ type subscription struct {
 type store struct {
 	mu       sync.Mutex
 	clusters map[string]*cluster
-	limits   Limits
+	// populated counts the clusters holding affiliates: only those count against
+	// Limits.Clusters, so watchers of empty clusters cannot lock real ones out.
+	populated int
+	limits    Limits
 	// next is the earliest expiry of anything stored (zero: nothing stored); wake tells the GC
 	// loop that next moved earlier, so expiry is prompt rather than at the next fixed tick.
 	next time.Time
@@ -76,7 +79,9 @@ func (s *store) update(clusterID, id string, data []byte, endpoints [][]byte, ex
 	defer s.mu.Unlock()
 
 	c := s.clusters[clusterID]
-	if c == nil && len(s.clusters) >= s.limits.Clusters {
+	empty := c == nil || len(c.affiliates) == 0
+
+	if empty && s.populated >= s.limits.Clusters {
 		return errTooManyClusters
 	}
 
@@ -119,6 +124,10 @@ func (s *store) update(clusterID, id string, data []byte, endpoints [][]byte, ex
 		a = &affiliate{}
 		c.affiliates[id] = a
 		changed = true
+
+		if empty {
+			s.populated++
+		}
 	}
 
 	if data != nil {
@@ -166,8 +175,7 @@ func (s *store) remove(clusterID, id string) {
 		return
 	}
 
-	delete(c.affiliates, id)
-	c.notify(change{id: id, deleted: true})
+	s.delete(c, id)
 	s.dropIfEmpty(clusterID, c)
 }
 
@@ -226,8 +234,7 @@ func (s *store) collect(now time.Time) time.Time {
 	for clusterID, c := range s.clusters {
 		for id, a := range c.affiliates {
 			if !a.expires.After(now) {
-				delete(c.affiliates, id)
-				c.notify(change{id: id, deleted: true})
+				s.delete(c, id)
 
 				continue
 			}
@@ -281,6 +288,16 @@ func (s *store) live(c *cluster, now time.Time) []change {
 	return out
 }
 
+// delete removes an affiliate and tells the cluster's watchers.
+func (s *store) delete(c *cluster, id string) {
+	delete(c.affiliates, id)
+	c.notify(change{id: id, deleted: true})
+
+	if len(c.affiliates) == 0 {
+		s.populated--
+	}
+}
+
 func (s *store) dropIfEmpty(clusterID string, c *cluster) {
 	if len(c.affiliates) == 0 && len(c.subs) == 0 {
 		delete(s.clusters, clusterID)
@@ -308,7 +325,8 @@ func (a *affiliate) hasEndpoint(e []byte) bool {
 	return slices.ContainsFunc(a.endpoints, func(x endpoint) bool { return bytes.Equal(x.data, e) })
 }
 
-// change copies the affiliate out: what leaves the lock must not alias what the store mutates.
+// change copies the affiliate out of the lock. The byte slices are shared: the store replaces
+// them on update and never writes into them.
 func (a *affiliate) change(id string) change {
 	ch := change{id: id, data: a.data, endpoints: make([][]byte, len(a.endpoints))}
 	for i, e := range a.endpoints {
