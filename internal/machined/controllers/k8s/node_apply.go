@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -21,10 +20,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/talos-go/talos/internal/machined/kubeclient"
-	"github.com/talos-go/talos/internal/pki"
 )
 
 // NodeApplyController puts the NodeLabelSpecs, NodeAnnotationSpecs and NodeTaintSpecs on this
@@ -116,7 +113,7 @@ func (ctrl *NodeApplyController) reconcile(ctx context.Context, r controller.Run
 		return err
 	}
 
-	creds, worker, err := ctrl.credentials(ctx, r)
+	creds, worker, err := kubeclient.ForNode(ctx, r, KubeletClientCert, 10*time.Second)
 	if err != nil || creds == nil {
 		return errors.Join(errNotYet, err)
 	}
@@ -225,48 +222,6 @@ func (ctrl *NodeApplyController) spec(ctx context.Context, r controller.Runtime)
 // KubeletClientCert is kubelet's client certificate and key in one file: the node's
 // Kubernetes identity from its first join on, across reboots.
 var KubeletClientCert = filepath.Join(KubeletCertDir, "kubelet-client-current.pem")
-
-// credentials are the admin's on a control plane (worker false), else kubelet's own; nil
-// while this node has neither.
-func (ctrl *NodeApplyController) credentials(ctx context.Context, r controller.Runtime) (*rest.Config, bool, error) {
-	kube, err := kubeclient.Get(ctx, r)
-	if err == nil {
-		cfg, err := kubeclient.LocalAdmin(kube, 10*time.Second)
-		if err != nil {
-			return nil, false, err
-		}
-
-		return cfg, false, nil
-	} else if !state.IsNotFoundError(err) {
-		return nil, false, err
-	}
-
-	if _, err = os.Stat(KubeletClientCert); err != nil {
-		return nil, true, nil //nolint:nilerr // kubelet has not joined yet
-	}
-
-	kubelet, err := safe.ReaderGetByID[*secrets.Kubelet](ctx, r, secrets.KubeletID)
-	if state.IsNotFoundError(err) {
-		return nil, true, nil
-	} else if err != nil {
-		return nil, true, err
-	}
-
-	var cas [][]byte
-	for _, ca := range kubelet.TypedSpec().AcceptedCAs {
-		cas = append(cas, ca.Crt)
-	}
-
-	return &rest.Config{
-		Host:    kubelet.TypedSpec().Endpoint.String(),
-		Timeout: 10 * time.Second,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   pki.Bundle(cas...),
-			CertFile: KubeletClientCert,
-			KeyFile:  KubeletClientCert,
-		},
-	}, true, nil
-}
 
 // ReadySince reports a Node whose kubelet reported it Ready at or after since (the status
 // times are whole seconds).
