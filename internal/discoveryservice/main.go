@@ -83,5 +83,8 @@ func Main(args []string) error {
 	logger.Info("discovery service serving", zap.Stringer("addr", l.Addr()), zap.Bool("tls", tlsConfig != nil),
 		zap.String("snapshot", *snapshot))
 
-	return svc.Serve(ctx, l, tlsConfig)
+	err = svc.Serve(ctx, l, tlsConfig)
+	logger.Info("discovery service stopped", zap.Error(err))
+
+	return err
 }

@@ -28,6 +28,15 @@ func newMetrics(st *store) *metrics {
 		}, []string{"reason"}),
 	}
 
+	// Every series from the start, so that a rate over a counter that was zero is not missing.
+	for _, method := range []string{"Hello", "AffiliateUpdate", "AffiliateDelete", "List", "Watch"} {
+		m.requests.WithLabelValues(method)
+	}
+
+	for _, reason := range []string{"invalid", "rate", "clusters", "affiliates", "endpoints", "lagging"} {
+		m.rejections.WithLabelValues(reason)
+	}
+
 	gauge := func(name, help string, pick func(clusters, affiliates, subscriptions int) int) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
 			return float64(pick(st.counts()))
