@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/connlimit"
-	"github.com/talos-go/talos/internal/discovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -41,7 +40,7 @@ type Server struct {
 	Now      func() time.Time // for tests
 }
 
-// maxMessage bounds trustd's messages: a CSR, a certificate and its CA bundle, an affiliate.
+// maxMessage bounds trustd's messages: a CSR, a certificate and its CA bundle.
 const maxMessage = 1 << 20
 
 // maxConnAge closes a connection this old: trustd's calls are unary and quick, so only a
@@ -55,13 +54,6 @@ func NewGRPCServer(s *Server) *grpc.Server {
 		grpc.Creds(credentials.NewTLS(s.Certs.ServerTLS())),
 	)...)
 	securityapi.RegisterSecurityServiceServer(srv, s)
-
-	// The cluster's discovery registry lives beside certificate signing, behind the same token.
-	// Its failed attempts count against the same per-peer limit, so it is no way around it to
-	// guess the token.
-	discovery.Register(srv, &discovery.Registry{}, func(ctx context.Context) error {
-		return s.authorize(ctx, "discovery exchange")
-	})
 
 	return srv
 }

@@ -24,12 +24,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/talos-go/talos/internal/discovery"
 	"github.com/talos-go/talos/internal/pki"
 )
 
@@ -520,69 +517,5 @@ func BenchmarkCertificate(b *testing.B) {
 		if _, err := c.Sign(context.Background(), csr); err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-// TestDiscoveryCountsFailedTokens: the discovery registry on trustd's port answers a wrong token
-// with PermissionDenied, like Certificate, and its failures count against the same per-peer
-// limit, so it is no way around the limit to guess the token.
-func TestDiscoveryCountsFailedTokens(t *testing.T) {
-	ca := newTestCA(t)
-	_, addr, logs := startTrustd(t, ca, "127.44.3.8", &Limiter{Burst: 3, Refill: time.Hour})
-
-	dial := func(token string) *grpc.ClientConn {
-		host, _, _ := net.SplitHostPort(addr)
-
-		conn, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: ca.pool(), ServerName: host})),
-			grpc.WithPerRPCCredentials(tokenCreds(token)))
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		t.Cleanup(func() { conn.Close() })
-
-		return conn
-	}
-
-	wrong, right := dial("guess.0000000000000000"), dial(testToken)
-	me := discovery.Affiliate{NodeID: "n1"}
-
-	for i := range 3 {
-		if _, err := discovery.Exchange(context.Background(), wrong, me); status.Code(err) != codes.PermissionDenied {
-			t.Fatalf("wrong token, attempt %d: %v", i, err)
-		}
-	}
-
-	if _, err := discovery.Exchange(context.Background(), wrong, me); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("guess over the limit: %v", err)
-	}
-
-	// The same peer is now limited for certificates too, even with the right token.
-	c := &Client{Endpoints: func() []string { return []string{addr} }, Token: testToken, Roots: ca.pool()}
-	if _, err := c.signAt(context.Background(), addr, csrPEM(t, &x509.CertificateRequest{})); status.Code(errorsUnwrap(err)) != codes.ResourceExhausted {
-		t.Fatalf("certificate after discovery guesses: %v", err)
-	}
-
-	if _, err := discovery.Exchange(context.Background(), right, me); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("right token from a limited peer: %v", err)
-	}
-
-	refusals := 0
-
-	for _, e := range logs.All() {
-		if strings.Contains(e.Message, "discovery exchange refused") {
-			refusals++
-		}
-
-		for _, v := range e.ContextMap() {
-			if strings.Contains(toString(v), "guess") || strings.Contains(e.Message, "guess") {
-				t.Fatalf("token logged: %v", e)
-			}
-		}
-	}
-
-	if refusals < 4 {
-		t.Fatalf("%d discovery refusals logged, want 4", refusals)
 	}
 }

@@ -148,6 +148,12 @@ func List(opts Options) []controller.Controller {
 		&networkctrl.RouteStatusController{},
 		&timesync.SyncController{Sync: opts.Mode.OwnKernel(), Log: opts.TimeLog, PlatformServers: p.TimeServers},
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
+		// Discovery as upstream's: the local affiliate out to the discovery service, the
+		// others' back (raw), merged by node ID into affiliates, the members from those.
+		clusterctrl.NewConfigController(),
+		&clusterctrl.LocalAffiliateController{},
+		&clusterctrl.DiscoveryServiceController{Roots: func() (*x509.CertPool, error) { return trustbundle.Pool(bundle) }},
+		&clusterctrl.AffiliateMergeController{},
 		&clusterctrl.MemberController{},
 		&etcdctrl.MemberController{Etcd: opts.Etcd},
 	}, secretsControllers(opts, systemRoots, bundle), []controller.Controller{
@@ -260,7 +266,7 @@ func modeControllers(opts Options, p platform.Network) []controller.Controller {
 			&networkctrl.VIPController{Etcd: opts.EtcdClient, Hostname: func() string { h, _ := os.Hostname(); return h }},
 			// KubeSpan's WireGuard link is the node's kernel's.
 			kubespanctrl.NewConfigController(), &kubespanctrl.IdentityController{StateDir: opts.StateDir},
-			&kubespanctrl.PeerSpecController{}, &kubespanctrl.ManagerController{LoadModule: opts.LoadModule},
+			&kubespanctrl.PeerSpecController{}, &kubespanctrl.ManagerController{LoadModule: opts.LoadModule}, &kubespanctrl.EndpointController{},
 			// The hardware watchdog is the machine's: only a node on its own kernel drives one.
 			runtimectrl.NewWatchdogTimerConfigController(), &runtimectrl.WatchdogTimerController{})
 	}

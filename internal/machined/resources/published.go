@@ -57,6 +57,7 @@ var onlyOn = map[resource.Type]struct {
 	kubespan.IdentityType:              {metal, kubespanWhy},
 	kubespan.PeerSpecType:              {metal, kubespanWhy},
 	kubespan.PeerStatusType:            {metal, kubespanWhy},
+	kubespan.EndpointType:              {metal, kubespanWhy},
 	block.DeviceType:                   {metal, udevWhy},
 	block.DiscoveredVolumeType:         {metal, udevWhy},
 	block.SymlinkType:                  {metal, udevWhy},
@@ -152,9 +153,7 @@ var NotPublished = map[resource.Type]string{
 	network.EthernetStatusType:    "not yet: ethtool settings (EthernetConfig)",
 	network.ProbeSpecType:         "not yet: no connectivity probes",
 	network.ProbeStatusType:       "not yet: no connectivity probes",
-	kubespan.EndpointType:         "not yet: the endpoints KubeSpan peers learn from each other are not published",
 
-	cluster.ConfigType:           "MemberController reads the discovery settings from the machine config",
 	cluster.InfoType:             "not yet: the cluster's id and name are read from the machine config by their users",
 	kubeaccess.ConfigType:        "TalosAPIAccessController reads machine.features.kubernetesTalosAPIAccess from the machine config",
 	cri.RegistriesConfigType:     "RegistriesController writes containerd's hosts files straight from the machine config",

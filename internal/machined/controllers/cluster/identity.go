@@ -1,5 +1,5 @@
 // Package cluster holds the controllers of the cluster namespace: the node's identity and the
-// members of its cluster, found through the control planes' discovery registries.
+// members of its cluster, found through the discovery service (upstream's protocol) and merged.
 package cluster
 
 import (

@@ -13,7 +13,7 @@ import (
 	"github.com/talos-go/talos/internal/trustd"
 )
 
-// ServeTrustd runs the real trustd server (certificate signing and the discovery registry) on
+// ServeTrustd runs the real trustd server (certificate signing) on
 // host:50001 from the folder the trustd files controller wrote, until the test ends.
 func ServeTrustd(t *testing.T, dir, host string) {
 	t.Helper()
