@@ -25,6 +25,7 @@ import (
 	"github.com/talos-go/talos/internal/images"
 	blockctrl "github.com/talos-go/talos/internal/machined/controllers/block"
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
+	clusterk8sctrl "github.com/talos-go/talos/internal/machined/controllers/cluster/kubernetes"
 	configctrl "github.com/talos-go/talos/internal/machined/controllers/config"
 	controlplanectrl "github.com/talos-go/talos/internal/machined/controllers/controlplane"
 	crictrl "github.com/talos-go/talos/internal/machined/controllers/cri"
@@ -279,7 +280,8 @@ func modeControllers(opts Options, p platform.Network) []controller.Controller {
 	if opts.Mode.RunsKubernetes() {
 		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
 			&k8sctrl.NodeApplyController{}, &k8sctrl.TalosAPIAccessController{},
-			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{})
+			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{},
+			&clusterk8sctrl.KubernetesPushController{KubeletCert: k8sctrl.KubeletClientCert}, &clusterk8sctrl.KubernetesPullController{KubeletCert: k8sctrl.KubeletClientCert})
 	}
 
 	return list
