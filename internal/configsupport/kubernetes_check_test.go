@@ -81,9 +81,6 @@ func TestKubernetesRefusals(t *testing.T) {
 		"cluster.etcd.image": func(c *v1alpha1.Config) {
 			c.ClusterConfig.EtcdConfig.ContainerImage = "gcr.io/etcd-development/etcd:v3.5.0"
 		},
-		"cluster.discovery.registries.service.endpoint": func(c *v1alpha1.Config) {
-			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryService.RegistryEndpoint = "https://discovery.example/"
-		},
 	} {
 		t.Run(path, func(t *testing.T) {
 			cfg, err := in.Config(machine.TypeControlPlane)

@@ -12,7 +12,8 @@ var kubernetesRules = []Rule{
 	{Path: "cluster.controlPlane.localAPIServerPort", Test: "internal/machined/controllers/k8s.TestKubePrism"},
 	{Path: "cluster.clusterName", Test: "internal/e2e/container.TestKubeconfigMerged"},
 	{Path: "cluster.id", Test: "internal/machined/controllers/kubespan.TestConfigAndIdentity"},
-	{Path: "cluster.secret", NoEffect: "upstream encrypts the discovery service's affiliate data with it; here the nodes' registry is on the control planes, reached over mTLS with the machine token, so no shared secret is needed"},
+	// The discovery service's affiliates are encrypted with it: a node with another key sees none.
+	{Path: "cluster.secret", Test: "internal/machined/controllers/cluster.TestDiscoveryService"},
 	{Path: "cluster.apiServer.image", Test: "internal/machined/controllers/k8s.TestStaticPods"},
 	{Path: "cluster.apiServer.extraArgs", Test: "internal/machined/controllers/k8s.TestStaticPods"},
 	{Path: "cluster.apiServer.extraVolumes", Test: "internal/configsupport.TestControlPlaneFieldsTakeEffect"},
@@ -67,13 +68,13 @@ var kubernetesRules = []Rule{
 	// The deprecated subnet is advertisedSubnets' single-entry form (machinery returns it there).
 	{Path: "cluster.etcd.subnet", Test: "internal/machined/services.TestEtcdSubnetFromConfig"},
 
-	// Discovery: the control planes' own registry (served by trustd) stands for upstream's
-	// discovery service; the Kubernetes registry is not implemented (KubernetesSupport refuses
-	// disabled: false).
+	// Discovery: upstream's discovery service protocol, to the endpoint configured (talosctl
+	// cluster create runs one on the host); the Kubernetes registry is not implemented
+	// (KubernetesSupport refuses disabled: false).
 	{Path: "cluster.discovery.enabled", Test: "internal/machined/controllers/cluster.TestMembersDiscoveryDisabled"},
 	{Path: "cluster.discovery.registries.kubernetes.disabled", Test: "internal/machined/runtime.TestKubernetesSupport"},
 	{Path: "cluster.discovery.registries.service.disabled", Test: "internal/machined/controllers/cluster.TestMembersDiscoveryDisabled"},
-	{Path: "cluster.discovery.registries.service.endpoint", Refused: "the nodes keep their registry on the control planes; no outside discovery service is used", Fix: "remove it"},
+	{Path: "cluster.discovery.registries.service.endpoint", Test: "internal/machined/controllers/cluster.TestDiscoveryService"},
 
 	// kubelet.
 	{Path: "machine.kubelet.image", Test: "internal/configsupport.TestKubeletFieldsTakeEffect"},

@@ -35,17 +35,11 @@ func KubernetesSupport(cfg config.Config) error {
 			}
 		}
 
-		// Discovery runs through the control planes' own registry (served by trustd), which
-		// stands for upstream's discovery service.
+		// The discovery service registry speaks upstream's protocol to any endpoint.
 		if d := cluster.Discovery(); d.Enabled() {
 			if d.Registries().Kubernetes().Enabled() {
 				refuse("cluster.discovery.registries.kubernetes.disabled", "the Kubernetes discovery registry is not implemented",
-					"set it to true: the control planes' registry is used")
-			}
-
-			if ep := d.Registries().Service().Endpoint(); d.Registries().Service().Enabled() && ep != constants.DefaultDiscoveryServiceEndpoint {
-				refuse("cluster.discovery.registries.service.endpoint", fmt.Sprintf("%q would be an outside discovery service, and the nodes keep their registry on the control planes", ep),
-					"remove it")
+					"set it to true: the discovery service registry is used")
 			}
 		}
 

@@ -66,9 +66,9 @@ func TestKubernetesSupport(t *testing.T) {
 		{name: "kubernetes discovery registry", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryKubernetes.RegistryDisabled = new(false)
 		}, want: []string{"cluster.discovery.registries.kubernetes.disabled"}},
-		{name: "outside discovery service", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
-			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryService.RegistryEndpoint = "https://discovery.example/"
-		}, want: []string{"cluster.discovery.registries.service.endpoint", "discovery.example"}},
+		{name: "another discovery service is honoured", typ: machine.TypeWorker, patch: func(c *v1alpha1.Config) {
+			c.ClusterConfig.ClusterDiscoveryConfig.DiscoveryRegistries.RegistryService.RegistryEndpoint = "http://10.5.0.1:3000/"
+		}},
 		{name: "two at once, both named", typ: machine.TypeControlPlane, patch: func(c *v1alpha1.Config) {
 			c.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: "custom"}
 			c.ClusterConfig.ExternalCloudProviderConfig = &v1alpha1.ExternalCloudProviderConfig{ExternalEnabled: new(true)}
