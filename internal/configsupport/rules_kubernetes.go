@@ -69,10 +69,10 @@ var kubernetesRules = []Rule{
 	{Path: "cluster.etcd.subnet", Test: "internal/machined/services.TestEtcdSubnetFromConfig"},
 
 	// Discovery: upstream's discovery service protocol, to the endpoint configured (talosctl
-	// cluster create runs one on the host); the Kubernetes registry is not implemented
-	// (KubernetesSupport refuses disabled: false).
+	// cluster create runs one on the host); the Kubernetes registry is the Nodes' annotations,
+	// as upstream's.
 	{Path: "cluster.discovery.enabled", Test: "internal/machined/controllers/cluster.TestMembersDiscoveryDisabled"},
-	{Path: "cluster.discovery.registries.kubernetes.disabled", Test: "internal/machined/runtime.TestKubernetesSupport"},
+	{Path: "cluster.discovery.registries.kubernetes.disabled", Test: "internal/machined/controllers/cluster/kubernetes.TestKubernetesRegistry"},
 	{Path: "cluster.discovery.registries.service.disabled", Test: "internal/machined/controllers/cluster.TestMembersDiscoveryDisabled"},
 	{Path: "cluster.discovery.registries.service.endpoint", Test: "internal/machined/controllers/cluster.TestDiscoveryService"},
 

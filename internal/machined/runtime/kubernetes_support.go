@@ -35,14 +35,6 @@ func KubernetesSupport(cfg config.Config) error {
 			}
 		}
 
-		// The discovery service registry speaks upstream's protocol to any endpoint.
-		if d := cluster.Discovery(); d.Enabled() {
-			if d.Registries().Kubernetes().Enabled() {
-				refuse("cluster.discovery.registries.kubernetes.disabled", "the Kubernetes discovery registry is not implemented",
-					"set it to true: the discovery service registry is used")
-			}
-		}
-
 		if cluster.ExternalCloudProvider().Enabled() {
 			refuse("cluster.externalCloudProvider.enabled", "no cloud controller manager is built into this node image",
 				"set it to false (or remove cluster.externalCloudProvider)")
