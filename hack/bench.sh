@@ -99,6 +99,7 @@ for shape in "1 1" "3 1"; do
     echo "bench: $1+$2 run $i/$runs: Ready ${ready_all[-1]} ms, healthy ${healthy_all[-1]} ms" >&2
 
     if [ "$i" = "$runs" ]; then
+      cp "$out/create.log" "$out/create-$1-$2.log"
       sleep 30 # idle after health
       "$out/talosctl" cluster show --name bench | awk '/running/ {print $1}' >"$out/nodes"
       while read -r node; do
@@ -115,6 +116,26 @@ for shape in "1 1" "3 1"; do
   row "$1+$2 create to every node Ready (median of $runs)" "$ready" ms "-"
   row "$1+$2 create to healthy (median of $runs: ${healthy_all[*]})" "$healthy" ms "$goal_h"
 done
+
+# Where the 1+1 create's time goes (its last run): create's waits run one after another, each
+# line stamped when it printed, so each phase ends at its stamp (or at the previous one's, when it
+# was done before create looked). The node's first lines are its launch; "apid" is machined up;
+# the health checks are etcd, the API server (static pods), kubelet registration (nodes report),
+# CNI (nodes ready), kube-proxy and CoreDNS.
+phase_rows() {
+  awk '
+    / creating node .*controlplane/ && !cp {cp = 1; print $1, "control plane node launched (image mounted, machined starting)"}
+    /^[0-9]+ +[^ ].*: OK/ {
+      line = $0; sub(/^[0-9]+ +/, "", line); sub(/^waiting for /, "", line); sub(/: OK.*/, "", line)
+      if (!(line in seen)) {seen[line] = 1; print $1, line}
+    }' "$1"
+}
+if [ -f "$out/create-1-1.log" ]; then
+  echo "where the 1+1 create's time goes (last run; each phase ends at the stamp of its wait):" >&2
+  while read -r ms what; do
+    row "1+1 create phase done: $what" "$ms" ms "-"
+  done < <(phase_rows "$out/create-1-1.log")
+fi
 
 # Memory on the 1+1 cluster: the control plane's and the worker's cgroup, each service's RSS (the
 # largest of the nodes').
