@@ -97,7 +97,11 @@ func coreDNS(spec *k8s.BootstrapManifestsConfigSpec) []obj {
 								"httpGet":             obj{"path": "/health", "port": 8080, "scheme": "HTTP"},
 								"initialDelaySeconds": 60, "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 5,
 							},
-							"readinessProbe": obj{"httpGet": obj{"path": "/ready", "port": 8181, "scheme": "HTTP"}},
+							// Probed every 2 s, not kubelet's default 10 s: CoreDNS's first probe
+							// comes before its Kubernetes plugin has synced, and the next one is
+							// what a new cluster waits for to answer DNS (up to 10 s of idle wait
+							// in create's breakdown, docs/performance.md).
+							"readinessProbe": obj{"httpGet": obj{"path": "/ready", "port": 8181, "scheme": "HTTP"}, "periodSeconds": 2},
 							"volumeMounts":   []obj{{"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": true}},
 						}},
 						"dnsPolicy": "Default",
