@@ -145,7 +145,7 @@ func createNode(t *testing.T, nodes corev1client.NodeInterface, name, hostname s
 // own), with the Node's fields; a change travels, a deleted Node's affiliate goes, and a node
 // whose registry is disabled drops the ones it published and pushes nothing until enabled.
 func TestKubernetesRegistry(t *testing.T) {
-	kubeconfig := testenv.StartAPIServer(t, "127.5.63.1")
+	kubeconfig := testenv.StartAPIServer(t, "127.5.72.1")
 
 	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kubeconfig))
 	require.NoError(t, err)
