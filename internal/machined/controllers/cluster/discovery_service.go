@@ -18,6 +18,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 
 	"github.com/talos-go/talos/internal/version"
@@ -32,8 +33,9 @@ const ServicePrefix = "service/"
 
 // DiscoveryServiceController speaks upstream's discovery service protocol (discovery-client):
 // it sends the local affiliate, encrypted with the cluster's key, and the KubeSpan endpoints
-// harvested for the others, and publishes the affiliates of the cluster the service returns
-// as raw affiliates (cluster-raw, ID service/<node ID>).
+// harvested for the others (and withdraws the affiliate while the node is being reset), and
+// publishes the affiliates of the cluster the service returns as raw affiliates (cluster-raw,
+// ID service/<node ID>).
 type DiscoveryServiceController struct {
 	// Roots are the CAs a TLS discovery service's certificate must chain to; nil: the system's.
 	Roots func() (*x509.CertPool, error)
@@ -48,6 +50,7 @@ func (ctrl *DiscoveryServiceController) Inputs() []controller.Input {
 		{Namespace: config.NamespaceName, Type: cluster.ConfigType, ID: optional.Some(cluster.ConfigID), Kind: controller.InputWeak},
 		{Namespace: cluster.NamespaceName, Type: cluster.IdentityType, ID: optional.Some(cluster.LocalIdentity), Kind: controller.InputWeak},
 		{Namespace: kubespan.NamespaceName, Type: kubespan.EndpointType, Kind: controller.InputWeak},
+		{Namespace: runtimeres.NamespaceName, Type: runtimeres.MachineStatusType, ID: optional.Some(runtimeres.MachineStatusID), Kind: controller.InputWeak},
 	}
 }
 
@@ -177,6 +180,11 @@ func (ctrl *DiscoveryServiceController) Run(ctx context.Context, r controller.Ru
 			}
 		}
 
+		status, err := readOptional[*runtimeres.MachineStatus](ctx, r, runtimeres.MachineStatusID)
+		if err != nil {
+			return err
+		}
+
 		var others []*kubespan.EndpointSpec
 		for e := range harvested.All() {
 			others = append(others, e.TypedSpec())
@@ -184,7 +192,17 @@ func (ctrl *DiscoveryServiceController) Run(ctx context.Context, r controller.Ru
 
 		// Only a change is sent: the service echoes each update back through the watch, which
 		// would otherwise loop.
-		if sent := []any{*local.TypedSpec(), others}; !reflect.DeepEqual(sent, s.sent) {
+		sent := []any{*local.TypedSpec(), others}
+
+		switch {
+		case status != nil && status.TypedSpec().Stage == runtimeres.MachineStageResetting:
+			// A node being reset leaves the cluster: the others stop listing it at once rather
+			// than after the TTL (as upstream). A reset that fails sends it again.
+			if !s.deleted {
+				s.client.DeleteLocalAffiliate()
+				s.sent, s.deleted = nil, true
+			}
+		case !reflect.DeepEqual(sent, s.sent):
 			if err = s.client.SetLocalData(toProto(local.TypedSpec()), otherEndpoints(others)); err != nil {
 				return fmt.Errorf("discovery service: setting the local affiliate: %w", err)
 			}

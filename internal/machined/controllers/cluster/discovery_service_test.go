@@ -14,6 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/stretchr/testify/assert"
 
 	clusterctrl "github.com/talos-go/talos/internal/machined/controllers/cluster"
@@ -24,7 +25,7 @@ import (
 // TestDiscoveryService: the nodes of one cluster find each other through a real discovery
 // service (members, raw and merged affiliates, KubeSpan data and harvested endpoints); a node
 // of another cluster, or of this cluster's ID with another key, sees none of them and is seen
-// by none; discovery turned off withdraws a node from the others' lists.
+// by none; discovery turned off, or a reset, withdraws a node from the others' lists.
 func TestDiscoveryService(t *testing.T) {
 	endpoint := testenv.StartDiscovery(t)
 	cpAddr, wAddr := testAddr(11), testAddr(12)
@@ -120,5 +121,18 @@ func TestDiscoveryService(t *testing.T) {
 	// On again: back in both lists.
 	w.Put(ctest.MachineConfig(t, machine.TypeWorker, discovery(true, true, endpoint)))
 	ctest.AssertIDs[*cluster.Member](w, "cp1", "w1")
+	ctest.AssertIDs[*cluster.Member](cp, "cp1", "w1")
+
+	// A node being reset withdraws itself; a reset that fails (running again) comes back.
+	status := runtimeres.NewMachineStatus()
+	status.TypedSpec().Stage = runtimeres.MachineStageResetting
+	w.Create(status)
+	ctest.AssertIDs[*cluster.Member](cp, "cp1")
+
+	ctest.Update(w, status, func(r *runtimeres.MachineStatus) error {
+		r.TypedSpec().Stage = runtimeres.MachineStageRunning
+
+		return nil
+	})
 	ctest.AssertIDs[*cluster.Member](cp, "cp1", "w1")
 }
