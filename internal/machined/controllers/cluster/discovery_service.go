@@ -257,7 +257,7 @@ func (ctrl *DiscoveryServiceController) start(ctx context.Context, log *zap.Logg
 	// The client logs its own failures (the endpoint and the error, never the key) and retries.
 	log.Info("discovery service client started", zap.String("endpoint", spec.ServiceEndpoint), zap.Bool("insecure", spec.ServiceEndpointInsecure))
 
-	go func() { s.done <- client.Run(runCtx, log.With(zap.String("endpoint", spec.ServiceEndpoint)), notify) }()
+	go func() { s.done <- client.Run(runCtx, log, notify) }()
 
 	return s, nil
 }

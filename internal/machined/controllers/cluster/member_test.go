@@ -66,6 +66,13 @@ func discovery(enabled, service bool, endpoint string) func(*v1alpha1.Config) {
 func startNode(t *testing.T) *ctest.Env {
 	t.Helper()
 
+	return startNodeWith(t, &clusterctrl.DiscoveryServiceController{})
+}
+
+// startNodeWith runs a node's discovery controllers with this discovery service controller.
+func startNodeWith(t *testing.T, service *clusterctrl.DiscoveryServiceController) *ctest.Env {
+	t.Helper()
+
 	return ctest.Start(t,
 		configctrl.NewMachineTypeController(),
 		k8sctrl.NewNodenameController(),
@@ -73,7 +80,7 @@ func startNode(t *testing.T) *ctest.Env {
 		clusterctrl.NewConfigController(),
 		&clusterctrl.IdentityController{StateDir: t.TempDir()},
 		&clusterctrl.LocalAffiliateController{},
-		&clusterctrl.DiscoveryServiceController{},
+		service,
 		&clusterctrl.AffiliateMergeController{},
 		&clusterctrl.MemberController{},
 	)
