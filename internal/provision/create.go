@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -96,6 +97,13 @@ type Request struct {
 	// stopped with it; the nodes' configs trust it and mirror every registry through it.
 	WithRegistry bool
 
+	// NoClusterDiscovery is --with-cluster-discovery=false: the configs turn discovery off and
+	// no discovery service is started. DiscoveryEndpoint is --discovery-endpoint: the nodes use
+	// that service and none is started. Otherwise create starts one for the cluster (see
+	// startDiscovery), which the configs name unless they name another.
+	NoClusterDiscovery bool
+	DiscoveryEndpoint  string
+
 	// Generate are the choices made when the configs are generated (not with InputDir).
 	Generate GenerateOptions
 }
@@ -168,6 +176,10 @@ func (r *Request) check() error {
 		return errors.New("--wireguard-cidr: the WireGuard links are made by nodes on their own kernel: use --provisioner qemu")
 	case r.WireguardCIDR.IsValid() && r.WireguardCIDR.Bits() > 32-bitsFor(r.ControlPlanes+r.Workers+2):
 		return fmt.Errorf("--wireguard-cidr %s has too few addresses for %d nodes: give a larger network", r.WireguardCIDR, r.ControlPlanes+r.Workers)
+	case r.DiscoveryEndpoint != "" && !httpURL(r.DiscoveryEndpoint):
+		return fmt.Errorf("--discovery-endpoint %q: give the service's URL, http://host:port/ (plain gRPC) or https://host:port/ (TLS)", r.DiscoveryEndpoint)
+	case r.DiscoveryEndpoint != "" && r.NoClusterDiscovery:
+		return errors.New("--discovery-endpoint names a discovery service, and --with-cluster-discovery=false turns discovery off: drop one")
 	case r.CustomCNIURL != "" && !httpURL(r.CustomCNIURL):
 		return fmt.Errorf("--custom-cni-url %q: give the manifest's http:// or https:// URL", r.CustomCNIURL)
 	case r.NoIPv4 && !r.IPv6:
@@ -386,6 +398,23 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
+	// The discovery service's port is taken before anything is made: a port in use is refused
+	// at once, and the configs name the port the kernel picked.
+	var discoveryLn *net.TCPListener
+	if !req.NoClusterDiscovery && req.DiscoveryEndpoint == "" {
+		if discoveryLn, err = listenDiscovery(req.discoveryAddr()); err != nil {
+			return nil, nil, err
+		}
+
+		req.DiscoveryEndpoint = discoveryEndpoint(discoveryLn.Addr())
+
+		defer discoveryLn.Close() // startDiscovery closes it too; until then, a failure lets it go
+	}
+
+	if req.NoClusterDiscovery {
+		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithClusterDiscovery(false))
+	}
+
 	if err = os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -470,6 +499,9 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	}
 
 	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.networkCIDR().String(), Binary: req.Binary, Provisioner: req.Provisioner}
+	if discoveryLn != nil {
+		c.Discovery = &DiscoveryService{Endpoint: req.DiscoveryEndpoint}
+	}
 
 	if req.WithRegistry {
 		var regPatch string
@@ -531,6 +563,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 			return nil, nil, err
 		}
 
+		if nodeCfg, err = defaultDiscoveryEndpoint(nodeCfg, req.DiscoveryEndpoint); err != nil {
+			return nil, nil, err
+		}
+
 		if req.Provisioner == ProvisionerQEMU {
 			if nodeCfg, err = defaultTimeServer(nodeCfg, gateway(req.networkCIDR()).Addr()); err != nil {
 				return nil, nil, err
@@ -562,6 +598,10 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	case ProvisionerQEMU:
 		err = c.prepareQEMU(req, progress)
+	}
+
+	if err == nil && discoveryLn != nil {
+		err = c.startDiscovery(discoveryLn, progress)
 	}
 
 	if err != nil {
@@ -618,11 +658,19 @@ func (r *Request) checkConfigsDir() error {
 // applied (not the per-node hostname), and its talosconfig, to ConfigsDir.
 func (r *Request) writeConfigs(cfgs *Configs) error {
 	cp, err := patch(cfgs.ControlPlane, r.Patches, r.CPPatches)
+	if err == nil {
+		cp, err = defaultDiscoveryEndpoint(cp, r.DiscoveryEndpoint)
+	}
+
 	if err != nil {
 		return err
 	}
 
 	w, err := patch(cfgs.Worker, r.Patches, r.WorkerPatches)
+	if err == nil {
+		w, err = defaultDiscoveryEndpoint(w, r.DiscoveryEndpoint)
+	}
+
 	if err != nil {
 		return err
 	}
@@ -716,6 +764,14 @@ func Destroy(root, name string, progress io.Writer) error {
 		fmt.Fprintf(progress, "stopping the port forwarder\n")
 
 		if err = stopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
+			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
+		}
+	}
+
+	if c.Discovery != nil && c.Discovery.PID != 0 {
+		fmt.Fprintf(progress, "stopping the discovery service\n")
+
+		if err = stopProcess("the discovery service", c.Discovery.PID, c.Dir, 10*time.Second); err != nil {
 			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
 		}
 	}

@@ -86,6 +86,10 @@ type Cluster struct {
 	// Registry is --with-registry's (container provisioner): the nodes' mirror, stopped with
 	// the cluster.
 	Registry *Registry `yaml:"registry,omitempty"`
+
+	// Discovery is the discovery service create started for the cluster (none with
+	// --with-cluster-discovery=false or --discovery-endpoint), stopped with it.
+	Discovery *DiscoveryService `yaml:"discovery,omitempty"`
 }
 
 // DefaultStateRoot is where clusters are kept: ~/.talos/clusters.

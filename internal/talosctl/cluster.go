@@ -139,7 +139,9 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 			if req.KubeSpan = kubeSpan; kubeSpan && !discovery {
 				return errors.New("--with-kubespan: the nodes find their KubeSpan peers through cluster discovery: drop --with-cluster-discovery=false")
 			}
-			req.Generate.Options = append(req.Generate.Options, generate.WithClusterDiscovery(discovery), generate.WithInstallImage(installImage), generate.WithDebug(withDebug))
+			// Without discovery, the configs turn it off and no discovery service is started.
+			req.NoClusterDiscovery = !discovery
+			req.Generate.Options = append(req.Generate.Options, generate.WithInstallImage(installImage), generate.WithDebug(withDebug))
 
 			if req.Generate.Options, err = registryOptions(req.Generate.Options, mirrors, insecure); err != nil {
 				return err
@@ -298,7 +300,8 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.IntVar(&kubePrismPort, "kubeprism-port", constants.DefaultKubePrismPort, "KubePrism port (set to 0 to disable)")
 	f.IntVar(&cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
 	f.BoolVar(&waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
-	f.BoolVar(&discovery, "with-cluster-discovery", true, "enable cluster discovery")
+	f.BoolVar(&discovery, "with-cluster-discovery", true, "enable cluster discovery (a discovery service is started for the cluster, on the cluster network's gateway, port 3000, or a free port of the gateway's loopback address for process clusters; stopped with the cluster, its log discovery.log in the cluster's folder)")
+	f.StringVar(&req.DiscoveryEndpoint, "discovery-endpoint", "", "use the discovery service at this URL instead of starting one for the cluster: http://host:port/ (plain gRPC) or https://host:port/ (TLS), e.g. https://discovery.talos.dev/")
 	f.BoolVar(&ipv4, "ipv4", true, "enable IPv4 network in the cluster (false with --ipv6: an IPv6-only cluster)")
 	f.BoolVar(&req.IPv6, "ipv6", false, "enable IPv6 network in the cluster (qemu: the IPv6 network derived from --cidr is advertised on the bridge, the nodes lease addresses in it over DHCPv6)")
 	f.BoolVar(&kubeSpan, "with-kubespan", false, "enable KubeSpan system (qemu: a WireGuard mesh between the nodes, its peers found through discovery)")
@@ -605,6 +608,10 @@ func clusterShowCmd(name, provisioner *string, root func() (string, error)) *cob
 					c.Bridge, c.MTU, c.Kernel, c.Initrd, c.KVM, c.ConfigServer)
 			case c.Bridge != "":
 				fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nIMAGE             %s\n", c.Bridge, c.MTU, c.Image)
+			}
+
+			if c.Discovery != nil {
+				fmt.Fprintf(w, "DISCOVERY         %s\n", c.Discovery.Endpoint)
 			}
 
 			fmt.Fprintf(w, "STATE             %s\n\nNODES:\n\n", c.Dir)

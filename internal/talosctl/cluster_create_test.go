@@ -22,6 +22,8 @@ func TestClusterCreateRefusesFlags(t *testing.T) {
 		{[]string{"--control-plane-port", "70000"}, []string{"--control-plane-port 70000", "1-65535"}},
 		{[]string{"--registry-mirror", "docker.io"}, []string{`--registry-mirror "docker.io"`, "<registry host>=<mirror URL>"}},
 		{[]string{"--registry-mirror", "docker.io=10.5.0.1:5000"}, []string{"is not a URL"}},
+		{[]string{"--discovery-endpoint", "discovery.example.test"}, []string{`--discovery-endpoint "discovery.example.test"`, "http://host:port/"}},
+		{[]string{"--discovery-endpoint", "https://discovery.example.test/", "--with-cluster-discovery=false"}, []string{"--discovery-endpoint", "--with-cluster-discovery=false", "drop one"}},
 		{[]string{"--custom-cni-url", "cni.yaml"}, []string{`--custom-cni-url "cni.yaml"`, "http:// or https://"}},
 		{[]string{"--with-firewall", "deny"}, []string{`--with-firewall "deny"`, "accept or block"}},
 		{[]string{"--with-firewall", "block"}, []string{"--with-firewall", "--provisioner container or qemu"}},
@@ -84,5 +86,47 @@ func TestClusterCreateRegistryFlags(t *testing.T) {
 
 	if c := regs.Config()["10.5.0.1:5000"]; c == nil || !c.TLS().InsecureSkipVerify() {
 		t.Fatal("10.5.0.1:5000 does not skip TLS verification")
+	}
+}
+
+// --with-cluster-discovery=false reaches the configs (discovery off) and starts no discovery
+// service; --discovery-endpoint names the given service in them.
+func TestClusterCreateDiscoveryFlags(t *testing.T) {
+	for _, tc := range []struct {
+		flag    string
+		enabled bool
+		want    string
+	}{
+		{"--with-cluster-discovery=false", false, ""},
+		{"--discovery-endpoint=https://discovery.example.test/", true, "https://discovery.example.test/"},
+	} {
+		home := t.TempDir()
+		t.Chdir(home) // --skip-injecting-config writes the configs to the current folder
+
+		// The nodes (/bin/true) exit at once: only the configs and the cluster's folder count.
+		code, out, errOut := run(t, "--talosconfig", home+"/config", "cluster", "create", "--state", home, "--name", "dc", "--machined-path", "/bin/true",
+			"--cidr", "127.5.64.0/24", "--skip-injecting-config", tc.flag)
+		if code != 0 {
+			t.Fatalf("%s: %s %s", tc.flag, out, errOut)
+		}
+
+		if strings.Contains(out, "discovery service") {
+			t.Errorf("%s: a discovery service was started: %s", tc.flag, out)
+		}
+
+		for _, name := range []string{"controlplane.yaml", "worker.yaml", filepath.Join("dc", "dc-worker-1.yaml")} {
+			cfg, err := configloader.NewFromFile(filepath.Join(home, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if d := cfg.Cluster().Discovery(); d.Enabled() != tc.enabled || (tc.enabled && d.Registries().Service().Endpoint() != tc.want) {
+				t.Errorf("%s: %s has discovery %v at %s, want %v at %s", tc.flag, name, d.Enabled(), d.Registries().Service().Endpoint(), tc.enabled, tc.want)
+			}
+		}
+
+		if code, out, errOut = run(t, "cluster", "destroy", "--state", home, "--name", "dc"); code != 0 {
+			t.Fatalf("destroy: %s %s", out, errOut)
+		}
 	}
 }
