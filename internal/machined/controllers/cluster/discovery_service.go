@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 
@@ -56,8 +58,9 @@ func (ctrl *DiscoveryServiceController) Inputs() []controller.Input {
 
 // Outputs implements controller.Controller.
 func (ctrl *DiscoveryServiceController) Outputs() []controller.Output {
-	// Shared: the Kubernetes registry writes its raw affiliates beside these.
-	return []controller.Output{{Type: cluster.AffiliateType, Kind: controller.OutputShared}}
+	// Shared: the Kubernetes registry writes its raw affiliates beside these, and the network
+	// controllers the node's own addresses.
+	return []controller.Output{{Type: cluster.AffiliateType, Kind: controller.OutputShared}, {Type: network.AddressStatusType, Kind: controller.OutputShared}}
 }
 
 // session is one discovery client, for one version of the discovery config.
@@ -125,7 +128,7 @@ func (ctrl *DiscoveryServiceController) Run(ctx context.Context, r controller.Ru
 				s.deleted = true
 			}
 
-			if err = ctrl.publish(ctx, r, nil); err != nil {
+			if err = ctrl.publish(ctx, r, nil, nil); err != nil {
 				return err
 			}
 
@@ -210,7 +213,7 @@ func (ctrl *DiscoveryServiceController) Run(ctx context.Context, r controller.Ru
 			s.sent, s.deleted = sent, false
 		}
 
-		if err = ctrl.publish(ctx, r, s.client.GetAffiliates()); err != nil {
+		if err = ctrl.publish(ctx, r, s.client.GetAffiliates(), s.client.GetPublicIP()); err != nil {
 			return err
 		}
 	}
@@ -262,10 +265,25 @@ func (ctrl *DiscoveryServiceController) start(ctx context.Context, log *zap.Logg
 	return s, nil
 }
 
-// publish writes the affiliates the service returned as raw affiliates and removes the others
-// this controller wrote.
-func (ctrl *DiscoveryServiceController) publish(ctx context.Context, r controller.Runtime, affiliates []*discoveryclient.Affiliate) error {
+// PublicAddressID is the AddressStatus (namespace cluster) holding the node's address as the
+// discovery service saw it, which KubeSpan announces as an endpoint too (a node behind NAT).
+const PublicAddressID = "service"
+
+// publish writes the affiliates the service returned as raw affiliates and the node's address
+// as the service saw it (publicIP, empty while unknown), and removes what this controller wrote
+// before and does no longer hold.
+func (ctrl *DiscoveryServiceController) publish(ctx context.Context, r controller.Runtime, affiliates []*discoveryclient.Affiliate, publicIP []byte) error {
 	r.StartTrackingOutputs()
+
+	if addr, ok := parseAddr(publicIP); ok {
+		if err := safe.WriterModify(ctx, r, network.NewAddressStatus(cluster.NamespaceName, PublicAddressID), func(res *network.AddressStatus) error {
+			res.TypedSpec().Address = netip.PrefixFrom(addr, addr.BitLen())
+
+			return nil
+		}); err != nil {
+			return fmt.Errorf("writing the public address: %w", err)
+		}
+	}
 
 	for _, a := range affiliates {
 		if a.Affiliate == nil || a.Affiliate.NodeId == "" {
@@ -281,5 +299,6 @@ func (ctrl *DiscoveryServiceController) publish(ctx context.Context, r controlle
 		}
 	}
 
-	return r.CleanupOutputs(ctx, resource.NewMetadata(cluster.RawNamespaceName, cluster.AffiliateType, "", resource.VersionUndefined))
+	return r.CleanupOutputs(ctx, resource.NewMetadata(cluster.RawNamespaceName, cluster.AffiliateType, "", resource.VersionUndefined),
+		resource.NewMetadata(cluster.NamespaceName, network.AddressStatusType, "", resource.VersionUndefined))
 }

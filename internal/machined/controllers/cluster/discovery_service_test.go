@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cosi-project/runtime/pkg/resource/rtestutils"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/kubespan"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/stretchr/testify/assert"
 
@@ -23,9 +25,10 @@ import (
 )
 
 // TestDiscoveryService: the nodes of one cluster find each other through a real discovery
-// service (members, raw and merged affiliates, KubeSpan data and harvested endpoints); a node
-// of another cluster, or of this cluster's ID with another key, sees none of them and is seen
-// by none; discovery turned off, or a reset, withdraws a node from the others' lists.
+// service (members, raw and merged affiliates, KubeSpan data with the address the service saw,
+// and harvested endpoints); a node of another cluster, or of this cluster's ID with another
+// key, sees none of them and is seen by none; discovery turned off, or a reset, withdraws a
+// node from the others' lists.
 func TestDiscoveryService(t *testing.T) {
 	endpoint := testenv.StartDiscovery(t)
 	cpAddr, wAddr := testAddr(11), testAddr(12)
@@ -83,13 +86,21 @@ func TestDiscoveryService(t *testing.T) {
 	ctest.AssertIDs[*cluster.Member](w, "cp1", "w1")
 	ctest.AssertIDs[*cluster.Affiliate](w, slices.Sorted(slices.Values([]string{cpID, wID}))...)
 
+	// The service tells each node the address it came from (here loopback), which KubeSpan
+	// announces as an endpoint too (a node behind NAT).
+	ctest.AssertResource(cp, clusterctrl.PublicAddressID, func(r *network.AddressStatus, a *assert.Assertions) {
+		a.Equal(netip.MustParsePrefix("127.0.0.1/32"), r.TypedSpec().Address)
+	}, rtestutils.WithNamespace(cluster.NamespaceName))
+
 	// The worker's raw affiliate of the control plane is the service's, by node ID, with the
 	// KubeSpan data it was sent.
 	ctest.AssertResource(w, clusterctrl.ServicePrefix+cpID, func(r *cluster.Affiliate, a *assert.Assertions) {
 		k := r.TypedSpec().KubeSpan
 		a.Equal("cp-key", k.PublicKey)
 		a.Equal(netip.MustParseAddr("fd00::1"), k.Address)
-		a.Equal([]netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(cpAddr), constants.KubeSpanDefaultPort)}, k.Endpoints)
+		a.ElementsMatch([]netip.AddrPort{
+			netip.AddrPortFrom(netip.MustParseAddr(cpAddr), constants.KubeSpanDefaultPort), netip.MustParseAddrPort("127.0.0.1:51820"),
+		}, k.Endpoints)
 		a.Equal([]netip.Prefix{netip.MustParsePrefix("10.244.0.0/32"), netip.MustParsePrefix("10.244.0.1/32")}, k.AdditionalAddresses)
 	}, rawNamespace())
 
@@ -100,7 +111,9 @@ func TestDiscoveryService(t *testing.T) {
 	harvested.TypedSpec().AffiliateID, harvested.TypedSpec().Endpoint = cpID, netip.MustParseAddrPort("192.0.2.7:40000")
 	w.Create(harvested)
 
-	want := []netip.AddrPort{netip.MustParseAddrPort(net.JoinHostPort(cpAddr, "51820")), netip.MustParseAddrPort("192.0.2.7:40000")}
+	want := []netip.AddrPort{
+		netip.MustParseAddrPort(net.JoinHostPort(cpAddr, "51820")), netip.MustParseAddrPort("127.0.0.1:51820"), netip.MustParseAddrPort("192.0.2.7:40000"),
+	}
 
 	ctest.AssertResource(w, cpID, func(r *cluster.Affiliate, a *assert.Assertions) {
 		a.ElementsMatch(want, r.TypedSpec().KubeSpan.Endpoints)

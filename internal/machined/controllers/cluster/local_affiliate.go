@@ -43,6 +43,7 @@ func (ctrl *LocalAffiliateController) Inputs() []controller.Input {
 		{Namespace: k8s.ControlPlaneNamespaceName, Type: k8s.APIServerConfigType, ID: optional.Some(k8s.APIServerConfigID), Kind: controller.InputWeak},
 		{Namespace: kubespan.NamespaceName, Type: kubespan.IdentityType, ID: optional.Some(kubespan.LocalIdentity), Kind: controller.InputWeak},
 		{Namespace: config.NamespaceName, Type: kubespan.ConfigType, ID: optional.Some(kubespan.ConfigID), Kind: controller.InputWeak},
+		{Namespace: cluster.NamespaceName, Type: network.AddressStatusType, Kind: controller.InputWeak}, // the public address
 	}
 }
 
@@ -196,14 +197,28 @@ func localAffiliate(ctx context.Context, r controller.Reader) (*cluster.Affiliat
 	}
 
 	if ks != nil && ksCfg != nil {
-		spec.KubeSpan = kubeSpanAffiliate(ks.TypedSpec(), ksCfg.TypedSpec(), spec.Addresses, pods)
+		// The addresses registries saw the node at (behind NAT, its public one) are endpoints too.
+		public, err := safe.ReaderList[*network.AddressStatus](ctx, r, resource.NewMetadata(cluster.NamespaceName, network.AddressStatusType, "", resource.VersionUndefined))
+		if err != nil {
+			return nil, fmt.Errorf("listing the public addresses: %w", err)
+		}
+
+		endpointAddrs := slices.Clone(spec.Addresses)
+
+		for a := range public.All() {
+			if addr := a.TypedSpec().Address.Addr(); addr.IsValid() && !slices.Contains(endpointAddrs, addr) {
+				endpointAddrs = append(endpointAddrs, addr)
+			}
+		}
+
+		spec.KubeSpan = kubeSpanAffiliate(ks.TypedSpec(), ksCfg.TypedSpec(), endpointAddrs, pods)
 	}
 
 	return spec, nil
 }
 
 // kubeSpanAffiliate is this node's KubeSpan peer as the others see it: its key, its KubeSpan
-// address and its WireGuard port on each of its addresses (and the config's extra endpoints);
+// address and its WireGuard port on each of addrs (and the config's extra endpoints);
 // with advertiseKubernetesNetworks, its pod networks, which the others then route to it
 // through KubeSpan.
 func kubeSpanAffiliate(id *kubespan.IdentitySpec, cfg *kubespan.ConfigSpec, addrs []netip.Addr, pods []netip.Prefix) cluster.KubeSpanAffiliateSpec {

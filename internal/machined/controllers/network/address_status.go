@@ -26,7 +26,9 @@ func (ctrl *AddressStatusController) Inputs() []controller.Input { return nil }
 
 // Outputs implements controller.Controller.
 func (ctrl *AddressStatusController) Outputs() []controller.Output {
-	return []controller.Output{{Type: network.AddressStatusType, Kind: controller.OutputExclusive}}
+	// Shared: the discovery service's view of the node's public address is one too (namespace
+	// cluster, as upstream's).
+	return []controller.Output{{Type: network.AddressStatusType, Kind: controller.OutputShared}}
 }
 
 // Run implements controller.Controller.
