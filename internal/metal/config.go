@@ -1,6 +1,8 @@
 package metal
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,13 +93,21 @@ func FetchConfig(ctx context.Context, rawURL, dst string) error {
 // console's lines. With notFoundFinal, a 404 is an answer (platform.ErrNotFound), not tried
 // again: a platform's optional document.
 func download(ctx context.Context, what, rawURL string, notFoundFinal bool) ([]byte, error) {
+	return request(ctx, what, platform.Request{Method: http.MethodGet, URL: rawURL}, notFoundFinal)
+}
+
+// request is download for any method, headers and body (a cloud's metadata service: IMDSv2's
+// token is a PUT with a header, GCP's answers only with Metadata-Flavor: Google).
+func request(ctx context.Context, what string, r platform.Request, notFoundFinal bool) ([]byte, error) {
+	rawURL := r.URL
+
 	ctx, cancel := context.WithTimeout(ctx, configFetchFor)
 	defer cancel()
 
 	wait := time.Second
 
 	for {
-		body, err := fetchOnce(ctx, rawURL)
+		body, err := fetchOnce(ctx, r)
 		if err == nil || (notFoundFinal && errors.Is(err, platform.ErrNotFound)) {
 			return body, err
 		}
@@ -114,13 +124,19 @@ func download(ctx context.Context, what, rawURL string, notFoundFinal bool) ([]b
 	}
 }
 
-func fetchOnce(ctx context.Context, rawURL string) ([]byte, error) {
+func fetchOnce(ctx context.Context, r platform.Request) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, configTryFor)
 	defer cancel()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	method, rawURL := cmp.Or(r.Method, http.MethodGet), r.URL
+
+	req, err := http.NewRequestWithContext(ctx, method, rawURL, bytes.NewReader(r.Body))
 	if err != nil {
 		return nil, err
+	}
+
+	for k, v := range r.Header {
+		req.Header[k] = v
 	}
 
 	resp, err := http.DefaultClient.Do(req)
@@ -130,20 +146,20 @@ func fetchOnce(ctx context.Context, rawURL string) ([]byte, error) {
 	defer resp.Body.Close()
 
 	if resp.StatusCode == http.StatusNotFound {
-		return nil, fmt.Errorf("GET %s: %s: %w", rawURL, resp.Status, platform.ErrNotFound)
+		return nil, fmt.Errorf("%s %s: %s: %w", method, rawURL, resp.Status, platform.ErrNotFound)
 	}
 
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", rawURL, resp.Status)
+		return nil, fmt.Errorf("%s %s: %s", method, rawURL, resp.Status)
 	}
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, configMaxSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", rawURL, err)
+		return nil, fmt.Errorf("%s %s: %w", method, rawURL, err)
 	}
 
 	if len(body) > configMaxSize {
-		return nil, fmt.Errorf("GET %s: larger than %d MiB: not a machine config", rawURL, configMaxSize>>20)
+		return nil, fmt.Errorf("%s %s: larger than %d MiB: not a machine config", method, rawURL, configMaxSize>>20)
 	}
 
 	return body, nil

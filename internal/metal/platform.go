@@ -89,6 +89,9 @@ func platformEnv(cmdline Cmdline, mods *Modules, net *bootNetwork) platform.Env 
 		Get: func(ctx context.Context, url string) ([]byte, error) {
 			return download(ctx, "talos.platform", url, true)
 		},
+		Do: func(ctx context.Context, r platform.Request) ([]byte, error) {
+			return request(ctx, "talos.platform", r, true)
+		},
 		Log: log,
 	}
 }

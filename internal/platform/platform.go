@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
@@ -61,8 +62,19 @@ type Env struct {
 	NetworkUp func() error
 	// Get downloads a URL, trying again for a while; ErrNotFound when the server answers 404.
 	Get func(ctx context.Context, url string) ([]byte, error)
+	// Do is Get for any method, headers and body (a cloud's metadata service), with the same
+	// tries and ErrNotFound.
+	Do func(ctx context.Context, r Request) ([]byte, error)
 	// Log writes a line to the console.
 	Log func(format string, args ...any)
+}
+
+// Request is an HTTP request of Env.Do; an empty Method is GET.
+type Request struct {
+	Method string
+	URL    string
+	Header http.Header
+	Body   []byte
 }
 
 // Errors an Env's functions return.
