@@ -20,6 +20,7 @@ import (
 func Main(args []string) error {
 	fs := flag.NewFlagSet("discovery-service", flag.ContinueOnError)
 	addr := fs.String("addr", ":3000", "address to serve the discovery API on")
+	fd := fs.Int("listener-fd", 0, "serve the listening socket inherited as this file descriptor instead of binding --addr (talosctl cluster create binds the port itself, so a port in use is refused before anything starts)")
 	snapshot := fs.String("snapshot", "", "file to keep the state in across restarts (none: memory only)")
 	interval := fs.Duration("snapshot-interval", DefaultSnapshotInterval, "how often to write the snapshot (also written on exit)")
 	certFile := fs.String("cert", "", "TLS certificate (PEM); with --key. Neither: plain gRPC")
@@ -59,9 +60,9 @@ func Main(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *addr)
+	l, err := listen(ctx, *addr, *fd)
 	if err != nil {
-		return fmt.Errorf("--addr %s: %w", *addr, err)
+		return err
 	}
 
 	if *metricsAddr != "" {
@@ -87,4 +88,26 @@ func Main(args []string) error {
 	logger.Info("discovery service stopped", zap.Error(err))
 
 	return err
+}
+
+// listen binds addr, or takes the listener inherited as fd when fd is set.
+func listen(ctx context.Context, addr string, fd int) (net.Listener, error) {
+	if fd == 0 {
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("--addr %s: %w", addr, err)
+		}
+
+		return l, nil
+	}
+
+	f := os.NewFile(uintptr(fd), "discovery listener")
+	defer f.Close() // FileListener dups it
+
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("--listener-fd %d: %w", fd, err)
+	}
+
+	return l, nil
 }

@@ -93,12 +93,18 @@ func (c *Cluster) startDiscovery(ln *net.TCPListener, progress io.Writer) error 
 
 	fmt.Fprintf(progress, "starting the discovery service at %s (snapshot in %s)\n", c.Discovery.Endpoint, dir)
 
-	// The service binds --addr itself: the port is let go just before it starts. The snapshot
-	// path, under the cluster's folder, also names the process for destroy (processRunning).
+	// The service serves ln itself (fd 3), so the port is never let go between the check and
+	// the start. The snapshot path, under the cluster's folder, also names the process for
+	// destroy (processRunning).
+	f, err := ln.File()
 	ln.Close()
 
-	var err error
-	if c.Discovery.PID, err = c.startDetached("discovery.log", nil, "discovery-service", "--addr", addr, "--snapshot", filepath.Join(dir, "snapshot")); err != nil {
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	if c.Discovery.PID, err = c.startDetached("discovery.log", []*os.File{f}, "discovery-service", "--listener-fd", "3", "--addr", addr, "--snapshot", filepath.Join(dir, "snapshot")); err != nil {
 		return fmt.Errorf("the discovery service: %w", err)
 	}
 
