@@ -41,6 +41,9 @@ const ServicePrefix = "service/"
 type DiscoveryServiceController struct {
 	// Roots are the CAs a TLS discovery service's certificate must chain to; nil: the system's.
 	Roots func() (*x509.CertPool, error)
+	// TTL is how long the service keeps what this node sent; 0: DiscoveryTTL. Only tests set
+	// it, to see a node that died without withdrawing expire in seconds rather than 30 minutes.
+	TTL time.Duration
 }
 
 // Name implements controller.Controller.
@@ -229,13 +232,18 @@ func (ctrl *DiscoveryServiceController) start(ctx context.Context, log *zap.Logg
 			len(spec.ServiceEncryptionKey))
 	}
 
+	ttl := ctrl.TTL
+	if ttl <= 0 {
+		ttl = DiscoveryTTL
+	}
+
 	opts := discoveryclient.Options{
 		Cipher:        block,
 		Endpoint:      spec.ServiceEndpoint,
 		ClusterID:     spec.ServiceClusterID,
 		AffiliateID:   localID,
 		ClientVersion: version.Tag,
-		TTL:           DiscoveryTTL,
+		TTL:           ttl,
 		Insecure:      spec.ServiceEndpointInsecure,
 	}
 

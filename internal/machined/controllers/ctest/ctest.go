@@ -7,6 +7,7 @@ package ctest
 import (
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,8 @@ type Env struct {
 	T     *testing.T
 	Ctx   context.Context // the test's context, ended by its cleanup
 	State state.State
+
+	stop func()
 }
 
 // Start runs ctrls on a fresh state until the test ends; the runtime must then stop cleanly.
@@ -60,14 +63,26 @@ func Start(t *testing.T, ctrls ...controller.Controller) *Env {
 
 	go func() { done <- rt.Run(ctx) }()
 
+	var once sync.Once
+
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			assert.NoError(t, <-done, "controller runtime")
+		})
+	}
+
 	// Cleanups run last-in first-out: the runtime stops before the folders the test made
 	// before Start go.
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done, "controller runtime")
-	})
+	t.Cleanup(stop)
 
-	return &Env{T: t, Ctx: ctx, State: st}
+	return &Env{T: t, Ctx: ctx, State: st, stop: stop}
+}
+
+// Stop stops the runtime before the test ends, as a node that dies: its controllers' contexts
+// end without any further step, and Ctx with them, so nothing more can be asserted on e.
+func (e *Env) Stop() {
+	e.stop()
 }
 
 // Create creates resources, as the node (or another controller) would.
