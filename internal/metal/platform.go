@@ -20,12 +20,13 @@ import (
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/platform/nocloud"
+	"github.com/talos-go/talos/internal/platform/openstack"
 	"github.com/talos-go/talos/internal/udev"
 )
 
 // platforms are the platforms with a source of their own, by talos.platform= value; metal's is
 // the boot's (talos.config=, ip=).
-var platforms = map[string]platform.Platform{platform.Nocloud: nocloud.Nocloud{}}
+var platforms = map[string]platform.Platform{platform.Nocloud: nocloud.Nocloud{}, platform.OpenStack: openstack.OpenStack{}}
 
 // volumeDir is where a platform's volume (nocloud's cidata) is mounted while it is read; in
 // InitramfsAdded.

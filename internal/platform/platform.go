@@ -22,12 +22,13 @@ import (
 
 // Names of the platforms a node boots on.
 const (
-	Metal   = "metal"
-	Nocloud = "nocloud"
+	Metal     = "metal"
+	Nocloud   = "nocloud"
+	OpenStack = "openstack"
 )
 
 // Known are the talos.platform= values a node boots with.
-var Known = []string{Metal, Nocloud}
+var Known = []string{Metal, Nocloud, OpenStack}
 
 // Check refuses a talos.platform= value that names no platform here, listing those that are.
 func Check(name string) error {

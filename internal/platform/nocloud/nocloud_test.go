@@ -250,7 +250,7 @@ func TestData(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	if err := platform.Check("openstack"); err == nil || err.Error() != `talos.platform="openstack" is not a platform this node boots on: give one of metal, nocloud` {
+	if err := platform.Check("no-such-cloud"); err == nil || err.Error() != `talos.platform="no-such-cloud" is not a platform this node boots on: give one of `+strings.Join(platform.Known, ", ") {
 		t.Errorf("error %v", err)
 	}
 
