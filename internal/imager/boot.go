@@ -61,11 +61,11 @@ type BootAssets struct {
 // WatchdogTimerConfig can drive where the machine has none the kernel knows), nf_tables and its conntrack match for the ingress
 // firewall, XFS for an installed disk's partitions, FAT for its EFI partition, dm-crypt and
 // its crypto for encrypted ones (metal.EncryptionModules), ISO 9660 for
-// talos.config=metal-iso, and the IDE controller and CD-ROM driver nocloud's cidata drive sits
+// talos.config=metal-iso, UDF for Azure's provisioning disc, and the IDE controller and CD-ROM driver nocloud's cidata drive sits
 // on under Proxmox (ata_piix, sr_mod), each with what it depends on.
 var bootModules = append(append(slices.Clone(metal.BootModules),
 	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod", "ata_piix", "sr_mod",
-	"bonding", "8021q", "bridge", "wireguard", "dummy", "softdog", "nf_tables", "nft_ct", "xfs", "vfat", "nls_cp437", "nls_ascii", "isofs"), metal.EncryptionModules...)
+	"bonding", "8021q", "bridge", "wireguard", "dummy", "softdog", "nf_tables", "nft_ct", "xfs", "vfat", "nls_cp437", "nls_ascii", "isofs", "udf"), metal.EncryptionModules...)
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
 // is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +20,9 @@ import (
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/platform"
+	"github.com/talos-go/talos/internal/platform/aws"
+	"github.com/talos-go/talos/internal/platform/azure"
+	"github.com/talos-go/talos/internal/platform/gcp"
 	"github.com/talos-go/talos/internal/platform/nocloud"
 	"github.com/talos-go/talos/internal/platform/openstack"
 	"github.com/talos-go/talos/internal/udev"
@@ -26,7 +30,7 @@ import (
 
 // platforms are the platforms with a source of their own, by talos.platform= value; metal's is
 // the boot's (talos.config=, ip=).
-var platforms = map[string]platform.Platform{platform.Nocloud: nocloud.Nocloud{}, platform.OpenStack: openstack.OpenStack{}}
+var platforms = map[string]platform.Platform{platform.Nocloud: nocloud.Nocloud{}, platform.OpenStack: openstack.OpenStack{}, platform.Azure: azure.Azure{}, platform.AWS: aws.AWS{}, platform.GCP: gcp.GCP{}}
 
 // volumeDir is where a platform's volume (nocloud's cidata) is mounted while it is read; in
 // InitramfsAdded.
@@ -86,6 +90,7 @@ func platformEnv(cmdline Cmdline, mods *Modules, net *bootNetwork) platform.Env 
 		Cmdline:   cmdline.Get,
 		Serial:    strings.TrimSpace(string(serial)),
 		Volume:    func(labels ...string) (string, string, func(), error) { return mountVolume(mods, labels) },
+		Disc:      func(file string) (string, string, func(), error) { return mountDisc(mods, file) },
 		NetworkUp: net.Up,
 		Get: func(ctx context.Context, url string) ([]byte, error) {
 			return download(ctx, "talos.platform", url, true)
@@ -114,6 +119,64 @@ func mountVolume(mods *Modules, labels []string) (string, string, func(), error)
 
 		if try == 4 {
 			return "", "", nil, fmt.Errorf("%s: %w", strings.Join(labels, " or "), platform.ErrNoVolume)
+		}
+
+		if _, err = mods.LoadForDevices("/sys"); err != nil {
+			return "", "", nil, err
+		}
+
+		time.Sleep(time.Second)
+	}
+}
+
+// discDrive matches the kernel's names of CD-ROM drives (SCSI, IDE's secondary channel), as
+// upstream's Azure platform looks for its provisioning disc.
+var discDrive = regexp.MustCompile(`^(sr[0-9]+|hd[c-z])$`)
+
+// mountDisc mounts read-only, one after another, the discs in the CD-ROM drives, as UDF (Azure's
+// provisioning disc) else ISO 9660, and returns the first with file at its root. The drives are
+// looked at again for a few seconds, as mountVolume's.
+func mountDisc(mods *Modules, file string) (string, string, func(), error) {
+	for _, m := range []string{"udf", "isofs"} {
+		if err := mods.Load(m); err != nil {
+			return "", "", nil, err
+		}
+	}
+
+	if err := os.MkdirAll(volumeDir, 0o700); err != nil {
+		return "", "", nil, err
+	}
+
+	for try := 0; ; try++ {
+		devs, err := partition.Devices("/sys")
+		if err != nil {
+			return "", "", nil, err
+		}
+
+		for _, d := range devs {
+			if !discDrive.MatchString(d.Name) {
+				continue
+			}
+
+			dev := filepath.Join("/dev", d.Name)
+
+			for _, fs := range []string{"udf", "iso9660"} {
+				if unix.Mount(dev, volumeDir, fs, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "") != nil {
+					continue // not this filesystem, or no disc in the drive
+				}
+
+				if _, err = os.Stat(filepath.Join(volumeDir, file)); err == nil {
+					return volumeDir, dev, func() { unix.Unmount(volumeDir, 0) }, nil //nolint:errcheck // read-only: nothing to lose
+				}
+
+				unix.Unmount(volumeDir, 0) //nolint:errcheck // read-only: nothing to lose
+
+				break
+			}
+		}
+
+		if try == 4 {
+			return "", "", nil, fmt.Errorf("a disc with %s: %w", file, platform.ErrNoVolume)
 		}
 
 		if _, err = mods.LoadForDevices("/sys"); err != nil {

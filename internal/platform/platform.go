@@ -24,11 +24,14 @@ import (
 const (
 	Metal     = "metal"
 	Nocloud   = "nocloud"
+	AWS       = "aws"
+	GCP       = "gcp"
 	OpenStack = "openstack"
+	Azure     = "azure"
 )
 
 // Known are the talos.platform= values a node boots with.
-var Known = []string{Metal, Nocloud, OpenStack}
+var Known = []string{Metal, Nocloud, OpenStack, Azure, AWS, GCP}
 
 // Check refuses a talos.platform= value that names no platform here, listing those that are.
 func Check(name string) error {
@@ -58,6 +61,10 @@ type Env struct {
 	// Volume mounts read-only the filesystem with one of labels and returns its folder, its
 	// device and its unmount; ErrNoVolume when no device has such a label.
 	Volume func(labels ...string) (dir, dev string, unmount func(), err error)
+	// Disc mounts read-only, one after another, the discs in the CD-ROM drives (UDF, else ISO
+	// 9660: Azure's provisioning disc) and returns the first with file at its root, its device
+	// and its unmount; ErrNoVolume when none has it.
+	Disc func(file string) (dir, dev string, unmount func(), err error)
 	// NetworkUp brings up the boot's network (ip=, else DHCP on every link), for a source that
 	// is reached over it.
 	NetworkUp func() error
