@@ -134,7 +134,8 @@ func mountVolume(mods *Modules, labels []string) (string, string, func(), error)
 var discDrive = regexp.MustCompile(`^(sr[0-9]+|hd[c-z])$`)
 
 // mountDisc mounts read-only, one after another, the discs in the CD-ROM drives, as UDF (Azure's
-// provisioning disc) else ISO 9660, and returns the first with file at its root. The drives are
+// provisioning disc) else ISO 9660, and returns the first with file at its root; its device is
+// named with the filesystem it was read as, for messages. The drives are
 // looked at again for a few seconds, as mountVolume's.
 func mountDisc(mods *Modules, file string) (string, string, func(), error) {
 	for _, m := range []string{"udf", "isofs"} {
@@ -166,7 +167,7 @@ func mountDisc(mods *Modules, file string) (string, string, func(), error) {
 				}
 
 				if _, err = os.Stat(filepath.Join(volumeDir, file)); err == nil {
-					return volumeDir, dev, func() { unix.Unmount(volumeDir, 0) }, nil //nolint:errcheck // read-only: nothing to lose
+					return volumeDir, dev + " (" + fs + ")", func() { unix.Unmount(volumeDir, 0) }, nil //nolint:errcheck // read-only: nothing to lose
 				}
 
 				unix.Unmount(volumeDir, 0) //nolint:errcheck // read-only: nothing to lose

@@ -63,7 +63,8 @@ type Env struct {
 	Volume func(labels ...string) (dir, dev string, unmount func(), err error)
 	// Disc mounts read-only, one after another, the discs in the CD-ROM drives (UDF, else ISO
 	// 9660: Azure's provisioning disc) and returns the first with file at its root, its device
-	// and its unmount; ErrNoVolume when none has it.
+	// (with the filesystem it was read as, for messages) and its unmount; ErrNoVolume when none
+	// has it.
 	Disc func(file string) (dir, dev string, unmount func(), err error)
 	// NetworkUp brings up the boot's network (ip=, else DHCP on every link), for a source that
 	// is reached over it.
