@@ -188,8 +188,10 @@ func etcdContainer(r *runtime.Runtime, o etcd.Options) func([]string) system.Run
 			OOMScoreAdj: o.OOMScoreAdj,
 			Log:         o.Log,
 			// Upstream's soft protection of etcd's memory (memory.low on cgroup v2, the
-			// soft limit on v1), in containerd's default cgroup.
+			// soft limit on v1) and its CPU shares, in upstream's /podruntime/etcd.
 			MemoryReservation: constants.CgroupEtcdReservedMemory,
+			CPUShares:         etcdCPUShares,
+			Cgroup:            cgroupOf(r, etcdCgroup),
 			FIFODir:           paths.FIFO,
 			Output:            o.Output,
 			GracefulTimeout:   15 * time.Second,

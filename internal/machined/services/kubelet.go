@@ -99,9 +99,12 @@ func Kubelet(r *runtime.Runtime) *system.Service {
 				HostPID:     true,
 				Privileged:  true,
 				OOMScoreAdj: oomScoreKubelet,
-				Log:         r.Log,
-				Output:      out,
-				Env:         userfiles.Env(r.Config()),
+				// Upstream's kubelet container runs in /podruntime/kubelet, the cgroup its
+				// kubeletCgroups names, with memory kept for it.
+				Cgroup: cgroupOf(r, kubeletCgroup),
+				Log:    r.Log,
+				Output: out,
+				Env:    userfiles.Env(r.Config()),
 			}, nil
 		},
 		HealthFunc: func(ctx context.Context) error { return KubeletHealth(ctx, KubeletHealthzURL) },

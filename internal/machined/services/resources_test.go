@@ -2,6 +2,7 @@ package services
 
 import (
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"testing"
 
@@ -24,15 +25,25 @@ func TestServiceCgroupsAreUpstreams(t *testing.T) {
 		path                string
 		parent              *runner.Cgroup
 		minimum, low, limit int64
+		weight              uint64
 	}{
-		{initCgroup, "/init", nil, 96 * mib, 192 * mib, 0},
-		{systemCgroup, "/system", nil, 96 * mib, 192 * mib, 0},
-		{containerdCgroup, "/system/runtime", systemCgroup, 48 * mib, 96 * mib, 0},
-		{apidCgroup, "/system/apid", systemCgroup, 16 * mib, 32 * mib, 128 * mib},
-		{trustdCgroup, "/system/trustd", systemCgroup, 8 * mib, 16 * mib, 24 * mib},
+		{initCgroup, "/init", nil, 96 * mib, 192 * mib, 0, runner.MillicoresToCPUWeight(2000)},
+		{systemCgroup, "/system", nil, 96 * mib, 192 * mib, 0, runner.MillicoresToCPUWeight(1500)},
+		{containerdCgroup, "/system/runtime", systemCgroup, 48 * mib, 96 * mib, 0, 20},
+		{apidCgroup, "/system/apid", systemCgroup, 16 * mib, 32 * mib, 128 * mib, 20},
+		{trustdCgroup, "/system/trustd", systemCgroup, 8 * mib, 16 * mib, 24 * mib, 10},
+		{podruntimeCgroup, "/podruntime", nil, 0, 0, 0, runner.MillicoresToCPUWeight(4000)},
+		{kubeletCgroup, "/podruntime/kubelet", podruntimeCgroup, 96 * mib, 192 * mib, 0, 39},
+		// etcd: a soft protection only, and 2000 millicores as 2048 shares, not capped.
+		{etcdCgroup, "/podruntime/etcd", podruntimeCgroup, 0, 256 * mib, 0, 79},
 	} {
-		assert.Equal(t, runner.Cgroup{Path: tc.path, Parent: tc.parent, MemoryMin: tc.minimum, MemoryLow: tc.low, MemoryMax: tc.limit}, *tc.cg)
+		assert.Equal(t, runner.Cgroup{Path: tc.path, Parent: tc.parent, MemoryMin: tc.minimum, MemoryLow: tc.low, MemoryMax: tc.limit, CPUWeight: tc.weight}, *tc.cg)
 	}
+
+	// The millicores above the node's CPUs weigh as its CPUs do: 39 a core.
+	cores := uint64(goruntime.NumCPU())
+	assert.Equal(t, runner.SharesToCPUWeight(min(4000, cores*1000)*1024/1000), podruntimeCgroup.CPUWeight, "%d CPUs", cores)
+	assert.Equal(t, uint64(2048), etcdCPUShares)
 }
 
 // apid and trustd get upstream's GOMEMLIMIT (four fifths of their cgroup's limit) and
@@ -68,14 +79,26 @@ func TestGoServicesResources(t *testing.T) {
 	assert.Equal(t, -450, oomScoreKubelet)
 }
 
-// etcd as a container gets upstream's oom_score_adj and memory reservation in its OCI spec.
+// etcd as a container gets upstream's oom_score_adj, memory reservation and CPU shares in its
+// OCI spec, and upstream's /podruntime/etcd on a node with cgroups of its own.
 func TestEtcdContainerResources(t *testing.T) {
-	r := &runtime.Runtime{Paths: runtime.Paths{Root: t.TempDir()}}
+	for _, tc := range []struct {
+		name   string
+		mode   runtime.Mode
+		cgroup *runner.Cgroup
+	}{
+		{"metal", runtime.Mode{Kind: runtime.Metal, PID1: true}, etcdCgroup},
+		{"not the node's init", runtime.Mode{Kind: runtime.Metal}, nil},
+	} {
+		r := &runtime.Runtime{Mode: tc.mode, Paths: runtime.Paths{Root: t.TempDir()}}
 
-	got := etcdContainer(r, etcd.Options{DataDir: "/var/lib/etcd", SecretsDir: "/system/secrets/etcd", OOMScoreAdj: oomScoreEtcd})([]string{"etcd"})
+		got := etcdContainer(r, etcd.Options{DataDir: "/var/lib/etcd", SecretsDir: "/system/secrets/etcd", OOMScoreAdj: oomScoreEtcd})([]string{"etcd"})
 
-	ctr, ok := got.(*runner.Containerd)
-	require.True(t, ok, "etcd runs as a container: %T", got)
-	assert.Equal(t, -998, ctr.OOMScoreAdj)
-	assert.Equal(t, int64(256*mib), ctr.MemoryReservation)
+		ctr, ok := got.(*runner.Containerd)
+		require.True(t, ok, "etcd runs as a container: %T", got)
+		assert.Equal(t, -998, ctr.OOMScoreAdj, tc.name)
+		assert.Equal(t, int64(256*mib), ctr.MemoryReservation, tc.name)
+		assert.Equal(t, uint64(2048), ctr.CPUShares, tc.name)
+		assert.Same(t, tc.cgroup, ctr.Cgroup, tc.name)
+	}
 }

@@ -54,9 +54,16 @@ type Containerd struct {
 	// MemoryReservation, when set, is the container's soft memory protection (runc writes
 	// memory.low on cgroup v2, memory.soft_limit_in_bytes on v1).
 	MemoryReservation int64
-	FIFODir           string // where containerd's stdio FIFOs go
-	Output            io.Writer
-	GracefulTimeout   time.Duration
+	// CPUShares, when set, is the container's CPU share (runc writes cpu.shares on cgroup v1,
+	// the cpu.weight it maps to on v2).
+	CPUShares uint64
+	// Cgroup, when set, is made with its figures before the container starts, and the
+	// container runs in it (the OCI spec's cgroupsPath) rather than in containerd's default
+	// /<namespace>/<id>.
+	Cgroup          *Cgroup
+	FIFODir         string // where containerd's stdio FIFOs go
+	Output          io.Writer
+	GracefulTimeout time.Duration
 }
 
 func (c *Containerd) String() string { return fmt.Sprintf("Containerd(%q)", c.ID) }
@@ -89,16 +96,29 @@ func (c *Containerd) Run(ctx context.Context) error {
 
 	removeContainer(bg, client, c.ID)
 
-	ctr, err := client.NewContainer(bg, c.ID, containerd.WithImage(img), containerd.WithNewSnapshot(c.ID, img), containerd.WithNewSpec(c.specOpts(img)...))
-	if err != nil {
-		return fmt.Errorf("creating container %s: %w", c.ID, err)
-	}
-	defer removeContainer(bg, client, c.ID)
-
 	out := c.Output
 	if out == nil {
 		out = io.Discard
 	}
+
+	// runc would make a missing cgroup without its parents' figures: they are made first. A
+	// node whose cgroups cannot be made runs the container in containerd's default cgroup,
+	// said in the service's log, as the process runner does.
+	cgroupPath := ""
+
+	if c.Cgroup != nil {
+		if _, err = c.Cgroup.Make(); err != nil {
+			fmt.Fprintf(out, "cgroup: %v: %s runs in containerd's default cgroup\n", err, c.ID)
+		} else {
+			cgroupPath = c.Cgroup.Path
+		}
+	}
+
+	ctr, err := client.NewContainer(bg, c.ID, containerd.WithImage(img), containerd.WithNewSnapshot(c.ID, img), containerd.WithNewSpec(c.specOpts(img, cgroupPath)...))
+	if err != nil {
+		return fmt.Errorf("creating container %s: %w", c.ID, err)
+	}
+	defer removeContainer(bg, client, c.ID)
 
 	creator := cio.NewCreator(cio.WithStreams(nil, out, out))
 	if c.FIFODir != "" {
@@ -157,7 +177,7 @@ func (c *Containerd) Run(ctx context.Context) error {
 
 // specOpts are the container's OCI spec: the image's config, the service's environment,
 // mounts and arguments, and the host namespaces, privileges and resources it asks for.
-func (c *Containerd) specOpts(img containerd.Image) []oci.SpecOpts {
+func (c *Containerd) specOpts(img containerd.Image, cgroupPath string) []oci.SpecOpts {
 	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithEnv(c.Env), oci.WithMounts(c.Mounts)}
 	if len(c.Args) > 0 {
 		opts = append(opts, oci.WithProcessArgs(c.Args...))
@@ -187,6 +207,14 @@ func (c *Containerd) specOpts(img containerd.Image) []oci.SpecOpts {
 
 	if oomScoreAdj != 0 || c.MemoryReservation > 0 {
 		opts = append(opts, withResources(oomScoreAdj, c.MemoryReservation))
+	}
+
+	if c.CPUShares > 0 {
+		opts = append(opts, oci.WithCPUShares(c.CPUShares))
+	}
+
+	if cgroupPath != "" {
+		opts = append(opts, oci.WithCgroup(cgroupPath))
 	}
 
 	if slices.ContainsFunc(c.Mounts, func(m specs.Mount) bool { return slices.Contains(m.Options, "rshared") }) {

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,6 +31,31 @@ type Cgroup struct {
 	MemoryMin int64   // memory.min: never reclaimed
 	MemoryLow int64   // memory.low: reclaimed only when nothing else is left
 	MemoryMax int64   // memory.max (memory.swap.max 0 with it), v1 memory.limit_in_bytes
+	// CPUWeight is cpu.weight (1-10000, the kernel's default 100), set on cgroup v2 only and
+	// only where the parent has the cpu controller; 0 leaves the default. v1's cpu.shares
+	// lives in another hierarchy (cpu,cpuacct), which these cgroups are not made in.
+	CPUWeight uint64
+}
+
+// MillicoresToShares is the cgroup v1 cpu.shares of a CPU figure in millicores, as upstream
+// converts it: 1024 shares a core.
+func MillicoresToShares(millicores uint64) uint64 { return millicores * 1024 / 1000 }
+
+// SharesToCPUWeight maps cpu.shares (2-262144) onto cgroup v2's cpu.weight (1-10000), the
+// linear map runc and upstream use.
+func SharesToCPUWeight(shares uint64) uint64 {
+	if shares < 2 {
+		shares = 2
+	}
+
+	return (shares-2)*9999/262142 + 1
+}
+
+// MillicoresToCPUWeight is the cpu.weight of a CPU figure in millicores, as upstream's system
+// cgroups get it: the figure is capped at the node's CPUs first, so on a 2-CPU node 4000
+// millicores weigh as 2000 do.
+func MillicoresToCPUWeight(millicores uint64) uint64 {
+	return SharesToCPUWeight(MillicoresToShares(min(millicores, uint64(runtime.NumCPU())*1000)))
 }
 
 func (c *Cgroup) String() string { return c.Path }
@@ -85,6 +112,14 @@ func (c *Cgroup) make(root string, version int) (string, error) {
 		if c.MemoryMax > 0 {
 			want = append(want, [2]string{"memory.swap.max", "0"})
 		}
+
+		if c.CPUWeight > 0 && hasController(filepath.Dir(dir), "cpu") {
+			if err := writeCgroupFile(filepath.Dir(dir), "cgroup.subtree_control", "+cpu"); err != nil {
+				return "", err
+			}
+
+			want = append(want, [2]string{"cpu.weight", strconv.FormatUint(c.CPUWeight, 10)})
+		}
 	} else {
 		want = append(want, [2]string{"memory.limit_in_bytes", limit(c.MemoryMax, "-1")})
 	}
@@ -101,6 +136,14 @@ func (c *Cgroup) make(root string, version int) (string, error) {
 	}
 
 	return dir, nil
+}
+
+// hasController reports whether the v2 cgroup dir may hand controller name down to its
+// children: a container node's cgroup may lack the cpu controller its host kept.
+func hasController(dir, name string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+
+	return err == nil && slices.Contains(strings.Fields(string(data)), name)
 }
 
 // figure is a v2 protection figure: 0 is none.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,4 +174,31 @@ func ownMemoryCgroup(t *testing.T, version int, pid ...int) string {
 	t.Fatalf("no memory cgroup for pid %d", p)
 
 	return ""
+}
+
+// The CPU figures map as upstream's do (its recorded conversions): 1024 shares a core, and
+// shares onto cpu.weight linearly from 2..262144 to 1..10000.
+func TestCPUWeights(t *testing.T) {
+	for _, tc := range []struct{ millicores, shares uint64 }{{100, 102}, {1000, 1024}, {2500, 2560}} {
+		if got := MillicoresToShares(tc.millicores); got != tc.shares {
+			t.Errorf("MillicoresToShares(%d) = %d, want %d", tc.millicores, got, tc.shares)
+		}
+	}
+
+	for _, tc := range []struct{ shares, weight uint64 }{{2, 1}, {102, 4}, {1024, 39}, {2048, 79}, {8192, 313}, {262144, 10000}} {
+		if got := SharesToCPUWeight(tc.shares); got != tc.weight {
+			t.Errorf("SharesToCPUWeight(%d) = %d, want %d", tc.shares, got, tc.weight)
+		}
+	}
+
+	// At most a core's worth is the same on every node; more is capped at the node's CPUs.
+	for _, tc := range []struct{ millicores, weight uint64 }{{100, 4}, {500, 20}, {1000, 39}} {
+		if got := MillicoresToCPUWeight(tc.millicores); got != tc.weight {
+			t.Errorf("MillicoresToCPUWeight(%d) = %d, want %d", tc.millicores, got, tc.weight)
+		}
+	}
+
+	if cores := uint64(runtime.NumCPU()); MillicoresToCPUWeight(cores*1000+500) != SharesToCPUWeight(cores*1024) {
+		t.Errorf("MillicoresToCPUWeight(%d) = %d, want the weight of the node's %d CPUs, %d", cores*1000+500, MillicoresToCPUWeight(cores*1000+500), cores, SharesToCPUWeight(cores*1024))
+	}
 }
