@@ -82,12 +82,7 @@ func firstLine(s string) string {
 
 // TestRenderCgroups renders a small cgroup tree with upstream's presets and a schema file.
 func TestRenderCgroups(t *testing.T) {
-	var buf bytes.Buffer
-
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-
-	for _, f := range []struct{ name, content string }{
+	root := cgroupTree(t, []struct{ name, content string }{
 		{"cgroup/", ""},
 		{"cgroup/memory.current", "2097152\n"},
 		{"cgroup/cpu.stat", "usage_usec 3000000\nuser_usec 2000000\nsystem_usec 1000000\nthrottled_usec 0\n"},
@@ -105,28 +100,7 @@ func TestRenderCgroups(t *testing.T) {
 		{"cgroup/apid/", ""},
 		{"cgroup/apid/sub/", ""}, // under a parent without cpu.stat (a cgroup v1 host's unified tree)
 		{"cgroup/apid/sub/cpu.stat", "user_usec 1000\n"},
-	} {
-		h := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.content)), Typeflag: tar.TypeReg}
-		if strings.HasSuffix(f.name, "/") {
-			h.Typeflag, h.Mode = tar.TypeDir, 0o755
-		}
-
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-
-		if _, err := tw.Write([]byte(f.content)); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	tw.Close()
-	gz.Close()
-
-	root, err := readCgroupTree(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 
 	names := cgroupNames{procs: map[string]string{"42": "etcd"}, devices: map[string]string{"8:0": "sda"}}
 
@@ -180,6 +154,133 @@ func TestRenderCgroups(t *testing.T) {
 	} {
 		if _, err := loadCgroupSchema(bad.file, bad.preset); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q %q: %v", bad.file, bad.preset, err)
+		}
+	}
+}
+
+// cgroupTree reads a tree as `talosctl cgroups` gets it: a gzipped tar of /sys/fs/cgroup.
+func cgroupTree(t *testing.T, files []struct{ name, content string }) *cgroupNode {
+	t.Helper()
+
+	var buf bytes.Buffer
+
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+
+	for _, f := range files {
+		h := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.content)), Typeflag: tar.TypeReg}
+		if strings.HasSuffix(f.name, "/") {
+			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+		}
+
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err := tw.Write([]byte(f.content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tw.Close()
+	gz.Close()
+
+	root, err := readCgroupTree(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return root
+}
+
+// The memory and cpu presets show a node's own cgroups as upstream lays them out: a tree with
+// the figures a 2-CPU metal node's machined and kubelet set (machined: memory.min, memory.low,
+// memory.max and cpu.weight; kubelet: /kubepods and its QoS classes).
+func TestRenderCgroupsNodeLayout(t *testing.T) {
+	type file = struct{ name, content string }
+
+	files := []file{{"cgroup/", ""}, {"cgroup/cgroup.procs", ""}}
+
+	for _, g := range []struct {
+		path           string
+		minimum, low   string
+		maxMem, weight string
+	}{
+		{"init", "100663296", "201326592", "max", "79"},
+		{"system", "100663296", "201326592", "max", "59"},
+		{"system/runtime", "50331648", "100663296", "max", "20"},
+		{"system/apid", "16777216", "33554432", "134217728", "20"},
+		{"system/trustd", "8388608", "16777216", "25165824", "10"},
+		{"podruntime", "0", "0", "max", "79"},
+		{"podruntime/etcd", "0", "268435456", "max", "79"},
+		{"podruntime/kubelet", "100663296", "201326592", "max", "39"},
+		{"kubepods", "0", "0", "1800000000", "77"},
+		{"kubepods/besteffort", "0", "0", "max", "1"},
+		{"kubepods/burstable", "0", "0", "max", "4"},
+	} {
+		dir := "cgroup/" + g.path + "/"
+		files = append(files, file{dir, ""}, file{dir + "memory.min", g.minimum + "\n"}, file{dir + "memory.low", g.low + "\n"},
+			file{dir + "memory.max", g.maxMem + "\n"}, file{dir + "cpu.weight", g.weight + "\n"}, file{dir + "memory.current", "1048576\n"})
+	}
+
+	root := cgroupTree(t, files)
+
+	for _, tc := range []struct {
+		preset string
+		rows   map[string][]string // a row's name, then what its row shows
+	}{
+		{"memory", map[string][]string{
+			"├──init":           {"96 MiB", "192 MiB"},
+			"    ├──apid":       {"16 MiB", "32 MiB", "128 MiB"},
+			"│   └──kubelet":    {"96 MiB", "192 MiB"},
+			"│   ├──etcd":       {"256 MiB"},
+			"    └──trustd":     {"8.0 MiB", "16 MiB", "24 MiB"},
+			"    ├──runtime":    {"48 MiB", "96 MiB"},
+			"├──kubepods":       {"1.7 GiB"},
+			"├──podruntime":     {"1.0 MiB"},
+			"└──system":         {"96 MiB", "192 MiB"},
+			"│   ├──besteffort": nil,
+		}},
+		{"cpu", map[string][]string{
+			"├──init":        {"79"},
+			"└──system":      {"59"},
+			"├──podruntime":  {"79"},
+			"│   ├──etcd":    {"79"},
+			"│   └──kubelet": {"39"},
+			"    └──trustd":  {"10"},
+			"├──kubepods":    {"77"},
+		}},
+	} {
+		schema, err := loadCgroupSchema("", tc.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		var out bytes.Buffer
+		if err := printCgroups(&out, schema, root, cgroupNames{}); err != nil {
+			t.Fatal(err)
+		}
+
+		for name, want := range tc.rows {
+			row := ""
+
+			for line := range strings.Lines(out.String()) {
+				if strings.HasPrefix(line, name+" ") {
+					row = line
+				}
+			}
+
+			if row == "" {
+				t.Errorf("preset %s: no row %q:\n%s", tc.preset, name, out.String())
+
+				continue
+			}
+
+			for _, w := range want {
+				if !strings.Contains(row, " "+w) {
+					t.Errorf("preset %s: row %q lacks %q", tc.preset, row, w)
+				}
+			}
 		}
 	}
 }
