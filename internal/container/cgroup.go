@@ -36,6 +36,10 @@ func unified() bool {
 	return err == nil
 }
 
+// Unified reports whether this machine runs cgroup v2 only, as a node with its own kernel does:
+// the container nodes then get upstream's cgroup layout with all its figures.
+func Unified() bool { return unified() }
+
 // CgroupDirs are the folders of the node cgroup named name (cluster/node), made or not.
 func CgroupDirs(name string) []string {
 	if unified() {

@@ -152,6 +152,8 @@ func (c *Cluster) createNetwork(req Request, progress io.Writer) error {
 		n.Cgroup = c.Name + "/" + n.Name
 	}
 
+	noteCgroups(progress)
+
 	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gateway(req.CIDR))
 
 	if err = container.CreateBridge(c.Bridge, gateway(req.CIDR), c.MTU); err != nil {
@@ -159,6 +161,14 @@ func (c *Cluster) createNetwork(req Request, progress io.Writer) error {
 	}
 
 	return masquerade(c.Bridge, req, progress)
+}
+
+// noteCgroups says, on a machine with cgroup v1 (legacy or hybrid), that the nodes' cgroups
+// are not upstream's: they are the host's v1 hierarchies (see docs/performance.md, Cgroups).
+func noteCgroups(progress io.Writer) {
+	if !container.Unified() {
+		fmt.Fprintln(progress, "this machine runs cgroup v1 (not v2 only): the nodes get cgroup v1 controllers, so their services' cgroups have hard memory limits but no memory.min or memory.low protection and no cpu.weight (docs/performance.md, Cgroups)")
+	}
 }
 
 // masquerade lets the nodes reach beyond this machine with its address (and turns on its IPv4

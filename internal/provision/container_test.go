@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 func TestContainerRequestRefused(t *testing.T) {
@@ -87,5 +90,34 @@ func assertRefused(t *testing.T, req Request, euid int, want ...string) {
 
 	if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
 		t.Errorf("the refused create left %v", entries)
+	}
+}
+
+// On a cgroup v1 machine `cluster create` says the nodes' cgroups lack v2's figures; on a
+// cgroup v2 machine (cgroup.controllers at the root) it says nothing.
+func TestNoteCgroups(t *testing.T) {
+	root := container.CgroupRoot
+	t.Cleanup(func() { container.CgroupRoot = root })
+
+	for _, tc := range []struct {
+		name   string
+		files  []string
+		wantV1 bool
+	}{
+		{"v1", []string{"memory/cgroup.procs"}, true},
+		{"v2", []string{"cgroup.controllers"}, false},
+	} {
+		container.CgroupRoot = t.TempDir()
+		for _, f := range tc.files {
+			testenv.WriteFile(t, filepath.Join(container.CgroupRoot, f), "", 0o644)
+		}
+
+		var out strings.Builder
+
+		noteCgroups(&out)
+
+		if got := strings.Contains(out.String(), "the nodes get cgroup v1 controllers") && strings.Contains(out.String(), "no memory.min or memory.low protection and no cpu.weight"); got != tc.wantV1 {
+			t.Errorf("%s machine: the note is %q", tc.name, out.String())
+		}
 	}
 }
