@@ -148,3 +148,138 @@ func assertTaskResources(t *testing.T, ctr containerd.Container, oomScoreAdj int
 		t.Errorf("%s = %q (%v), want %d", file, got, err, reservation)
 	}
 }
+
+// With a Cgroup the container runs in it (the OCI spec's cgroupsPath), made with its figures
+// before runc starts it, and its CPU shares reach the cpu controller (cpu.shares on cgroup v1,
+// the cpu.weight runc maps them to on v2). The cgroup is made under the test's own.
+func TestContainerdRunnerCgroup(t *testing.T) {
+	paths, _ := ctrdtest.StartContainerd(t)
+	ref := "registry.local/hello:v1"
+	archive := ctrdtest.HelloImage(t, ref)
+
+	v2 := false
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		v2 = true
+	}
+
+	own := ""
+
+	for line := range strings.Lines(readFile(t, "/proc/self/cgroup")) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) == 3 && ((v2 && parts[0] == "0") || (!v2 && slices.Contains(strings.Split(parts[1], ","), "memory"))) {
+			own = parts[2]
+		}
+	}
+
+	parent := &runner.Cgroup{Path: filepath.Join(own, fmt.Sprintf("ctrd-runner-test-%d", os.Getpid()))}
+	cg := &runner.Cgroup{Path: filepath.Join(parent.Path, "svc"), Parent: parent, MemoryMax: 64 << 20, CPUWeight: 79}
+
+	t.Cleanup(func() {
+		// runc makes the path in every v1 hierarchy and removes only the leaf.
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + cg.Path)
+		if v2 {
+			dirs = []string{"/sys/fs/cgroup" + cg.Path}
+		}
+
+		for _, d := range dirs {
+			os.Remove(d)               //nolint:errcheck // runc may have removed it
+			os.Remove(filepath.Dir(d)) //nolint:errcheck // not made in every hierarchy
+		}
+	})
+
+	out := &testenv.SyncBuffer{}
+	r := &runner.Containerd{Socket: paths.Socket, ID: "hello-cgroup", Image: ref, Archive: archive, FIFODir: paths.FIFO, Output: out,
+		GracefulTimeout: 10 * time.Second, Cgroup: cg, CPUShares: 2048}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- r.Run(ctx) }()
+
+	testenv.WaitFor(t, "the container's output", time.Minute, func() error {
+		if !strings.Contains(out.String(), "hello from the container") {
+			return fmt.Errorf("output so far: %q", out.String())
+		}
+
+		return nil
+	})
+
+	client, err := containerd.New(paths.Socket, containerd.WithDefaultNamespace(runner.SystemNamespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	ctr, err := client.LoadContainer(context.Background(), "hello-cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	task, err := ctr.Task(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want := map[string]string{}
+	if v2 {
+		want["memory.max"] = strconv.Itoa(64 << 20)
+		// runc writes the weight its shares map to, the cgroup's own figure too.
+		if strings.Contains(readFile(t, filepath.Join("/sys/fs/cgroup", filepath.Dir(own), "cgroup.controllers")), "cpu") {
+			want["cpu.weight"] = "79"
+		}
+	}
+
+	for line := range strings.Lines(readFile(t, fmt.Sprintf("/proc/%d/cgroup", task.Pid()))) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+
+		controllers := strings.Split(parts[1], ",")
+
+		switch {
+		case v2 && parts[0] == "0", !v2 && slices.Contains(controllers, "memory"), !v2 && slices.Contains(controllers, "cpu"):
+			if parts[2] != cg.Path {
+				t.Errorf("the task is in %s (%s), want %s", parts[2], line, cg.Path)
+			}
+		}
+
+		switch {
+		case !v2 && slices.Contains(controllers, "memory"):
+			want[filepath.Join("/sys/fs/cgroup/memory", cg.Path, "memory.limit_in_bytes")] = strconv.Itoa(64 << 20)
+		case !v2 && slices.Contains(controllers, "cpu"):
+			want[filepath.Join("/sys/fs/cgroup", parts[1], cg.Path, "cpu.shares")] = "2048"
+		}
+	}
+
+	for file, value := range want {
+		if !filepath.IsAbs(file) {
+			file = filepath.Join("/sys/fs/cgroup", cg.Path, file)
+		}
+
+		if got := strings.TrimSpace(readFile(t, file)); got != value {
+			t.Errorf("%s = %s, want %s", file, got, value)
+		}
+	}
+
+	if len(want) < 2 && !v2 {
+		t.Errorf("no memory and cpu hierarchies checked: %v", want)
+	}
+
+	cancel()
+
+	if err = <-done; err != nil {
+		t.Fatalf("stopping: %v", err)
+	}
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return string(data)
+}
