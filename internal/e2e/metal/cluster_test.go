@@ -119,6 +119,9 @@ func TestClusterCreateQEMU(t *testing.T) {
 		return nil
 	})
 
+	// machined's cgroups and kubelet's, as upstream's.
+	assertCgroupLayout(t, cli, node)
+
 	if out := cli.Must(t, "cluster", "show", "--name", "qemu-e2e"); !regexp.MustCompile(`qemu-e2e-controlplane-1\s+controlplane\s+10\.5\.7\.2\s+\d+\s+running`).MatchString(out) {
 		t.Errorf("cluster show: the node is not running:\n%s", out)
 	}
