@@ -2,7 +2,6 @@ package metal
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -121,7 +120,7 @@ func TestOpenStackFromMetadataService(t *testing.T) {
 	start := time.Now()
 	m := bootWith(t, qemuOptions{open: true}, "talos.platform=openstack")
 
-	serveOpenStackMetadata(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	serveAtMetadataAddress(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		served = append(served, r.URL.Path)
 		mu.Unlock()
@@ -160,28 +159,4 @@ func TestOpenStackFromMetadataService(t *testing.T) {
 		!strings.Contains(console, "openstack: read meta_data.json, network_data.json, user_data from the metadata service http://169.254.169.254/") {
 		t.Errorf("the console does not say where the documents were read")
 	}
-}
-
-// serveOpenStackMetadata serves h at http://169.254.169.254/ from the loopback of the test's own
-// network namespace, standing in for the cloud's metadata service.
-func serveOpenStackMetadata(t *testing.T, h http.Handler) {
-	t.Helper()
-
-	const addr = "169.254.169.254"
-
-	if out, err := exec.Command("ip", "address", "add", addr+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		t.Fatalf("adding %s to the test's loopback: %v\n%s", addr, err, out)
-	}
-
-	t.Cleanup(func() { exec.Command("ip", "address", "del", addr+"/32", "dev", "lo").Run() })
-
-	l, err := net.Listen("tcp", addr+":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
 }
