@@ -2,9 +2,7 @@ package metal
 
 import (
 	"fmt"
-	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,28 +17,11 @@ import (
 // linkLocalMetadata is the address the clouds' metadata services answer at.
 const linkLocalMetadata = "169.254.169.254"
 
-// serveAtMetadataAddress serves h at http://169.254.169.254/ from the test's own network
-// namespace: the address goes on its loopback, and the guest's connections, which QEMU's user
-// network makes from this namespace, reach it. It stands in for the cloud's metadata service;
-// nothing leaves the namespace.
+// serveAtMetadataAddress serves h at http://169.254.169.254/ (serveAt), where the clouds'
+// metadata services answer: it stands in for the cloud's service.
 func serveAtMetadataAddress(t *testing.T, h http.Handler) {
 	t.Helper()
-
-	if out, err := exec.Command("ip", "address", "add", linkLocalMetadata+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		t.Fatalf("adding %s to the test's loopback: %v\n%s", linkLocalMetadata, err, out)
-	}
-
-	t.Cleanup(func() { exec.Command("ip", "address", "del", linkLocalMetadata+"/32", "dev", "lo").Run() })
-
-	l, err := net.Listen("tcp", linkLocalMetadata+":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	serveAt(t, linkLocalMetadata, h)
 }
 
 // talos.platform=aws: the node brings its network up by DHCP and asks the instance metadata

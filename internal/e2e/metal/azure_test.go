@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,29 +16,6 @@ import (
 
 	"github.com/talos-go/talos/internal/testenv"
 )
-
-// serveAt serves h on addr:80 in the test's own network namespace, with addr on its loopback:
-// a guest on QEMU's open user network that connects to addr reaches it through QEMU, and
-// nothing leaves the namespace. The address goes when the test ends.
-func serveAt(t *testing.T, addr string, h http.Handler) {
-	t.Helper()
-
-	if out, err := exec.Command("ip", "address", "add", addr+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		t.Fatalf("adding %s to the loopback: %v\n%s", addr, err, out)
-	}
-
-	t.Cleanup(func() { exec.Command("ip", "address", "del", addr+"/32", "dev", "lo").Run() })
-
-	l, err := net.Listen("tcp", addr+":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-}
 
 // talos.platform=azure: the custom data (the machine config) in ovf-env.xml on a UDF disc in an
 // IDE CD-ROM drive, as Azure attaches its provisioning disc; the network by DHCP; the hostname

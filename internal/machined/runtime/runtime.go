@@ -26,7 +26,8 @@ import (
 // Runtime is shared by every part of one machined.
 type Runtime struct {
 	Mode Mode // the kind of node and what it has of its own, decided at start
-	// PlatformName is the platform a metal node booted on (talos.platform=: metal, nocloud);
+	// PlatformName is the platform a metal node booted on (talos.platform=: metal, nocloud,
+	// openstack, aws, gcp, azure);
 	// empty: Platform's.
 	PlatformName string
 	Address      string // the node's address (container mode: its loopback address)
