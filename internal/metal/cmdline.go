@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/talos-go/talos/internal/platform"
 )
 
 // Cmdline is the kernel command line: every value of each argument, in order.
@@ -180,7 +182,34 @@ var KSPPKernelArgs = []string{"init_on_alloc=1", "slab_nomerge", "pti=on"}
 
 // DefaultKernelArgs are the kernel arguments of a metal boot, as `make boot` writes them to
 // _out/boot/cmdline: the platform, the KSPP arguments and the serial console.
-var DefaultKernelArgs = append([]string{"talos.platform=metal"}, append(KSPPKernelArgs, "console=ttyS0", "printk.devkmsg=on")...)
+var DefaultKernelArgs = PlatformKernelArgs(platform.Metal)
+
+// platformConsoleArgs are the arguments each platform's own (upstream's KernelArgs, amd64)
+// besides talos.platform=: its consoles (the last one is /dev/console: the serial port the
+// cloud shows), and net.ifnames=0 where upstream asks it (Azure's also its early printk and
+// root delay).
+var platformConsoleArgs = map[string][]string{
+	platform.Metal:     {"console=ttyS0"},
+	platform.Nocloud:   {"console=tty1", "console=ttyS0"},
+	platform.OpenStack: {"console=tty1", "console=ttyS0"},
+	platform.AWS:       {"console=tty1", "console=ttyS0", "net.ifnames=0"},
+	platform.GCP:       {"console=ttyS0", "net.ifnames=0"},
+	platform.Azure:     {"console=ttyS0,115200n8", "earlyprintk=ttyS0,115200", "rootdelay=300", "net.ifnames=0"},
+}
+
+// PlatformKernelArgs are the kernel arguments a disk image for the platform boots with:
+// talos.platform=, the KSPP arguments, the platform's consoles and printk.devkmsg=on (nil for a
+// platform not in platform.Known).
+func PlatformKernelArgs(name string) []string {
+	consoles, ok := platformConsoleArgs[name]
+	if !ok {
+		return nil
+	}
+
+	args := append([]string{"talos.platform=" + name}, KSPPKernelArgs...)
+
+	return append(append(args, consoles...), "printk.devkmsg=on")
+}
 
 // CheckKSPP reports the KSPP arguments the command line lacks (or gives another value).
 func (c Cmdline) CheckKSPP() error {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/talos-go/talos/internal/platform"
 )
 
 func TestParseCmdline(t *testing.T) {
@@ -121,5 +123,33 @@ func TestCheckKSPP(t *testing.T) {
 	err := ParseCmdline("talos.platform=metal init_on_alloc=1 init_on_alloc=0 pti=on").CheckKSPP()
 	if err == nil || !strings.Contains(err.Error(), "KSPP arguments init_on_alloc=1 slab_nomerge:") {
 		t.Fatalf("got %v, want init_on_alloc=1 (the last value counts) and slab_nomerge named", err)
+	}
+}
+
+func TestPlatformKernelArgs(t *testing.T) {
+	if got, want := strings.Join(DefaultKernelArgs, " "), "talos.platform=metal init_on_alloc=1 slab_nomerge pti=on console=ttyS0 printk.devkmsg=on"; got != want {
+		t.Fatalf("metal's defaults changed: %q, want %q", got, want)
+	}
+
+	for _, name := range platform.Known {
+		args := PlatformKernelArgs(name)
+		c := ParseCmdline(strings.Join(args, " "))
+
+		if c.Get("talos.platform") != name || c.CheckKSPP() != nil {
+			t.Errorf("%s: %v: want talos.platform=%s and the KSPP arguments", name, args, name)
+		}
+
+		// The last console is /dev/console: the serial port every platform shows.
+		if consoles := c["console"]; len(consoles) == 0 || !strings.HasPrefix(consoles[len(consoles)-1], "ttyS0") {
+			t.Errorf("%s: consoles %v: the last is not ttyS0", name, consoles)
+		}
+	}
+
+	if got := strings.Join(PlatformKernelArgs("azure"), " "); !strings.Contains(got, "console=ttyS0,115200n8 earlyprintk=ttyS0,115200 rootdelay=300 net.ifnames=0") {
+		t.Errorf("azure: %q lacks upstream's serial console, early printk, root delay and net.ifnames=0", got)
+	}
+
+	if got := PlatformKernelArgs("vmware"); got != nil {
+		t.Errorf("a platform not known: %v, want nil", got)
 	}
 }
