@@ -16,14 +16,18 @@ else
 fi
 
 # GRUB's BIOS and UEFI images and grub-mkimage, for the disk an installed node boots from;
-# xorriso and mtools for grub-mkrescue's ISO; systemd's EFI stub for the UKI.
-if ! dpkg -s grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi >/dev/null 2>&1; then
+# xorriso and mtools for grub-mkrescue's ISO; systemd's EFI stub for the UKI; qemu-utils'
+# qemu-img for the OpenStack (qcow2) and Azure (VHD) disk images.
+pkgs="grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi qemu-utils"
+# shellcheck disable=SC2086 # a list of package names
+if ! dpkg -s $pkgs >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ]; then
-		echo "boot: Debian's grub-pc-bin, grub-efi-amd64-bin, xorriso, mtools or systemd-boot-efi is missing: run apt-get install grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi as root" >&2
+		echo "boot: one of Debian's $pkgs is missing: run apt-get install $pkgs as root" >&2
 		exit 1
 	fi
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq grub-pc-bin grub-efi-amd64-bin xorriso mtools systemd-boot-efi >/dev/null
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 fi
 
 # The meta package names the kernel's versioned package; both come from Debian's archive.
@@ -70,5 +74,7 @@ PCR_KEY=${PCR_KEY:-$OUT/pcr-signing-key.pem}
 if [ ! -f "$PCR_KEY" ]; then
 	"$OUT/imager" pcr-keygen --out "$PCR_KEY"
 fi
+# BOOT_PLATFORMS (nocloud, openstack, aws, gcp, azure, comma-separated, or all) adds those
+# platforms' disk images beside metal's; none by default, each costs a disk image's build.
 "$OUT/imager" boot --kernel "$kdir" --rootfs "$OUT/rootfs.sqsh" \
-	--keys "${IMAGE_KEY%.key}.pub" --pcr-key "$PCR_KEY" --out "$OUT/boot"
+	--keys "${IMAGE_KEY%.key}.pub" --pcr-key "$PCR_KEY" --platform "${BOOT_PLATFORMS:-}" --out "$OUT/boot"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/uki"
 )
 
@@ -29,7 +30,10 @@ type BootOptions struct {
 	// PCRKey is the PCR signing key (PEM RSA) the UKI's .pcrsig is signed with (optional): a
 	// node booted from it seals its TPM disk keys to PCR 11 values this key signs.
 	PCRKey string
-	Out    string // folder for vmlinuz and initramfs.img
+	// Platforms are the platforms (besides metal) whose disk images are built too, each with
+	// its kernel arguments in its format (ParsePlatforms).
+	Platforms []string
+	Out       string // folder for vmlinuz and initramfs.img
 }
 
 // Where Debian's grub-pc-bin and grub-efi-amd64-bin put GRUB's BIOS and UEFI modules.
@@ -52,7 +56,15 @@ type BootAssets struct {
 	KernelSize, InitrdN int64  // bytes
 	ISOSize, UKISize    int64
 	DiskImageSize       int64 // its size (a sparse file: most of it takes no space)
-	Modules             []string
+	// PlatformImages are the other platforms' disk images, by platform: path and size.
+	PlatformImages map[string]PlatformImageFile
+	Modules        []string
+}
+
+// PlatformImageFile is one platform's disk image as written.
+type PlatformImageFile struct {
+	Path string
+	Size int64 // bytes, of the file (holes included)
 }
 
 // bootModules are the modules the initramfs carries: metal.BootModules, the drivers of the
@@ -274,9 +286,26 @@ func (a *BootAssets) buildImages(opts BootOptions, grubDir, core, efi string) er
 	}
 
 	a.DiskImage = filepath.Join(opts.Out, DiskImageName)
-	err := buildDiskImage(diskImageInputs{kernel: a.Kernel, initramfs: a.Initramfs, bootImg: filepath.Join(grubDir, "boot.img"), coreImg: core, efi: efi, keys: opts.Keys}, a.DiskImage)
-	if err != nil {
+	in := diskImageInputs{kernel: a.Kernel, initramfs: a.Initramfs, bootImg: filepath.Join(grubDir, "boot.img"), coreImg: core, efi: efi, keys: opts.Keys}
+
+	if err := buildDiskImage(in, a.DiskImage); err != nil {
 		return fmt.Errorf("the disk image: %w", err)
+	}
+
+	a.PlatformImages = map[string]PlatformImageFile{}
+
+	for _, name := range opts.Platforms {
+		p, err := buildPlatformImage(in, name, opts.Out)
+		if err != nil {
+			return fmt.Errorf("the %s disk image: %w", name, err)
+		}
+
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+
+		a.PlatformImages[name] = PlatformImageFile{Path: p, Size: fi.Size()}
 	}
 
 	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize, a.UKI: &a.UKISize, a.DiskImage: &a.DiskImageSize} {
@@ -543,12 +572,25 @@ func bootMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.PCRKey, "pcr-key", "", "PEM RSA key signing the UKI's PCR 11 values (imager pcr-keygen, or talosctl gen secureboot pcr)")
 	fs.StringVar(&opts.Out, "out", "", "output folder")
 
+	var platforms []string
+
+	fs.Func("platform", "also build these platforms' disk images (comma-separated or repeated; all for every one): "+strings.Join(platform.Known, ", "), func(v string) error {
+		platforms = append(platforms, v)
+
+		return nil
+	})
+
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 
 	if opts.KernelRoot == "" || opts.Rootfs == "" || opts.Out == "" {
-		return errors.New("usage: imager boot --kernel DIR --rootfs FILE.sqsh [--keys FILE.pub] [--pcr-key FILE.pem] --out DIR")
+		return errors.New("usage: imager boot --kernel DIR --rootfs FILE.sqsh [--keys FILE.pub] [--pcr-key FILE.pem] [--platform NAME,...] --out DIR")
+	}
+
+	var err error
+	if opts.Platforms, err = ParsePlatforms(platforms); err != nil {
+		return err
 	}
 
 	a, err := BuildBoot(opts)
@@ -559,6 +601,11 @@ func bootMain(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "kernel %s: %s, %.1f MB\ninitramfs %s: %.1f MB (machined as /init, the node image, %d modules for %s)\nISO %s: %.1f MB (GRUB, BIOS and UEFI boot)\nUKI %s: %.1f MB (UEFI)\ndisk image %s: %.1f MB, sparse (boots into maintenance mode)\nkernel arguments %s: %s\n",
 		a.Release, a.Kernel, float64(a.KernelSize)/1e6, a.Initramfs, float64(a.InitrdN)/1e6, len(a.Modules), strings.Join(a.Modules, ", "),
 		a.ISO, float64(a.ISOSize)/1e6, a.UKI, float64(a.UKISize)/1e6, a.DiskImage, float64(a.DiskImageSize)/1e6, a.Cmdline, strings.Join(metal.DefaultKernelArgs, " "))
+
+	for _, name := range opts.Platforms {
+		img := a.PlatformImages[name]
+		fmt.Fprintf(stdout, "%s disk image %s: %.1f MB (%s)\n", name, img.Path, float64(img.Size)/1e6, strings.Join(metal.PlatformKernelArgs(name), " "))
+	}
 
 	return nil
 }

@@ -23,9 +23,11 @@ import (
 const DiskImageName = "metal-amd64.raw"
 
 // diskImageInputs are what the disk image holds: slot A's kernel and initramfs, GRUB's BIOS
-// boot sector and core image, GRUB for UEFI, and the image keys (optional).
+// boot sector and core image, GRUB for UEFI, the image keys (optional), and the kernel
+// arguments GRUB boots slot A with (metal.DefaultKernelArgs when nil).
 type diskImageInputs struct {
 	kernel, initramfs, bootImg, coreImg, efi, keys string
+	kernelArgs                                     []string
 }
 
 // buildDiskImage writes the disk image at out (sparse), without root: each partition's
@@ -102,9 +104,14 @@ func buildDiskImage(in diskImageInputs, out string) error {
 // EPHEMERAL and EFI (GRUB for UEFI), each in a file of its own in tmp, and names the files by
 // partition.
 func partitionFiles(in diskImageInputs, tmp string, part func(name string) partition.Placed) (map[string]string, error) {
-	// BOOT: slot A and GRUB's menu, with the default kernel arguments.
+	// BOOT: slot A and GRUB's menu, with the image's kernel arguments.
+	args := in.kernelArgs
+	if args == nil {
+		args = metal.DefaultKernelArgs
+	}
+
 	cfg := filepath.Join(tmp, "grub.cfg")
-	if err := os.WriteFile(cfg, []byte(partition.GRUBConfig("A", []partition.GRUBSlot{{Name: "A"}}, strings.Join(metal.DefaultKernelArgs, " "))), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(partition.GRUBConfig("A", []partition.GRUBSlot{{Name: "A"}}, strings.Join(args, " "))), 0o600); err != nil {
 		return nil, err
 	}
 
