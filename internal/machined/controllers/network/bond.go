@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/jsimonetti/rtnetlink/v2/driver"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -53,84 +52,4 @@ func bondMaster(bond talosconfig.Bond, links safe.List[*network.LinkStatus]) (ne
 	s.ADActorSysPrio, s.ADUserPortKey, s.PeerNotifyDelay = bond.ADActorSysPrio(), bond.ADUserPortKey(), bond.PeerNotifyDelay()
 
 	return s, nil
-}
-
-// bondData is the bond's IFLA_INFO_DATA when it is created. A zero option is left out, so the
-// kernel's default stays (tlb_dynamic_lb, num_peer_notif, resend_igmp, lp_interval and
-// packets_per_slave default to 1 there, not 0); use_carrier, on by default in the config and the
-// kernel, is sent only when turned off. packets_per_slave is refused by the kernel outside
-// balance-rr even at its default, so it is sent in that mode only (the config's validation
-// refuses the other mode-bound options in the wrong mode).
-func bondData(s network.BondMasterSpec) *driver.Bond {
-	b := &driver.Bond{Mode: driver.BondMode(s.Mode)}
-
-	u32 := func(v uint32) *uint32 {
-		if v == 0 {
-			return nil
-		}
-
-		return &v
-	}
-
-	u16 := func(v uint16) *uint16 {
-		if v == 0 {
-			return nil
-		}
-
-		return &v
-	}
-
-	u8 := func(v uint8) *uint8 {
-		if v == 0 {
-			return nil
-		}
-
-		return &v
-	}
-
-	b.Miimon, b.UpDelay, b.DownDelay = u32(s.MIIMon), u32(s.UpDelay), u32(s.DownDelay)
-	b.ArpInterval, b.ResendIgmp, b.MinLinks, b.LpInterval = u32(s.ARPInterval), u32(s.ResendIGMP), u32(s.MinLinks), u32(s.LPInterval)
-	b.PeerNotifyDelay, b.Primary = u32(s.PeerNotifyDelay), u32(s.PrimaryIndex)
-	b.NumPeerNotif, b.TlbDynamicLb, b.AllSlavesActive = u8(s.NumPeerNotif), u8(s.TLBDynamicLB), u8(s.AllSlavesActive)
-	b.AdActorSysPrio, b.AdUserPortKey = u16(s.ADActorSysPrio), u16(s.ADUserPortKey)
-
-	if s.Mode == nethelpers.BondModeRoundrobin {
-		b.PacketsPerSlave = u32(s.PacketsPerSlave)
-	}
-
-	if !s.UseCarrier {
-		off := uint8(0)
-		b.UseCarrier = &off
-	}
-
-	// The named options: their zero value is the kernel's default.
-	if s.HashPolicy != 0 {
-		b.XmitHashPolicy = new(driver.BondXmitHashPolicy(s.HashPolicy))
-	}
-
-	if s.LACPRate != 0 {
-		b.AdLacpRate = new(driver.BondLacpRate(s.LACPRate))
-	}
-
-	if s.ARPValidate != 0 {
-		b.ArpValidate = new(driver.BondArpValidate(s.ARPValidate))
-	}
-
-	if s.ARPAllTargets != 0 {
-		b.ArpAllTargets = new(driver.BondArpAllTargets(s.ARPAllTargets))
-	}
-
-	if s.PrimaryReselect != 0 {
-		b.PrimaryReselect = new(driver.BondPrimaryReselect(s.PrimaryReselect))
-	}
-
-	if s.FailOverMac != 0 {
-		b.FailOverMac = new(driver.BondFailOverMac(s.FailOverMac))
-	}
-
-	if s.ADSelect != 0 {
-		b.AdSelect = new(driver.BondAdSelect(s.ADSelect))
-	}
-
-	return b
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/talos-go/talos/internal/netlink"
 )
 
 // SpecController sets the links, addresses and routes of the specs on the node's kernel
@@ -86,13 +88,13 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 			continue
 		}
 
-		if module := linkModules[s.Kind]; module != "" && ctrl.LoadModule != nil {
+		if module := netlink.Modules[s.Kind]; module != "" && ctrl.LoadModule != nil {
 			if err = ctrl.LoadModule(module); err != nil {
 				log.Warn("loading the module of a link", zap.String("link", s.Name), zap.String("module", module), zap.Error(err))
 			}
 		}
 
-		if err = createLogical(conn, *s, index); err != nil {
+		if err = netlink.CreateLogical(conn, *s, index); err != nil {
 			log.Warn("creating link", zap.String("link", s.Name), zap.Error(err))
 
 			continue
@@ -165,7 +167,7 @@ func (ctrl *SpecController) apply(ctx context.Context, r controller.Runtime, con
 
 		for _, m := range []string{s.BondSlave.MasterName, s.BridgeSlave.MasterName} {
 			if master, ok := index[m]; ok && m != "" && masters[s.Name] != master {
-				if err = enslave(conn, idx, master); err != nil {
+				if err = netlink.Enslave(conn, idx, master); err != nil {
 					log.Warn("adding a member", zap.String("link", s.Name), zap.String("master", m), zap.Error(err))
 
 					continue

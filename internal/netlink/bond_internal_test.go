@@ -1,10 +1,10 @@
-package network
+package netlink
 
 import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/mdlayher/netlink"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
@@ -17,13 +17,13 @@ import (
 func bondAttributes(t *testing.T, s network.BondMasterSpec) map[uint16]uint64 {
 	t.Helper()
 
-	ae := netlink.NewAttributeEncoder()
-	require.NoError(t, bondData(s).Encode(ae))
+	ae := mdnetlink.NewAttributeEncoder()
+	require.NoError(t, BondData(s).Encode(ae))
 
 	b, err := ae.Encode()
 	require.NoError(t, err)
 
-	attrs, err := netlink.UnmarshalAttributes(b)
+	attrs, err := mdnetlink.UnmarshalAttributes(b)
 	require.NoError(t, err)
 
 	out := map[uint16]uint64{}
