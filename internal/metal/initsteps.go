@@ -133,7 +133,15 @@ func (b *initBoot) platformNetwork() error {
 		}
 	}
 
-	address, leased, err := applyPlatformNetwork(b.published.Network, boot)
+	load := func(module string) error {
+		if b.mods == nil {
+			return nil // no modules folder: the kernel has its drivers built in
+		}
+
+		return b.mods.Load(module)
+	}
+
+	address, leased, err := applyPlatformNetwork(b.published.Network, boot, load)
 	if err != nil {
 		return err
 	}

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/netlink"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/platform/aws"
@@ -230,8 +232,9 @@ func mountRO(mods *Modules, dev, fs string) (string, string, func(), error) {
 // applyPlatformNetwork sets a platform's network on the links, over the boot's own: a network
 // without links is the boot's own (ip=, else DHCP on every link), plus its routes. It returns
 // the node's address (the first static one, IPv4 first, else the first lease) and the links
-// DHCP leased on.
-func applyPlatformNetwork(n *platform.Network, boot *bootNetwork) (netip.Prefix, []string, error) {
+// DHCP leased on. Its bonds and VLANs are made first (their kernel modules loaded with load),
+// then every link is set as a card is.
+func applyPlatformNetwork(n *platform.Network, boot *bootNetwork, load func(module string) error) (netip.Prefix, []string, error) {
 	if n == nil || len(n.Links) == 0 {
 		if err := boot.Up(); err != nil {
 			return netip.Prefix{}, nil, err
@@ -255,6 +258,10 @@ func applyPlatformNetwork(n *platform.Network, boot *bootNetwork) (netip.Prefix,
 		return netip.Prefix{}, nil, fmt.Errorf("opening rtnetlink: %w", err)
 	}
 	defer c.Close()
+
+	if err = makeLogical(c, n.Links, load); err != nil {
+		return netip.Prefix{}, nil, fmt.Errorf("talos.platform network: %w", err)
+	}
 
 	var (
 		static, leases []netip.Prefix
@@ -325,6 +332,122 @@ func applyPlatformNetwork(n *platform.Network, boot *bootNetwork) (netip.Prefix,
 	}
 
 	return netip.Prefix{}, nil, errors.New("talos.platform network: no link got an address: give a link a static address or DHCP")
+}
+
+// makeLogical makes the bonds, their members joined (each down first, as the kernel wants, and
+// up again), then the VLANs on their parents, as machined's link controller makes them.
+func makeLogical(c *rtnetlink.Conn, links []platform.Link, load func(module string) error) error {
+	// The kernel's name of a member or parent given by name or MAC.
+	name := func(ref string) (string, error) {
+		if _, err := net.ParseMAC(ref); err == nil {
+			return linkName(platform.Link{MAC: ref})
+		}
+
+		return ref, nil
+	}
+
+	for _, kind := range []string{"bond", "vlan"} {
+		for _, l := range links {
+			if l.Kind != kind {
+				continue
+			}
+
+			if err := load(netlink.Modules[kind]); err != nil {
+				return fmt.Errorf("%s %s: loading %s: %w", kind, l.Name, netlink.Modules[kind], err)
+			}
+
+			spec := network.LinkSpecSpec{Name: l.Name, Kind: kind, Logical: true}
+			index := map[string]uint32{}
+
+			switch {
+			case l.Bond != nil:
+				var err error
+				if spec.BondMaster, err = bondSpec(*l.Bond); err != nil {
+					return fmt.Errorf("bond %s: %w", l.Name, err)
+				}
+			case l.VLAN != nil:
+				parent, err := name(l.VLAN.Parent)
+				if err != nil {
+					return fmt.Errorf("VLAN %s: parent: %w", l.Name, err)
+				}
+
+				if index[parent], err = container.LinkIndex(c, parent); err != nil {
+					return fmt.Errorf("VLAN %s: %w", l.Name, err)
+				}
+
+				spec.ParentName, spec.VLAN = parent, network.VLANSpec{VID: l.VLAN.ID, Protocol: nethelpers.VLANProtocol8021Q}
+			default:
+				return fmt.Errorf("%s %s: no %s options", kind, l.Name, kind)
+			}
+
+			if err := netlink.CreateLogical(c, spec, index); err != nil {
+				return err
+			}
+
+			log("%s %s created", kind, l.Name)
+
+			if l.Bond == nil {
+				continue
+			}
+
+			master, err := container.LinkIndex(c, l.Name)
+			if err != nil {
+				return err
+			}
+
+			for _, ref := range l.Bond.Members {
+				m, err := name(ref)
+				if err != nil {
+					return fmt.Errorf("bond %s: member: %w", l.Name, err)
+				}
+
+				idx, err := container.LinkIndex(c, m)
+				if err != nil {
+					return fmt.Errorf("bond %s: %w", l.Name, err)
+				}
+
+				if err = netlink.Enslave(c, idx, master); err != nil {
+					return fmt.Errorf("bond %s: adding %s: %w", l.Name, m, err)
+				}
+
+				if err = container.SetLinkUp(c, idx); err != nil {
+					return err
+				}
+
+				log("bond %s: member %s", l.Name, m)
+			}
+		}
+	}
+
+	return nil
+}
+
+// bondSpec is a platform's bond as the link controller's spec: the named options parsed (the
+// platform's parser checked them), the rest the kernel's defaults.
+func bondSpec(b platform.Bond) (network.BondMasterSpec, error) {
+	s := network.BondMasterSpec{MIIMon: b.MIIMon, UseCarrier: true}
+
+	var err error
+
+	if b.Mode != "" {
+		if s.Mode, err = nethelpers.BondModeByName(b.Mode); err != nil {
+			return s, fmt.Errorf("mode %q: %w", b.Mode, err)
+		}
+	}
+
+	if b.HashPolicy != "" {
+		if s.HashPolicy, err = nethelpers.BondXmitHashPolicyByName(b.HashPolicy); err != nil {
+			return s, fmt.Errorf("hash policy %q: %w", b.HashPolicy, err)
+		}
+	}
+
+	if b.LACPRate != "" {
+		if s.LACPRate, err = nethelpers.LACPRateByName(b.LACPRate); err != nil {
+			return s, fmt.Errorf("LACP rate %q: %w", b.LACPRate, err)
+		}
+	}
+
+	return s, nil
 }
 
 // linkName is the kernel's name of a platform's link: its name, or the card's with its MAC.

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 )
 
@@ -114,15 +115,78 @@ type Network struct {
 	TimeServers []string     `json:"timeServers,omitempty"`
 }
 
-// Link is one network card's configuration.
+// Link is one link's configuration: a network card, or a bond or VLAN the node makes.
 type Link struct {
-	Name      string         `json:"name,omitempty"` // the kernel's name; empty: the card with MAC
-	MAC       string         `json:"mac,omitempty"`  // picks the card when set
+	Name string `json:"name,omitempty"` // the kernel's name; empty: the card with MAC
+	MAC  string `json:"mac,omitempty"`  // picks the card when set
+	// Kind is "" for a card, "bond" or "vlan" for a link the node makes (Name is its name).
+	Kind      string         `json:"kind,omitempty"`
+	Bond      *Bond          `json:"bond,omitempty"` // Kind bond
+	VLAN      *VLAN          `json:"vlan,omitempty"` // Kind vlan
 	MTU       int            `json:"mtu,omitempty"`
 	DHCP4     bool           `json:"dhcp4,omitempty"`
 	DHCP6     bool           `json:"dhcp6,omitempty"`
 	Addresses []netip.Prefix `json:"addresses,omitempty"`
 	Routes    []Route        `json:"routes,omitempty"`
+}
+
+// Bond is a bond's members and options (upstream's BondMasterSpec names; empty or zero: the
+// kernel's default).
+type Bond struct {
+	// Members are the cards it bonds, each by the kernel's name or by MAC.
+	Members    []string `json:"members"`
+	Mode       string   `json:"mode,omitempty"`       // balance-rr, active-backup, 802.3ad...
+	MIIMon     uint32   `json:"miimon,omitempty"`     // milliseconds
+	HashPolicy string   `json:"hashPolicy,omitempty"` // layer2, layer3+4...
+	LACPRate   string   `json:"lacpRate,omitempty"`   // slow, fast
+}
+
+// Check refuses a bond without members or with a mode, hash policy or LACP rate the kernel does
+// not name; members and fields (of the mode, the hash policy and the LACP rate) are the
+// document's names of them, for the message.
+func (b *Bond) Check(members string, fields [3]string) error {
+	if len(b.Members) == 0 {
+		return fmt.Errorf("%s: a bond needs its member links", members)
+	}
+
+	for i, o := range []struct {
+		value string
+		parse func(string) error
+	}{
+		{b.Mode, func(v string) error { _, err := nethelpers.BondModeByName(v); return err }},
+		{b.HashPolicy, func(v string) error { _, err := nethelpers.BondXmitHashPolicyByName(v); return err }},
+		{b.LACPRate, func(v string) error { _, err := nethelpers.LACPRateByName(v); return err }},
+	} {
+		if o.value == "" {
+			continue
+		}
+
+		if err := o.parse(o.value); err != nil {
+			return fmt.Errorf("%s: %q: %w", fields[i], o.value, err)
+		}
+	}
+
+	return nil
+}
+
+// NewVLAN is the VLAN with ID id on parent, refused (by the document's names of the fields)
+// without a parent or with an ID outside 1 to 4094.
+func NewVLAN(parent string, id int, parentField, idField string) (*VLAN, error) {
+	if parent == "" {
+		return nil, fmt.Errorf("%s: a VLAN needs its parent link", parentField)
+	}
+
+	if id < 1 || id > 4094 {
+		return nil, fmt.Errorf("%s: %d is not a VLAN ID: give 1 to 4094", idField, id)
+	}
+
+	return &VLAN{Parent: parent, ID: uint16(id)}, nil
+}
+
+// VLAN is a VLAN's parent link and ID.
+type VLAN struct {
+	Parent string `json:"parent"` // the parent link: the kernel's name, or a card's MAC
+	ID     uint16 `json:"id"`
 }
 
 // Route is a route through a link; a zero To is the default route of Via's family.

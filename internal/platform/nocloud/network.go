@@ -1,10 +1,13 @@
 package nocloud
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -12,16 +15,15 @@ import (
 	"github.com/talos-go/talos/internal/platform"
 )
 
-// errLogical is the answer to bonds, VLANs and bridges in a network-config: the machine
-// config makes them (machine.network.interfaces), a network-config here does not.
-var errLogical = errors.New("bonds, VLANs and bridges from a network-config are not supported here: make them in the machine config (machine.network.interfaces[].bond, .vlans, .bridge)")
+// errBridge is the answer to bridges in a network-config: the machine config makes them
+// (machine.network.interfaces[].bridge), a network-config here does not.
+var errBridge = errors.New("bridges from a network-config are not supported here: make them in the machine config (machine.network.interfaces[].bridge)")
 
 // ParseNetworkConfig reads a network-config document in cloud-init's version 1 or version 2
 // (netplan) format, also when it is wrapped in a top-level network: key. What it configures:
 // physical links (by name or MAC), their MTU, static IPv4 and IPv6 addresses, DHCPv4 and
-// DHCPv6, gateways and routes, and name servers. Search domains are read and dropped (the
-// machine config's machine.network.searchDomains sets them); bonds, VLANs and bridges are
-// refused. Errors name the field (ethernets.eth0.addresses[1]).
+// DHCPv6, gateways and routes, name servers, bonds and VLANs. Search domains are read and
+// dropped (the machine config's machine.network.searchDomains sets them); bridges are refused. Errors name the field (ethernets.eth0.addresses[1]).
 func ParseNetworkConfig(b []byte) (*platform.Network, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -79,6 +81,12 @@ type v1Doc struct {
 		Subnets []v1Subnet `yaml:"subnets"`
 		// type: nameserver
 		Address strList `yaml:"address"`
+		// type: bond
+		BondInterfaces []string          `yaml:"bond_interfaces"`
+		Params         map[string]string `yaml:"params"`
+		// type: vlan
+		VLANLink string `yaml:"vlan_link"`
+		VLANID   int    `yaml:"vlan_id"`
 		// type: route
 		Destination string `yaml:"destination"`
 		Gateway     string `yaml:"gateway"`
@@ -107,22 +115,34 @@ func (d v1Doc) network() (*platform.Network, error) {
 		field := fmt.Sprintf("config[%d]", i)
 
 		switch c.Type {
-		case "physical":
-			if c.Name == "" && c.MAC == "" {
-				return nil, fmt.Errorf("%s: a physical entry needs a name or a mac_address", field)
+		case "physical", "bond", "vlan":
+			if c.Name == "" && (c.MAC == "" || c.Type != "physical") {
+				return nil, fmt.Errorf("%s: a %s entry needs a name%s", field, c.Type, map[bool]string{true: " or a mac_address"}[c.Type == "physical"])
 			}
 
 			link := platform.Link{Name: c.Name, MAC: strings.ToLower(c.MAC), MTU: c.MTU}
+
+			switch c.Type {
+			case "bond":
+				bond, err := v1Bond(c.BondInterfaces, c.Params, field)
+				if err != nil {
+					return nil, err
+				}
+
+				link.MAC, link.Kind, link.Bond = "", "bond", bond
+			case "vlan":
+				vlan, err := platform.NewVLAN(c.VLANLink, c.VLANID, field+".vlan_link", field+".vlan_id")
+				if err != nil {
+					return nil, err
+				}
+
+				link.MAC, link.Kind, link.VLAN = "", "vlan", vlan
+			}
 
 			for j, s := range c.Subnets {
 				if err := s.apply(n, &link, fmt.Sprintf("%s.subnets[%d]", field, j)); err != nil {
 					return nil, err
 				}
-			}
-
-			// A name with a MAC is the name the card is given: the MAC finds it.
-			if link.MAC != "" {
-				link.Name = ""
 			}
 
 			n.Links = append(n.Links, link)
@@ -140,14 +160,70 @@ func (d v1Doc) network() (*platform.Network, error) {
 			}
 
 			n.Routes = append(n.Routes, r)
-		case "bond", "vlan", "bridge":
-			return nil, fmt.Errorf("%s: type %s: %w", field, c.Type, errLogical)
+		case "bridge":
+			return nil, fmt.Errorf("%s: type bridge: %w", field, errBridge)
 		default:
-			return nil, fmt.Errorf("%s: type %q is not a network-config v1 entry read here (physical, nameserver, route)", field, c.Type)
+			return nil, fmt.Errorf("%s: type %q is not a network-config v1 entry read here (physical, bond, vlan, nameserver, route)", field, c.Type)
 		}
 	}
 
-	return n, nil
+	return n, resolveMembers(n)
+}
+
+// resolveMembers names a bond's members and a VLAN's parent as the node finds them: a card
+// given with a MAC is found by it (its name in the document is only the one it is given).
+func resolveMembers(n *platform.Network) error {
+	macs := map[string]string{}
+	for _, l := range n.Links {
+		if l.Kind == "" && l.MAC != "" {
+			macs[l.Name] = l.MAC
+		}
+	}
+
+	for i := range n.Links {
+		l := &n.Links[i]
+		if l.Bond != nil {
+			for j, m := range l.Bond.Members {
+				if mac, ok := macs[m]; ok {
+					l.Bond.Members[j] = mac
+				}
+			}
+		}
+
+		if l.VLAN != nil {
+			if mac, ok := macs[l.VLAN.Parent]; ok {
+				l.VLAN.Parent = mac
+			}
+		}
+	}
+
+	// A name with a MAC is the name the card is given: the MAC finds it.
+	for i := range n.Links {
+		if n.Links[i].Kind == "" && n.Links[i].MAC != "" {
+			n.Links[i].Name = ""
+		}
+	}
+
+	return nil
+}
+
+// v1Bond is a v1 bond entry's members and its params (bond-mode, bond-miimon,
+// bond-xmit-hash-policy, bond-lacp-rate; the others are the kernel's defaults).
+func v1Bond(members []string, params map[string]string, field string) (*platform.Bond, error) {
+	b := &platform.Bond{
+		Members: members, Mode: params["bond-mode"], HashPolicy: params["bond-xmit-hash-policy"], LACPRate: params["bond-lacp-rate"],
+	}
+
+	if m := params["bond-miimon"]; m != "" {
+		v, err := strconv.ParseUint(m, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%s.params.bond-miimon: %q is not a number of milliseconds", field, m)
+		}
+
+		b.MIIMon = uint32(v)
+	}
+
+	return b, b.Check(field+".bond_interfaces", [3]string{field + ".params.bond-mode", field + ".params.bond-xmit-hash-policy", field + ".params.bond-lacp-rate"})
 }
 
 // apply adds one subnet of a physical entry to its link.
@@ -201,8 +277,8 @@ func (s v1Subnet) apply(n *platform.Network, link *platform.Link, field string) 
 // v2Doc is cloud-init's network-config version 2, netplan's format.
 type v2Doc struct {
 	Ethernets map[string]v2Ethernet `yaml:"ethernets"`
-	Bonds     map[string]any        `yaml:"bonds"`
-	VLANs     map[string]any        `yaml:"vlans"`
+	Bonds     map[string]v2Bond     `yaml:"bonds"`
+	VLANs     map[string]v2VLAN     `yaml:"vlans"`
 	Bridges   map[string]any        `yaml:"bridges"`
 }
 
@@ -211,6 +287,28 @@ type v2Ethernet struct {
 		Name string `yaml:"name"`
 		MAC  string `yaml:"macaddress"`
 	} `yaml:"match"`
+	v2Addressing `yaml:",inline"`
+}
+
+type v2Bond struct {
+	Interfaces []string `yaml:"interfaces"`
+	Parameters struct {
+		Mode               string `yaml:"mode"`
+		MIIMonitorInterval uint32 `yaml:"mii-monitor-interval"`
+		TransmitHashPolicy string `yaml:"transmit-hash-policy"`
+		LACPRate           string `yaml:"lacp-rate"`
+	} `yaml:"parameters"`
+	v2Addressing `yaml:",inline"`
+}
+
+type v2VLAN struct {
+	ID           int    `yaml:"id"`
+	Link         string `yaml:"link"`
+	v2Addressing `yaml:",inline"`
+}
+
+// v2Addressing is what every v2 link has: DHCP, MTU, addresses, gateways, routes, name servers.
+type v2Addressing struct {
 	DHCP4     bool     `yaml:"dhcp4"`
 	DHCP6     bool     `yaml:"dhcp6"`
 	MTU       int      `yaml:"mtu"`
@@ -228,26 +326,21 @@ type v2Ethernet struct {
 }
 
 func (d v2Doc) network() (*platform.Network, error) {
-	for kind, m := range map[string]map[string]any{"bonds": d.Bonds, "vlans": d.VLANs, "bridges": d.Bridges} {
-		if len(m) > 0 {
-			return nil, fmt.Errorf("%s: %w", kind, errLogical)
-		}
+	if len(d.Bridges) > 0 {
+		return nil, fmt.Errorf("bridges: %w", errBridge)
 	}
 
 	n := &platform.Network{}
 
-	ids := make([]string, 0, len(d.Ethernets))
-	for id := range d.Ethernets {
-		ids = append(ids, id)
-	}
+	// A bond's members and a VLAN's parent name ethernets by their IDs: the node finds them by
+	// the ethernet's name or MAC.
+	cards := map[string]string{}
 
-	slices.Sort(ids)
-
-	for _, id := range ids {
+	for _, id := range sortedKeys(d.Ethernets) {
 		e, field := d.Ethernets[id], "ethernets."+id
 
 		// The ID is the link's name unless match says which card it is.
-		link := platform.Link{Name: id, MTU: e.MTU, DHCP4: e.DHCP4, DHCP6: e.DHCP6}
+		link := platform.Link{Name: id}
 
 		switch {
 		case e.Match.MAC != "":
@@ -260,52 +353,110 @@ func (d v2Doc) network() (*platform.Network, error) {
 			link.Name = e.Match.Name
 		}
 
-		for i, a := range e.Addresses {
-			p, err := prefix(a, "", fmt.Sprintf("%s.addresses[%d]", field, i))
-			if err != nil {
-				return nil, err
-			}
+		cards[id] = cmp.Or(link.Name, link.MAC)
 
-			link.Addresses = append(link.Addresses, p)
+		if err := e.apply(n, &link, field); err != nil {
+			return nil, err
+		}
+	}
+
+	card := func(id string) string { return cmp.Or(cards[id], id) }
+
+	for _, id := range sortedKeys(d.Bonds) {
+		b, field := d.Bonds[id], "bonds."+id
+
+		bond := &platform.Bond{
+			Mode: b.Parameters.Mode, MIIMon: b.Parameters.MIIMonitorInterval,
+			HashPolicy: b.Parameters.TransmitHashPolicy, LACPRate: b.Parameters.LACPRate,
 		}
 
-		for _, gw := range []struct{ key, addr string }{{"gateway4", e.Gateway4}, {"gateway6", e.Gateway6}} {
-			if gw.addr == "" {
-				continue
-			}
-
-			r, err := route("", "", gw.addr, 0, field+"."+gw.key)
-			if err != nil {
-				return nil, err
-			}
-
-			link.Routes = append(link.Routes, r)
+		for _, m := range b.Interfaces {
+			bond.Members = append(bond.Members, card(m))
 		}
 
-		for i, r := range e.Routes {
-			to := r.To
-			if to == "default" {
-				to = ""
-			}
-
-			rt, err := route(to, "", r.Via, r.Metric, fmt.Sprintf("%s.routes[%d]", field, i))
-			if err != nil {
-				return nil, err
-			}
-
-			link.Routes = append(link.Routes, rt)
+		params := field + ".parameters."
+		if err := bond.Check(field+".interfaces", [3]string{params + "mode", params + "transmit-hash-policy", params + "lacp-rate"}); err != nil {
+			return nil, err
 		}
 
-		dns, err := addrs(e.Nameservers.Addresses, field+".nameservers.addresses")
+		link := platform.Link{Name: id, Kind: "bond", Bond: bond}
+		if err := b.apply(n, &link, field); err != nil {
+			return nil, err
+		}
+	}
+
+	for _, id := range sortedKeys(d.VLANs) {
+		v, field := d.VLANs[id], "vlans."+id
+
+		vl, err := platform.NewVLAN(v.Link, v.ID, field+".link", field+".id")
 		if err != nil {
 			return nil, err
 		}
 
-		n.Resolvers = appendNew(n.Resolvers, dns...)
-		n.Links = append(n.Links, link)
+		vl.Parent = card(vl.Parent)
+
+		link := platform.Link{Name: id, Kind: "vlan", VLAN: vl}
+		if err := v.apply(n, &link, field); err != nil {
+			return nil, err
+		}
 	}
 
 	return n, nil
+}
+
+// apply sets a v2 link's addressing on link and adds it to n.
+func (e v2Addressing) apply(n *platform.Network, link *platform.Link, field string) error {
+	link.MTU, link.DHCP4, link.DHCP6 = e.MTU, e.DHCP4, e.DHCP6
+
+	for i, a := range e.Addresses {
+		p, err := prefix(a, "", fmt.Sprintf("%s.addresses[%d]", field, i))
+		if err != nil {
+			return err
+		}
+
+		link.Addresses = append(link.Addresses, p)
+	}
+
+	for _, gw := range []struct{ key, addr string }{{"gateway4", e.Gateway4}, {"gateway6", e.Gateway6}} {
+		if gw.addr == "" {
+			continue
+		}
+
+		r, err := route("", "", gw.addr, 0, field+"."+gw.key)
+		if err != nil {
+			return err
+		}
+
+		link.Routes = append(link.Routes, r)
+	}
+
+	for i, r := range e.Routes {
+		to := r.To
+		if to == "default" {
+			to = ""
+		}
+
+		rt, err := route(to, "", r.Via, r.Metric, fmt.Sprintf("%s.routes[%d]", field, i))
+		if err != nil {
+			return err
+		}
+
+		link.Routes = append(link.Routes, rt)
+	}
+
+	dns, err := addrs(e.Nameservers.Addresses, field+".nameservers.addresses")
+	if err != nil {
+		return err
+	}
+
+	n.Resolvers = appendNew(n.Resolvers, dns...)
+	n.Links = append(n.Links, *link)
+
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 // prefix is an address with its prefix length: a CIDR, or an address with a netmask (IPv4) or a

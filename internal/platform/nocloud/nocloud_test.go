@@ -30,7 +30,8 @@ func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func ip(s string) netip.Addr    { return netip.MustParseAddr(s) }
 
 // Recorded documents: Proxmox's v1 (static with a netmask, static6, DHCP, a name server
-// entry), a v1 wrapped in network: with routes, and a netplan v2 matched by MAC.
+// entry), a v1 wrapped in network: with routes, a netplan v2 matched by MAC, and a bond with a
+// VLAN on it in v1 and v2 (members given by MAC found by it).
 func TestParseNetworkConfig(t *testing.T) {
 	for _, tt := range []struct {
 		file string
@@ -49,6 +50,26 @@ func TestParseNetworkConfig(t *testing.T) {
 				Routes: []platform.Route{{To: pfx("172.16.0.0/12"), Via: ip("10.1.0.254"), Metric: 50}}}},
 			Routes:    []platform.Route{{To: pfx("192.168.100.0/24"), Via: ip("10.1.0.253")}},
 			Resolvers: []netip.Addr{ip("10.1.0.53"), ip("10.1.0.54")},
+		}},
+		{"bond-vlan-v1.yaml", &platform.Network{
+			Links: []platform.Link{
+				{MAC: "52:54:00:aa:00:01"},
+				{MAC: "52:54:00:aa:00:02"},
+				{Name: "bond0", Kind: "bond", DHCP4: true, Bond: &platform.Bond{
+					Members: []string{"52:54:00:aa:00:01", "52:54:00:aa:00:02"}, Mode: "802.3ad", MIIMon: 100, HashPolicy: "layer3+4", LACPRate: "fast"}},
+				{Name: "bond0.42", Kind: "vlan", MTU: 1400, VLAN: &platform.VLAN{Parent: "bond0", ID: 42},
+					Addresses: []netip.Prefix{pfx("10.42.0.5/24")}, Routes: []platform.Route{{Via: ip("10.42.0.1")}}},
+			},
+		}},
+		{"bond-vlan-v2.yaml", &platform.Network{
+			Links: []platform.Link{
+				{Name: "eth1"},
+				{MAC: "52:54:00:bb:00:01"},
+				{Name: "bond0", Kind: "bond", Bond: &platform.Bond{Members: []string{"52:54:00:bb:00:01", "eth1"}, Mode: "active-backup", MIIMon: 100}},
+				{Name: "vlan10", Kind: "vlan", VLAN: &platform.VLAN{Parent: "bond0", ID: 10},
+					Addresses: []netip.Prefix{pfx("192.168.10.5/24")}, Routes: []platform.Route{{Via: ip("192.168.10.1")}}},
+			},
+			Resolvers: []netip.Addr{ip("192.168.10.1")},
 		}},
 		{"netplan-v2.yaml", &platform.Network{
 			Links: []platform.Link{
@@ -77,9 +98,19 @@ func TestParseNetworkConfigRefuses(t *testing.T) {
 	for _, tt := range []struct{ doc, want string }{
 		{"config: []", "version: missing: give version: 1 or version: 2"},
 		{"version: 3", "version: 3 is not a network-config version"},
-		{"version: 2\nbonds:\n  bond0:\n    interfaces: [eth0, eth1]", "bonds: bonds, VLANs and bridges from a network-config are not supported here: make them in the machine config"},
-		{"version: 2\nvlans:\n  vlan10: {id: 10, link: eth0}", "vlans: bonds, VLANs and bridges"},
-		{"version: 1\nconfig:\n  - type: vlan\n    name: eth0.10", "config[0]: type vlan: bonds, VLANs and bridges"},
+		{"version: 2\nbonds:\n  bond0:\n    interfaces: []", "bonds.bond0.interfaces: a bond needs its member links"},
+		{"version: 2\nbonds:\n  bond0:\n    interfaces: [eth0]\n    parameters: {mode: fastest}", `bonds.bond0.parameters.mode: "fastest"`},
+		{"version: 2\nbonds:\n  bond0:\n    interfaces: [eth0]\n    parameters: {transmit-hash-policy: layer9}", `bonds.bond0.parameters.transmit-hash-policy: "layer9"`},
+		{"version: 2\nvlans:\n  vlan10: {id: 5000, link: eth0}", "vlans.vlan10.id: 5000 is not a VLAN ID: give 1 to 4094"},
+		{"version: 2\nvlans:\n  vlan10: {id: 10}", "vlans.vlan10.link: a VLAN needs its parent link"},
+		{"version: 2\nbridges:\n  br0: {interfaces: [eth0]}", "bridges: bridges from a network-config are not supported here: make them in the machine config"},
+		{"version: 1\nconfig:\n  - type: vlan\n    name: eth0.10\n    vlan_id: 10", "config[0].vlan_link: a VLAN needs its parent link"},
+		{"version: 1\nconfig:\n  - type: vlan\n    name: eth0.10\n    vlan_link: eth0", "config[0].vlan_id: 0 is not a VLAN ID"},
+		{"version: 1\nconfig:\n  - type: bond\n    bond_interfaces: [eth0]", "config[0]: a bond entry needs a name"},
+		{"version: 1\nconfig:\n  - type: bond\n    name: bond0", "config[0].bond_interfaces: a bond needs its member links"},
+		{"version: 1\nconfig:\n  - type: bond\n    name: bond0\n    bond_interfaces: [eth0]\n    params: {bond-miimon: often}", `config[0].params.bond-miimon: "often" is not a number`},
+		{"version: 1\nconfig:\n  - type: bond\n    name: bond0\n    bond_interfaces: [eth0]\n    params: {bond-lacp-rate: sometimes}", `config[0].params.bond-lacp-rate: "sometimes"`},
+		{"version: 1\nconfig:\n  - type: bridge\n    name: br0", "config[0]: type bridge: bridges from a network-config are not supported here"},
 		{"version: 1\nconfig:\n  - type: wifi", `config[0]: type "wifi" is not a network-config v1 entry`},
 		{"version: 1\nconfig:\n  - type: physical", "config[0]: a physical entry needs a name or a mac_address"},
 		{"version: 1\nconfig:\n  - type: physical\n    name: eth0\n    subnets: [{type: static, address: 10.0.0.5}]", `config[0].subnets[0]: address "10.0.0.5" has no prefix length`},

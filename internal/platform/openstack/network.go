@@ -2,6 +2,7 @@ package openstack
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,14 @@ type ndLink struct {
 	Type string `json:"type"`
 	MAC  string `json:"ethernet_mac_address"`
 	MTU  int    `json:"mtu"`
+	// type bond: its members by link ID and its options
+	BondLinks      []string `json:"bond_links"`
+	BondMode       string   `json:"bond_mode"`
+	BondMIIMon     uint32   `json:"bond_miimon"`
+	BondHashPolicy string   `json:"bond_xmit_hash_policy"`
+	// type vlan: its parent by link ID
+	VLANLink string `json:"vlan_link"`
+	VLANID   int    `json:"vlan_id"`
 }
 
 // ndNetwork is one entry of network_data.json's networks.
@@ -55,8 +64,10 @@ type ndService struct {
 // give them static IPv4 and IPv6 addresses (ip_address with netmask), a default route through
 // gateway and routes, or DHCPv4 (ipv4_dhcp) or DHCPv6 (ipv6_dhcp, ipv6_dhcpv6-stateful,
 // ipv6_dhcpv6-stateless); ipv6_slaac is the kernel's; the top-level services of type dns are
-// the resolvers. Bonds and VLANs are refused, as other link and network types; errors name the
-// field (networks[1].ip_address).
+// the resolvers. A bond link (bond_links, bond_mode, bond_miimon, bond_xmit_hash_policy) is
+// made as bond<N>, N its place among the bonds; a VLAN link (vlan_link, vlan_id) as
+// <parent>.<ID> on a bond or a card named in the document, vlan<ID> on a card found by its MAC.
+// Other link and network types are refused; errors name the field (networks[1].ip_address).
 func ParseNetworkData(b []byte) (*platform.Network, error) {
 	var doc struct {
 		Links    []json.RawMessage `json:"links"`
@@ -76,42 +87,43 @@ func ParseNetworkData(b []byte) (*platform.Network, error) {
 	n := &platform.Network{}
 	byID := map[string]int{} // link ID to its index in n.Links
 
+	links := make([]ndLink, len(doc.Links))
 	for i, raw := range doc.Links {
-		var l ndLink
-		if err := decode(raw, &l, fmt.Sprintf("links[%d]", i)); err != nil {
+		if err := decode(raw, &links[i], fmt.Sprintf("links[%d]", i)); err != nil {
 			return nil, err
 		}
+	}
 
-		field := fmt.Sprintf("links[%d]", i)
+	// The cards first, then the bonds over them, then the VLANs over either: an entry names
+	// its members or parent by ID, in any order.
+	kinds := []func(l ndLink) bool{
+		func(l ndLink) bool { return l.Type != "bond" && l.Type != "vlan" },
+		func(l ndLink) bool { return l.Type == "bond" },
+		func(l ndLink) bool { return l.Type == "vlan" },
+	}
 
-		switch {
-		case slices.Contains(physical, l.Type):
-		case l.Type == "bond" || l.Type == "vlan":
-			return nil, fmt.Errorf("%s.type: %s: bonds and VLANs from network_data.json are not supported here: make them in the machine config (machine.network.interfaces[].bond, .vlans)", field, l.Type)
-		default:
-			return nil, fmt.Errorf("%s.type: %q is not a link type read here (%s)", field, l.Type, strings.Join(physical, ", "))
-		}
+	bonds := 0
 
-		if _, dup := byID[l.ID]; dup {
-			return nil, fmt.Errorf("%s.id: %q is the id of another link too", field, l.ID)
-		}
-
-		link := platform.Link{MTU: l.MTU}
-
-		if l.MAC != "" {
-			mac, err := net.ParseMAC(l.MAC)
-			if err != nil {
-				return nil, fmt.Errorf("%s.ethernet_mac_address: %q is not a MAC address", field, l.MAC)
+	for _, kind := range kinds {
+		for i, l := range links {
+			if !kind(l) {
+				continue
 			}
 
-			link.MAC = mac.String()
-		} else {
-			// As upstream: a card without a MAC is named by its place in links.
-			link.Name = fmt.Sprintf("eth%d", i)
-		}
+			field := fmt.Sprintf("links[%d]", i)
 
-		byID[l.ID] = len(n.Links)
-		n.Links = append(n.Links, link)
+			if _, dup := byID[l.ID]; dup {
+				return nil, fmt.Errorf("%s.id: %q is the id of another link too", field, l.ID)
+			}
+
+			link, err := l.link(i, &bonds, n.Links, byID, field)
+			if err != nil {
+				return nil, err
+			}
+
+			byID[l.ID] = len(n.Links)
+			n.Links = append(n.Links, link)
+		}
 	}
 
 	for i, raw := range doc.Networks {
@@ -155,6 +167,82 @@ func ParseNetworkData(b []byte) (*platform.Network, error) {
 	}
 
 	return n, nil
+}
+
+// link is the link of entry i: a card, a bond (the bonds'th) over cards or a VLAN over either,
+// their members and parents found by ID among the links made before.
+func (l ndLink) link(i int, bonds *int, made []platform.Link, byID map[string]int, field string) (platform.Link, error) {
+	// The kernel's name of a link made before, else its MAC.
+	ref := func(id, idField string) (string, error) {
+		j, ok := byID[id]
+		if !ok {
+			return "", fmt.Errorf("%s: %q is not the id of a card or bond in links", idField, id)
+		}
+
+		return cmp.Or(made[j].Name, made[j].MAC), nil
+	}
+
+	switch {
+	case slices.Contains(physical, l.Type):
+	case l.Type == "bond":
+		b := &platform.Bond{Mode: l.BondMode, MIIMon: l.BondMIIMon, HashPolicy: l.BondHashPolicy}
+
+		for j, id := range l.BondLinks {
+			m, err := ref(id, fmt.Sprintf("%s.bond_links[%d]", field, j))
+			if err != nil {
+				return platform.Link{}, err
+			}
+
+			b.Members = append(b.Members, m)
+		}
+
+		if err := b.Check(field+".bond_links", [3]string{field + ".bond_mode", field + ".bond_xmit_hash_policy", field + ".bond_lacp_rate"}); err != nil {
+			return platform.Link{}, err
+		}
+
+		link := platform.Link{Name: fmt.Sprintf("bond%d", *bonds), Kind: "bond", Bond: b, MTU: l.MTU}
+		*bonds++
+
+		return link, nil
+	case l.Type == "vlan":
+		parent := ""
+		if l.VLANLink != "" {
+			var err error
+			if parent, err = ref(l.VLANLink, field+".vlan_link"); err != nil {
+				return platform.Link{}, err
+			}
+		}
+
+		v, err := platform.NewVLAN(parent, l.VLANID, field+".vlan_link", field+".vlan_id")
+		if err != nil {
+			return platform.Link{}, err
+		}
+
+		name := fmt.Sprintf("%s.%d", parent, v.ID)
+		if _, err := net.ParseMAC(parent); err == nil {
+			name = fmt.Sprintf("vlan%d", v.ID)
+		}
+
+		return platform.Link{Name: name, Kind: "vlan", VLAN: v, MTU: l.MTU}, nil
+	default:
+		return platform.Link{}, fmt.Errorf("%s.type: %q is not a link type read here (%s, bond, vlan)", field, l.Type, strings.Join(physical, ", "))
+	}
+
+	link := platform.Link{MTU: l.MTU}
+
+	if l.MAC != "" {
+		mac, err := net.ParseMAC(l.MAC)
+		if err != nil {
+			return platform.Link{}, fmt.Errorf("%s.ethernet_mac_address: %q is not a MAC address", field, l.MAC)
+		}
+
+		link.MAC = mac.String()
+	} else {
+		// As upstream: a card without a MAC is named by its place in links.
+		link.Name = fmt.Sprintf("eth%d", i)
+	}
+
+	return link, nil
 }
 
 // decode reads one entry of a list; a value of the wrong type is named by its field.

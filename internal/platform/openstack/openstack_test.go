@@ -70,6 +70,37 @@ func TestParseNetworkData(t *testing.T) {
 	}
 }
 
+// A network_data.json with a bond of two phy links (802.3ad, miimon, hash policy), a VLAN on it
+// listed before it with a static address, and a VLAN on a card found by its MAC: the cards
+// first, then bond0 over them by MAC, then the VLANs named as upstream's.
+func TestParseNetworkDataBondVLAN(t *testing.T) {
+	b, err := os.ReadFile("testdata/bond-vlan/network_data.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := ParseNetworkData(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want := &platform.Network{
+		Links: []platform.Link{
+			{MAC: "fa:16:3e:77:00:01", MTU: 9000},
+			{MAC: "fa:16:3e:77:00:02", MTU: 9000},
+			{Name: "bond0", Kind: "bond", MTU: 9000, DHCP4: true, Bond: &platform.Bond{
+				Members: []string{"fa:16:3e:77:00:01", "fa:16:3e:77:00:02"}, Mode: "802.3ad", MIIMon: 100, HashPolicy: "layer3+4"}},
+			{Name: "bond0.101", Kind: "vlan", MTU: 1400, VLAN: &platform.VLAN{Parent: "bond0", ID: 101},
+				Addresses: []netip.Prefix{pfx("10.101.0.5/24")}, Routes: []platform.Route{{Via: ip("10.101.0.1")}}},
+			{Name: "vlan7", Kind: "vlan", VLAN: &platform.VLAN{Parent: "fa:16:3e:77:00:02", ID: 7}},
+		},
+	}
+
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
 // What is not read is refused by its field, with what to do instead.
 func TestParseNetworkDataRefuses(t *testing.T) {
 	const phy = `{"id":"l0","type":"phy","ethernet_mac_address":"fa:16:3e:00:00:01"}`
@@ -79,8 +110,14 @@ func TestParseNetworkDataRefuses(t *testing.T) {
 		{`{"links": {}}`, `links: not a list`},
 		{`{"links": [`, "not JSON"},
 		{`{"links": [null]}`, "links[0]: null: give an object"},
-		{`{"links": [{"id":"b","type":"bond","bond_links":["x","y"]}]}`, "links[0].type: bond: bonds and VLANs from network_data.json are not supported here: make them in the machine config"},
-		{`{"links": [` + phy + `,{"id":"v","type":"vlan","vlan_link":"l0","vlan_id":10}]}`, "links[1].type: vlan: bonds and VLANs"},
+		{`{"links": [{"id":"b","type":"bond","bond_links":["x","y"]}]}`, `links[0].bond_links[0]: "x" is not the id of a card or bond in links`},
+		{`{"links": [{"id":"b","type":"bond"}]}`, "links[0].bond_links: a bond needs its member links"},
+		{`{"links": [` + phy + `,{"id":"b","type":"bond","bond_links":["l0"],"bond_mode":"fastest"}]}`, `links[1].bond_mode: "fastest"`},
+		{`{"links": [` + phy + `,{"id":"b","type":"bond","bond_links":["l0"],"bond_xmit_hash_policy":"layer9"}]}`, `links[1].bond_xmit_hash_policy: "layer9"`},
+		{`{"links": [` + phy + `,{"id":"b","type":"bond","bond_links":["l0"],"bond_miimon":"100"}]}`, "links[1].bond_miimon: a JSON string, not a uint32"},
+		{`{"links": [` + phy + `,{"id":"v","type":"vlan","vlan_link":"l0","vlan_id":0}]}`, "links[1].vlan_id: 0 is not a VLAN ID: give 1 to 4094"},
+		{`{"links": [` + phy + `,{"id":"v","type":"vlan","vlan_id":10}]}`, "links[1].vlan_link: a VLAN needs its parent link"},
+		{`{"links": [` + phy + `,{"id":"v","type":"vlan","vlan_link":"v2","vlan_id":10},{"id":"v2","type":"vlan","vlan_link":"l0","vlan_id":11}]}`, `links[1].vlan_link: "v2" is not the id of a card or bond in links`},
 		{`{"links": [{"id":"x","type":"hyperv"}]}`, `links[0].type: "hyperv" is not a link type read here (phy, vif, ovs`},
 		{`{"links": [{"id":"x","type":"phy","mtu":"1500"}]}`, "links[0].mtu: a JSON string, not a int"},
 		{`{"links": [{"id":"x","type":"phy","ethernet_mac_address":"fa:16:3e"}]}`, `links[0].ethernet_mac_address: "fa:16:3e" is not a MAC address`},
