@@ -76,7 +76,5 @@ func assertCgroupLayout(t *testing.T, cli testenv.CLI, node string) {
 		}
 	}
 
-	if t.Failed() {
-		t.Logf("talosctl cgroups --preset memory:\n%s\n--preset cpu:\n%s", memory, cpu)
-	}
+	t.Logf("talosctl cgroups --preset memory:\n%s\n--preset cpu:\n%s", memory, cpu)
 }
