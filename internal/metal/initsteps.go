@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/container"
+	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/uki"
@@ -212,16 +213,22 @@ func (b *initBoot) chooseSlot() error {
 
 // machineConfig lays out the node's spec and finds its machine config. talos.config= is the
 // first boot's config, downloaded now that the network is up, or read from a metal-iso volume;
-// a platform's is its user data; an installed node has its config on STATE.
+// a platform's is its user data; an installed node has its config on STATE. A disk image's
+// first boot is an installed node without one there: it takes the first boot's.
 func (b *initBoot) machineConfig() error {
 	b.spec = container.Spec{Image: InitramfsImage, Disk: diskDir, Hostname: b.hostname, Address: b.ip.Address, Modules: InitramfsModules, Initramfs: "/", Init: "/init"}
+
+	configured := b.installed
+	if _, err := os.Stat(filepath.Join(diskDir, partition.State, "config.yaml")); b.installed && errors.Is(err, os.ErrNotExist) {
+		configured = false
+	}
 
 	if arg := b.cmdline.Get("talos.config"); b.platformName != platform.Metal {
 		if arg != "" {
 			log("talos.config=%s is metal's: on talos.platform=%s the machine config is the platform's user data", arg, b.platformName)
 		}
 
-		if b.published.Config != nil && !b.installed {
+		if b.published.Config != nil && !configured {
 			b.spec.Config = downloadedConfig
 			if err := os.WriteFile(b.spec.Config, b.published.Config, 0o600); err != nil {
 				return err
@@ -229,7 +236,7 @@ func (b *initBoot) machineConfig() error {
 
 			log("talos.platform=%s: the machine config is the platform's user data", b.platformName)
 		}
-	} else if arg == MetalISO && !b.installed {
+	} else if arg == MetalISO && !configured {
 		b.spec.Config = downloadedConfig
 
 		dev, err := configFromISO(b.mods, b.spec.Config)
@@ -238,7 +245,7 @@ func (b *initBoot) machineConfig() error {
 		}
 
 		log("talos.config: read the machine config from the %s volume %s", MetalISO, dev)
-	} else if arg != "" && !b.installed {
+	} else if arg != "" && !configured {
 		url, err := ConfigURL(arg, ConfigVars(b.ip.Address.Addr(), b.hostname))
 		if err != nil {
 			return err

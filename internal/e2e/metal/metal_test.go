@@ -112,6 +112,9 @@ type qemuOptions struct {
 	args       []string // more QEMU arguments (another network card, say)
 	open       bool     // the guest reaches the host's loopback at 10.0.2.2 (the test's servers)
 	noDefaults bool     // only args as kernel arguments, not the defaults
+	// disk boots this disk image (its GRUB, with the image's kernel arguments) instead of the
+	// kernel and initramfs; the guest's writes go to a temporary overlay, not to it.
+	disk string
 }
 
 func bootWith(t testing.TB, o qemuOptions, args ...string) *machine {
@@ -141,16 +144,27 @@ func bootWith(t testing.TB, o qemuOptions, args ...string) *machine {
 		restrict = "off"
 	}
 
+	bootArgs := []string{"-kernel", kernel, "-initrd", initramfs, "-append", strings.Join(cmdline, " ")}
+	if o.disk != "" {
+		format := "raw"
+		if strings.HasSuffix(o.disk, ".qcow2") {
+			format = "qcow2"
+		}
+
+		bootArgs = []string{"-drive", "file=" + o.disk + ",format=" + format + ",if=virtio,snapshot=on"}
+	}
+
 	qemu := []string{
 		"-m", "2048", "-smp", "2", "-display", "none", "-no-reboot",
 		"-serial", "file:" + m.console,
-		"-kernel", kernel, "-initrd", initramfs,
-		"-append", strings.Join(cmdline, " "),
+	}
+	qemu = append(qemu, bootArgs...)
+	qemu = append(qemu,
 		"-nic", fmt.Sprintf("user,model=virtio-net-pci,restrict=%s,hostfwd=tcp:127.0.0.1:%d-:50000", restrict, port),
 		// The host's entropy: without it TCG's kernel takes long to seed its random numbers,
 		// which DHCP's transaction IDs and TLS wait for.
 		"-device", "virtio-rng-pci",
-	}
+	)
 	if kvm {
 		qemu = append(qemu, "-enable-kvm", "-cpu", "host")
 	}

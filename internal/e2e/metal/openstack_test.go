@@ -32,13 +32,12 @@ func openstackNetworkData(extra string) string {
 }`
 }
 
-// talos.platform=openstack with a config drive (ISO 9660 labelled config-2 on an IDE CD-ROM):
-// meta_data.json names the host, the instance, its zone and type, network_data.json gives the
-// card (by its MAC) a static address, routes and a resolver, and user_data is the machine
-// config. No DHCP runs and no metadata service is asked.
-func TestOpenStackFromConfigDrive(t *testing.T) {
-	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
-	config, talosconfig := nocloudConfig(t, cli)
+// openstackConfigDrive writes a config drive (ISO 9660 labelled config-2) and returns its path:
+// meta_data.json names the host openstack-1, the instance, its zone nova-az1 and type m1.tcg,
+// network_data.json gives QEMU's card 10.0.2.15/24 and a route to 10.0.97.0/24, and user_data
+// is config.
+func openstackConfigDrive(t *testing.T, config []byte) string {
+	t.Helper()
 
 	dir := t.TempDir()
 	files := map[string]string{
@@ -63,6 +62,18 @@ func TestOpenStackFromConfigDrive(t *testing.T) {
 	if out, err := exec.Command("xorriso", args...).CombinedOutput(); err != nil {
 		t.Fatalf("xorriso (apt-get install xorriso): %v\n%s", err, out)
 	}
+
+	return iso
+}
+
+// talos.platform=openstack with a config drive (ISO 9660 labelled config-2 on an IDE CD-ROM):
+// meta_data.json names the host, the instance, its zone and type, network_data.json gives the
+// card (by its MAC) a static address, routes and a resolver, and user_data is the machine
+// config. No DHCP runs and no metadata service is asked.
+func TestOpenStackFromConfigDrive(t *testing.T) {
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
+	config, talosconfig := nocloudConfig(t, cli)
+	iso := openstackConfigDrive(t, config)
 
 	start := time.Now()
 	m := bootWith(t, qemuOptions{args: []string{"-drive", "file=" + iso + ",media=cdrom,if=ide,readonly=on"}}, "talos.platform=openstack")

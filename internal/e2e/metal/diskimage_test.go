@@ -1,0 +1,62 @@
+package metal
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talos-go/talos/internal/imager"
+	"github.com/talos-go/talos/internal/metal"
+	"github.com/talos-go/talos/internal/platform"
+	"github.com/talos-go/talos/internal/testenv"
+)
+
+// OpenStack's disk image (make boot BOOT_PLATFORMS=openstack: qcow2) booted as the machine's
+// only disk, with a config drive: GRUB boots slot A with talos.platform=openstack and the
+// platform's consoles, the node takes its config, hostname and address from the drive and runs
+// from its disk without installing.
+func TestOpenStackDiskImage(t *testing.T) {
+	image := filepath.Join(filepath.Dir(diskImage), imager.PlatformImageName(platform.OpenStack))
+	if _, err := os.Stat(image); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no %s: .ci/run builds it with make boot BOOT_PLATFORMS=openstack", image)
+		}
+
+		t.Skipf("no %s: build it with make boot BOOT_PLATFORMS=openstack", image)
+	}
+
+	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
+	config, talosconfig := nocloudConfig(t, cli)
+	iso := openstackConfigDrive(t, config)
+
+	start := time.Now()
+	m := bootWith(t, qemuOptions{disk: image, args: []string{"-drive", "file=" + iso + ",media=cdrom,if=ide,readonly=on"}})
+
+	cli.TalosConfig = talosconfig
+	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
+
+	took := waitAPID(t, m, cli, ep, start)
+	t.Logf("openstack disk image with a config drive: apid answered with the user data's certificates %s after QEMU started (KVM %v)", took.Round(100*time.Millisecond), kvm)
+
+	assertNocloudNode(t, cli, ep, "openstack-1", `(?m)10\.0\.97\.0/24\s+10\.0\.2\.2\s+eth0\s+1024`, map[string]string{
+		"platform": "openstack", "hostname": "openstack-1", "instanceId": "3f9e8d7c-6b5a-4e3d-9c2b-1a0f9e8d7c6b",
+	})
+
+	// GRUB booted the disk's slot A with the image's arguments, not the metal defaults.
+	cmdline := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/proc/cmdline")
+	if want := strings.Join(metal.PlatformKernelArgs(platform.OpenStack), " "); !strings.Contains(cmdline, "BOOT_IMAGE=/A/vmlinuz") || !strings.Contains(cmdline, want) {
+		t.Errorf("/proc/cmdline %q: want slot A of the disk booted with %q", cmdline, want)
+	}
+
+	console := m.consoleText()
+	if !strings.Contains(console, "from its disk") {
+		t.Errorf("the console does not say the node runs from its disk")
+	}
+
+	if strings.Contains(console, "installing to") {
+		t.Errorf("the node installed itself over its disk image")
+	}
+}
