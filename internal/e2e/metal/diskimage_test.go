@@ -52,8 +52,10 @@ func TestOpenStackDiskImage(t *testing.T) {
 	}
 
 	console := m.consoleText()
-	if !strings.Contains(console, "from its disk") {
-		t.Errorf("the console does not say the node runs from its disk")
+	for _, want := range []string{"booting the installed disk vda: BOOT, STATE and EPHEMERAL mounted", "talos.platform=openstack: the machine config is the platform's user data"} {
+		if !strings.Contains(console, want) {
+			t.Errorf("the console has no %q", want)
+		}
 	}
 
 	if strings.Contains(console, "installing to") {
