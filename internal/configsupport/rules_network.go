@@ -125,7 +125,7 @@ var networkRules = append([]Rule{
 }, bondOptionRules()...)
 
 // bondOptions are the bonding options a node on its own kernel passes on when it makes the bond:
-// TestBondOptionsFromConfig shows each reach the bond's spec, TestBondNetlinkData the kernel's
+// TestBondOptionsFromConfig shows each reach the bond's spec, internal/netlink.TestBondNetlinkData the kernel's
 // attribute the link controller sends; internal/e2e/metal.TestBondAndVLANFromConfig makes a
 // bond on the node's kernel (with its mode and miimon).
 var bondOptions = []string{
@@ -139,7 +139,7 @@ func bondOptionRules() []Rule {
 	var rules []Rule
 
 	for _, o := range bondOptions {
-		r := ownKernel("machine.network.interfaces[].bond."+o, netCtrl+"TestBondNetlinkData")
+		r := ownKernel("machine.network.interfaces[].bond."+o, "internal/netlink.TestBondNetlinkData")
 		r.Fix += "; on its own kernel the bond is made with it (internal/e2e/metal.TestBondAndVLANFromConfig makes a bond there)"
 		rules = append(rules, r)
 	}

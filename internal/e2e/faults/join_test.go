@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // TestKillDuringEtcdJoin: a control plane leaves etcd and wipes its EPHEMERAL (a graceful
@@ -25,10 +27,21 @@ func TestKillDuringEtcdJoin(t *testing.T) {
 				keys := putKeys(t, ec, fmt.Sprintf("join-%s-%d", svc, run), 20)
 				delay := time.Duration(1000+rng.IntN(5000)) * time.Millisecond
 
-				out, stderr, code := talosctl(t, "-n", node, "reset", "--graceful", "--reboot", "--system-labels-to-wipe", "EPHEMERAL", "--wait=false")
-				if code != 0 {
-					t.Fatalf("reset of %s: exit %d %s%s", node, code, out, stderr)
-				}
+				// A case of another test may have left the node finishing an upgrade (its call
+				// can end before the node does, when a kill cut the stream): the node refuses a
+				// reset until then, saying so; anything else fails the case.
+				testenv.WaitFor(t, "the reset of "+node+" accepted", healthyBound, func() error {
+					out, stderr, code := talosctl(t, "-n", node, "reset", "--graceful", "--reboot", "--system-labels-to-wipe", "EPHEMERAL", "--wait=false")
+					if code != 0 && strings.Contains(stderr, "in progress on this node") {
+						return fmt.Errorf("reset of %s: %s", node, strings.TrimSpace(stderr))
+					}
+
+					if code != 0 {
+						t.Fatalf("reset of %s: exit %d %s%s", node, code, out, stderr)
+					}
+
+					return nil
+				})
 
 				reset := time.Now()
 				time.Sleep(delay)
@@ -44,7 +57,7 @@ func TestKillDuringEtcdJoin(t *testing.T) {
 				awaitHealthy(t, time.Now(), healthyBound)
 				t.Logf("%s rejoined: healthy %v after the reset", node, time.Since(reset).Round(100*time.Millisecond))
 
-				out, stderr, code = talosctl(t, "-n", cp1, "etcd", "members")
+				out, stderr, code := talosctl(t, "-n", cp1, "etcd", "members")
 				if voters := etcdVoters(out); code != 0 || len(voters) != 3 || !strings.Contains(strings.Join(voters, " "), node+":2380") {
 					t.Fatalf("etcd members after %s rejoined: exit %d\n%s%s", node, code, out, stderr)
 				}
