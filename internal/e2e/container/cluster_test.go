@@ -311,17 +311,24 @@ func TestEtcdIsASystemContainer(t *testing.T) {
 	must(t, "-n", cp, "containers", "-k")
 }
 
-// The node has its own writable cgroups: runc made etcd's cgroup inside the node's.
+// The node has its own writable cgroups in upstream's layout: runc made etcd's and kubelet's
+// cgroups under /podruntime inside the node's, and apid's and trustd's are under /system.
 func TestCgroupsInTheNode(t *testing.T) {
 	top := must(t, "-n", cp, "ls", "/sys/fs/cgroup")
 
-	dir := "/sys/fs/cgroup/memory/system" // v1: one hierarchy per controller
+	root := "/sys/fs/cgroup/memory" // v1: one hierarchy per controller
 	if strings.Contains(top, "cgroup.controllers") {
-		dir = "/sys/fs/cgroup/system"
+		root = "/sys/fs/cgroup"
 	}
 
-	if out := must(t, "-n", cp, "ls", dir); !strings.Contains(out, "etcd") {
-		t.Fatalf("no etcd cgroup in the node's %s:\n%s", dir, out)
+	for dir, want := range map[string][]string{"podruntime": {"etcd", "kubelet"}, "system": {"apid", "trustd", "runtime"}} {
+		out := must(t, "-n", cp, "ls", root+"/"+dir)
+
+		for _, name := range want {
+			if !regexp.MustCompile(`(?m)\s` + name + `$`).MatchString(out) {
+				t.Errorf("no %s cgroup in the node's %s/%s:\n%s", name, root, dir, out)
+			}
+		}
 	}
 }
 
