@@ -103,20 +103,15 @@ func TestAWSFromIMDS(t *testing.T) {
 	took := waitAPID(t, m, cli, ep, start)
 	t.Logf("aws from the test's IMDS stand-in: apid answered %s after QEMU started (KVM %v)", took.Round(100*time.Millisecond), kvm)
 
-	get := func(args ...string) string {
-		return cli.Must(t, append([]string{"-e", ep, "-n", "10.0.2.15", "get"}, args...)...)
-	}
+	get := guestGet(t, cli, ep)
 
-	out := get("platformmetadata", "-o", "yaml")
-	for key, want := range map[string]string{
+	assertPlatformMetadata(t, get, map[string]string{
 		"platform": "aws", "hostname": "ip-10-0-2-15.eu-central-1.compute.internal", "region": "eu-central-1", "zone": "eu-central-1c",
 		"instanceType": "c7i.large", "instanceId": "i-0e2e7a1b2c3d4e5f6", "providerId": "aws:///eu-central-1c/i-0e2e7a1b2c3d4e5f6", "spot": "true",
 		"internalDNS": "ip-10-0-2-15.eu-central-1.compute.internal",
-	} {
-		if !regexp.MustCompile(`(?m)^\s+` + key + `: ` + regexp.QuoteMeta(want) + `$`).MatchString(out) {
-			t.Errorf("platformmetadata has no %s: %s:\n%s", key, want, out)
-		}
-	}
+	})
+
+	var out string
 
 	if out = get("hostnamestatus", "-o", "yaml"); !regexp.MustCompile(`(?m)^\s+hostname: ip-10-0-2-15$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^\s+domainname: eu-central-1\.compute\.internal$`).MatchString(out) {

@@ -119,19 +119,14 @@ func TestAzure(t *testing.T) {
 	took := waitAPID(t, m, cli, ep, start)
 	t.Logf("azure: apid answered with the custom data's certificates %s after QEMU started (KVM %v)", took.Round(100*time.Millisecond), kvm)
 
-	get := func(args ...string) string {
-		return cli.Must(t, append([]string{"-e", ep, "-n", "10.0.2.15", "get"}, args...)...)
-	}
+	get := guestGet(t, cli, ep)
 
-	out := get("platformmetadata", "-o", "yaml")
-	for key, want := range map[string]string{
+	assertPlatformMetadata(t, get, map[string]string{
 		"platform": "azure", "hostname": "azure-1", "region": "westeurope", "zone": "westeurope-3", "instanceType": "Standard_D2s_v5",
 		"instanceId": resourceID, "providerId": "azure://" + strings.Replace(resourceID, "Talos-E2E", "talos-e2e", 1), "spot": "true",
-	} {
-		if !regexp.MustCompile(`(?m)^\s+` + key + `: ` + regexp.QuoteMeta(want) + `$`).MatchString(out) {
-			t.Errorf("platformmetadata has no %s: %s:\n%s", key, want, out)
-		}
-	}
+	})
+
+	var out string
 
 	if out = get("hostnamestatus", "-o", "yaml"); !regexp.MustCompile(`(?m)^\s+hostname: azure-1$`).MatchString(out) {
 		t.Errorf("hostnamestatus: not azure-1:\n%s", out)

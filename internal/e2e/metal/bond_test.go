@@ -74,9 +74,7 @@ vlans:
 	took := waitAPID(t, m, cli, ep, start)
 	t.Logf("nocloud bond and VLAN: apid answered on the bond's address %s after QEMU started (KVM %v)", took.Round(100*time.Millisecond), kvm)
 
-	get := func(args ...string) string {
-		return cli.Must(t, append([]string{"-e", ep, "-n", "10.0.2.15", "get"}, args...)...)
-	}
+	get := guestGet(t, cli, ep)
 
 	field := func(doc, key string) string {
 		if m := regexp.MustCompile(`(?m)^\s+` + key + `: (\S+)$`).FindStringSubmatch(doc); m != nil {

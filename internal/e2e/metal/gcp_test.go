@@ -84,20 +84,15 @@ func TestGCPFromMetadataServer(t *testing.T) {
 	took := waitAPID(t, m, cli, ep, start)
 	t.Logf("gcp from the test's metadata server stand-in: apid answered %s after QEMU started (KVM %v)", took.Round(100*time.Millisecond), kvm)
 
-	get := func(args ...string) string {
-		return cli.Must(t, append([]string{"-e", ep, "-n", "10.0.2.15", "get"}, args...)...)
-	}
+	get := guestGet(t, cli, ep)
 
-	out := get("platformmetadata", "-o", "yaml")
-	for key, want := range map[string]string{
+	assertPlatformMetadata(t, get, map[string]string{
 		"platform": "gcp", "hostname": "gcp-node-1.us-west1-b.c.e2e-project-5511.internal", "region": "us-west1", "zone": "us-west1-b",
 		"instanceType": "n2d-standard-2", "instanceId": `"6630981277451093211"`, "providerId": "gce://e2e-project-5511/us-west1-b/gcp-node-1",
 		"spot": "true", "talos-e2e": `""`,
-	} {
-		if !regexp.MustCompile(`(?m)^\s+` + key + `: ` + regexp.QuoteMeta(want) + `$`).MatchString(out) {
-			t.Errorf("platformmetadata has no %s: %s:\n%s", key, want, out)
-		}
-	}
+	})
+
+	var out string
 
 	if out = get("hostnamestatus", "-o", "yaml"); !regexp.MustCompile(`(?m)^\s+hostname: gcp-node-1$`).MatchString(out) {
 		t.Errorf("hostnamestatus: not gcp-node-1:\n%s", out)

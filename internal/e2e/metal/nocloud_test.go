@@ -60,16 +60,11 @@ func waitAPID(t *testing.T, m *machine, cli testenv.CLI, ep string, start time.T
 func assertNocloudNode(t *testing.T, cli testenv.CLI, ep, hostname, route string, metadata map[string]string) {
 	t.Helper()
 
-	get := func(args ...string) string {
-		return cli.Must(t, append([]string{"-e", ep, "-n", "10.0.2.15", "get"}, args...)...)
-	}
+	get := guestGet(t, cli, ep)
 
-	out := get("platformmetadata", "-o", "yaml")
-	for key, want := range metadata {
-		if !regexp.MustCompile(`(?m)^\s+` + key + `: ` + regexp.QuoteMeta(want) + `$`).MatchString(out) {
-			t.Errorf("platformmetadata has no %s: %s:\n%s", key, want, out)
-		}
-	}
+	assertPlatformMetadata(t, get, metadata)
+
+	var out string
 
 	if out = get("hostnamestatus", "-o", "yaml"); !regexp.MustCompile(`(?m)^\s+hostname: ` + hostname + `$`).MatchString(out) {
 		t.Errorf("hostnamestatus: not %s:\n%s", hostname, out)

@@ -4,8 +4,11 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"testing"
 	"time"
+
+	"github.com/talos-go/talos/internal/testenv"
 )
 
 // serveAt serves h on addr:80 in the test's own network namespace, with addr on its loopback:
@@ -29,4 +32,26 @@ func serveAt(t *testing.T, addr string, h http.Handler) {
 
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
+}
+
+// guestGet is `talosctl get` on the guest, 10.0.2.15 on QEMU's user network, through the
+// endpoint ep.
+func guestGet(t *testing.T, cli testenv.CLI, ep string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+
+		return cli.Must(t, append([]string{"-e", ep, "-n", "10.0.2.15", "get"}, args...)...)
+	}
+}
+
+// assertPlatformMetadata checks each key of want in the node's platformmetadata (YAML).
+func assertPlatformMetadata(t *testing.T, get func(args ...string) string, want map[string]string) {
+	t.Helper()
+
+	out := get("platformmetadata", "-o", "yaml")
+	for key, value := range want {
+		if !regexp.MustCompile(`(?m)^\s+` + key + `: ` + regexp.QuoteMeta(value) + `$`).MatchString(out) {
+			t.Errorf("platformmetadata has no %s: %s:\n%s", key, value, out)
+		}
+	}
 }
