@@ -58,6 +58,16 @@ func upgradeCmd(g *Global) *cobra.Command {
 			}
 
 			return runMaybeInsecure(cmd, g, insecure, &wf, func(ctx context.Context, s *session) error {
+				// Each node's start before the call: --wait then knows the node restarted even
+				// when it already ran the version it upgrades to.
+				started := map[string]time.Time{}
+
+				if wf.waits() && !stage {
+					for _, node := range s.nodes {
+						_, started[node], _ = machineStatus(s.nodeCtx(ctx, node), s)
+					}
+				}
+
 				resp, err := s.c.UpgradeWithOptions(s.ctx(ctx), client.WithUpgradeImage(image), client.WithUpgradePreserve(preserve),
 					client.WithUpgradeStage(stage), client.WithUpgradeForce(force), client.WithUpgradeRebootMode(mode))
 				if err := renderReply(cmd, resp, err, func(r *machineapi.UpgradeResponse) error {
@@ -74,7 +84,7 @@ func upgradeCmd(g *Global) *cobra.Command {
 					return nil
 				}
 
-				return wf.waiting(ctx, cmd.ErrOrStderr(), s, func() error { return waitUpgraded(ctx, cmd, s, resp, wf.timeout) })
+				return wf.waiting(ctx, cmd.ErrOrStderr(), s, func() error { return waitUpgraded(ctx, cmd, s, resp, started, wf.timeout) })
 			})
 		},
 	}
@@ -93,7 +103,7 @@ func upgradeCmd(g *Global) *cobra.Command {
 
 // waitUpgraded waits until each node runs the version it acknowledged. A node that went away
 // and came back with another version fell back to its previous one and is reported.
-func waitUpgraded(ctx context.Context, cmd *cobra.Command, s *session, resp *machineapi.UpgradeResponse, timeout time.Duration) error {
+func waitUpgraded(ctx context.Context, cmd *cobra.Command, s *session, resp *machineapi.UpgradeResponse, started map[string]time.Time, timeout time.Duration) error {
 	target := ""
 
 	for _, m := range resp.GetMessages() {
@@ -112,7 +122,7 @@ func waitUpgraded(ctx context.Context, cmd *cobra.Command, s *session, resp *mac
 	var failed []string
 
 	for _, node := range s.nodes {
-		if err := waitVersion(s.nodeCtx(ctx, node), cmd.ErrOrStderr(), s, node, target); err != nil {
+		if err := waitVersion(s.nodeCtx(ctx, node), cmd.ErrOrStderr(), s, node, target, started[node]); err != nil {
 			failed = append(failed, err.Error())
 		}
 	}
@@ -124,7 +134,12 @@ func waitUpgraded(ctx context.Context, cmd *cobra.Command, s *session, resp *mac
 	return nil
 }
 
-func waitVersion(ctx context.Context, progress io.Writer, s *session, node, target string) error {
+// started is when the node's machine status was made before the upgrade (zero: unknown): the
+// node is upgraded once it runs target in a later start, which matters when it ran target
+// already (an upgrade to the same version still installs and reboots).
+//
+//nolint:gocyclo,cyclop // one poll loop over the node's states
+func waitVersion(ctx context.Context, progress io.Writer, s *session, node, target string, started time.Time) error {
 	fmt.Fprintf(progress, "%s: waiting for %s\n", node, target)
 
 	var (
@@ -144,15 +159,15 @@ func waitVersion(ctx context.Context, progress io.Writer, s *session, node, targ
 
 		switch {
 		case tag == target:
+			reason, created, known := machineStatus(ctx, s)
+			if !known || (!started.IsZero() && !wentDown && created.Equal(started)) {
+				break // not restarted yet: the version is the one it ran before
+			}
+
 			if !running {
 				running = true
 
 				fmt.Fprintf(progress, "%s: running %s\n", node, tag)
-			}
-
-			reason, known := trialCondition(ctx, s)
-			if !known {
-				break
 			}
 
 			if reason == "" {
@@ -190,24 +205,26 @@ func waitVersion(ctx context.Context, progress io.Writer, s *session, node, targ
 // new slot is on trial, when a crash or a service that does not come up boots the previous
 // version again, so the upgrade is not done. known is false when the status could not be read;
 // a node without MachineStatus counts as done (it cannot say more than its version).
-func trialCondition(ctx context.Context, s *session) (reason string, known bool) {
+func machineStatus(ctx context.Context, s *session) (reason string, created time.Time, known bool) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 
 	ms, err := safe.StateGetByID[*runtimeres.MachineStatus](gctx, s.c.COSI, runtimeres.MachineStatusID)
 	if err != nil {
 		if state.IsNotFoundError(err) || status.Code(err) == codes.Unimplemented {
-			return "", true
+			return "", time.Time{}, true
 		}
 
-		return "", false
+		return "", time.Time{}, false
 	}
+
+	created = ms.Metadata().Created()
 
 	for _, c := range ms.TypedSpec().Status.UnmetConditions {
 		if c.Name == "upgrade" {
-			return c.Reason, true
+			return c.Reason, created, true
 		}
 	}
 
-	return "", true
+	return "", created, true
 }

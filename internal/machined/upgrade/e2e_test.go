@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -173,6 +175,24 @@ func (n *bootNode) client(t *testing.T) *client.Client {
 	}
 
 	return c
+}
+
+// started is when the running machined made its machine status: a restart changes it.
+func (n *bootNode) started(t *testing.T) time.Time {
+	t.Helper()
+
+	c := n.client(t)
+	defer c.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	ms, err := safe.StateGetByID[*runtimeres.MachineStatus](ctx, c.COSI, runtimeres.MachineStatusID)
+	if err != nil {
+		t.Fatalf("machine status: %v", err)
+	}
+
+	return ms.Metadata().Created()
 }
 
 // version asks the node for its version once.
@@ -427,6 +447,25 @@ func TestUpgradeEndToEnd(t *testing.T) {
 	if _, err = os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("upgrade without --preserve kept EPHEMERAL data: %v", err)
 	}
+
+	// An upgrade to the version the node already runs still installs and restarts it: --wait
+	// returns only after the restart (it used to return at once, seeing the version it asked
+	// for before the node had gone down).
+	before := n.started(t)
+
+	stdout.Reset()
+	stderr.Reset()
+
+	if code := talosctl.Execute([]string{"--machined-socket", n.socket(), "upgrade", "--image", good, "--preserve", "--timeout", "3m"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stderr.String(), vX1+" is permanent") {
+		t.Fatalf("upgrade to the running version: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+
+	if n.started(t).Equal(before) {
+		t.Fatalf("upgrade --wait to the running version %s returned before the node restarted:\n%s", vX1, stderr.String())
+	}
+
+	n.waitSettled(t, vX1)
 
 	// Reset: a bad request changes nothing; then wipe STATE and EPHEMERAL and power off.
 	c := n.client(t)
