@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/platform/aws"
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -24,10 +25,10 @@ func serveAtMetadataAddress(t *testing.T, h http.Handler) {
 	serveAt(t, linkLocalMetadata, h)
 }
 
-// talos.platform=aws: the node brings its network up by DHCP and asks the instance metadata
-// service (the test's stand-in at 169.254.169.254, IMDSv2: a token PUT first, the token on every
-// GET) for its user data (the machine config), its hostname, identity and placement, and its
-// card (by the guest's MAC).
+// talos.platform=aws, booted from AWS's disk image (make boot BOOT_PLATFORMS=all): the node brings
+// its network up by DHCP and asks the instance metadata service (the test's stand-in at
+// 169.254.169.254, IMDSv2: a token PUT first, the token on every GET) for its user data (the
+// machine config), its hostname, identity and placement, and its card (by the guest's MAC).
 func TestAWSFromIMDS(t *testing.T) {
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 	config, talosconfig := nocloudConfig(t, cli)
@@ -95,7 +96,7 @@ func TestAWSFromIMDS(t *testing.T) {
 	}))
 
 	start := time.Now()
-	m := bootWith(t, qemuOptions{open: true}, "talos.platform=aws")
+	m := bootWith(t, qemuOptions{open: true, disk: platformImage(t, platform.AWS)})
 
 	cli.TalosConfig = talosconfig
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)

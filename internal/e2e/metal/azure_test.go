@@ -14,14 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
-// talos.platform=azure: the custom data (the machine config) in ovf-env.xml on a UDF disc in an
-// IDE CD-ROM drive, as Azure attaches its provisioning disc; the network by DHCP; the hostname
-// and the metadata from IMDS, and the Ready report to the wire server. The test's servers at
-// 169.254.169.254 and 168.63.129.16 stand in for Azure's IMDS and wire server, answering as they
-// are documented to; they are in the test's own network namespace.
+// talos.platform=azure, booted from Azure's VHD: the custom data (the machine config) in ovf-
+// env.xml on a UDF disc in an IDE CD-ROM drive, as Azure attaches its provisioning disc; the
+// network by DHCP; the hostname and the metadata from IMDS, and the Ready report to the wire
+// server. The test's servers at 169.254.169.254 and 168.63.129.16 stand in for Azure's IMDS and
+// wire server, answering as they are documented to; they are in the test's own network namespace.
 func TestAzure(t *testing.T) {
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 	config, talosconfig := nocloudConfig(t, cli)
@@ -111,7 +112,7 @@ func TestAzure(t *testing.T) {
 	}))
 
 	start := time.Now()
-	m := bootWith(t, qemuOptions{open: true, args: []string{"-drive", "file=" + disc + ",media=cdrom,if=ide,readonly=on"}}, "talos.platform=azure")
+	m := bootWith(t, qemuOptions{open: true, disk: platformImage(t, platform.Azure), args: []string{"-drive", "file=" + disc + ",media=cdrom,if=ide,readonly=on"}})
 
 	cli.TalosConfig = talosconfig
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)

@@ -3,6 +3,7 @@ package metal
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,14 +20,7 @@ import (
 // platform's consoles, the node takes its config, hostname and address from the drive and runs
 // from its disk without installing.
 func TestOpenStackDiskImage(t *testing.T) {
-	image := filepath.Join(filepath.Dir(diskImage), imager.PlatformImageName(platform.OpenStack))
-	if _, err := os.Stat(image); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no %s: .ci/run builds it with make boot BOOT_PLATFORMS=openstack", image)
-		}
-
-		t.Skipf("no %s: build it with make boot BOOT_PLATFORMS=openstack", image)
-	}
+	image := platformImage(t, platform.OpenStack)
 
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 	config, talosconfig := nocloudConfig(t, cli)
@@ -61,4 +55,30 @@ func TestOpenStackDiskImage(t *testing.T) {
 	if strings.Contains(console, "installing to") {
 		t.Errorf("the node installed itself over its disk image")
 	}
+}
+
+// platformImage is the disk image of the platform name in the boot assets (make boot
+// BOOT_PLATFORMS=all), ready for QEMU: GCP's tarball is unpacked to its disk.raw.
+func platformImage(t *testing.T, name string) string {
+	t.Helper()
+
+	image := filepath.Join(filepath.Dir(diskImage), imager.PlatformImageName(name))
+	if _, err := os.Stat(image); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no %s: .ci/run builds it with make boot BOOT_PLATFORMS=all", image)
+		}
+
+		t.Skipf("no %s: build it with make boot BOOT_PLATFORMS=all", image)
+	}
+
+	if !strings.HasSuffix(image, ".tar.gz") {
+		return image
+	}
+
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-xzf", image, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("unpacking %s: %v\n%s", image, err, out)
+	}
+
+	return filepath.Join(dir, "disk.raw")
 }

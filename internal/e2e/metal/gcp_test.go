@@ -11,14 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talos-go/talos/internal/platform"
 	"github.com/talos-go/talos/internal/platform/gcp"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
-// talos.platform=gcp: the node brings its network up by DHCP and asks the metadata server (the
-// test's stand-in at 169.254.169.254, which answers only requests with Metadata-Flavor: Google)
-// for its user-data attribute (the machine config), its hostname, identity and zone, and its
-// card (by the guest's MAC, with the VPC's MTU 1460).
+// talos.platform=gcp, booted from GCP's disk image (its tarball's disk.raw): the node brings its
+// network up by DHCP and asks the metadata server (the test's stand-in at 169.254.169.254, which
+// answers only requests with Metadata-Flavor: Google) for its user-data attribute (the machine
+// config), its hostname, identity and zone, and its card (by the guest's MAC, with the VPC's MTU
+// 1460).
 func TestGCPFromMetadataServer(t *testing.T) {
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 	config, talosconfig := nocloudConfig(t, cli)
@@ -76,7 +78,7 @@ func TestGCPFromMetadataServer(t *testing.T) {
 	}))
 
 	start := time.Now()
-	m := bootWith(t, qemuOptions{open: true}, "talos.platform=gcp")
+	m := bootWith(t, qemuOptions{open: true, disk: platformImage(t, platform.GCP)})
 
 	cli.TalosConfig = talosconfig
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)

@@ -147,8 +147,12 @@ func bootWith(t testing.TB, o qemuOptions, args ...string) *machine {
 	bootArgs := []string{"-kernel", kernel, "-initrd", initramfs, "-append", strings.Join(cmdline, " ")}
 	if o.disk != "" {
 		format := "raw"
-		if strings.HasSuffix(o.disk, ".qcow2") {
+
+		switch {
+		case strings.HasSuffix(o.disk, ".qcow2"):
 			format = "qcow2"
+		case strings.HasSuffix(o.disk, ".vhd"):
+			format = "vpc" // QEMU's name for VHD
 		}
 
 		bootArgs = []string{"-drive", "file=" + o.disk + ",format=" + format + ",if=virtio,snapshot=on"}
