@@ -88,7 +88,8 @@ func assertNocloudNode(t *testing.T, cli testenv.CLI, ep, hostname, route string
 	}
 }
 
-// talos.platform=nocloud with a cidata ISO on an IDE CD-ROM drive, as Proxmox attaches it:
+// talos.platform=nocloud, booted from nocloud's disk image, with a cidata ISO on an IDE CD-ROM
+// drive, as Proxmox attaches it:
 // meta-data names the host and the instance, network-config (v2, the card matched by its MAC)
 // gives it a static address, a default route, a route and a name server, and user-data is the
 // machine config. No DHCP runs.
@@ -131,7 +132,7 @@ ethernets:
 	}
 
 	start := time.Now()
-	m := bootWith(t, qemuOptions{args: []string{"-drive", "file=" + filepath.Join(dir, "cidata.iso") + ",media=cdrom,if=ide,readonly=on"}}, "talos.platform=nocloud")
+	m := bootWith(t, qemuOptions{disk: platformImage(t, platform.Nocloud), args: []string{"-drive", "file=" + filepath.Join(dir, "cidata.iso") + ",media=cdrom,if=ide,readonly=on"}})
 
 	cli.TalosConfig = talosconfig
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
