@@ -78,7 +78,8 @@ func TestGCPFromMetadataServer(t *testing.T) {
 	}))
 
 	start := time.Now()
-	m := bootWith(t, qemuOptions{open: true, disk: platformImage(t, platform.GCP)})
+	// GCP's machines boot UEFI: OVMF (Debian's ovmf) boots the image's GRUB from its ESP.
+	m := bootWith(t, qemuOptions{open: true, disk: platformImage(t, platform.GCP), args: []string{"-bios", "/usr/share/ovmf/OVMF.fd"}})
 
 	cli.TalosConfig = talosconfig
 	ep := fmt.Sprintf("127.0.0.1:%d", m.port)
@@ -87,6 +88,10 @@ func TestGCPFromMetadataServer(t *testing.T) {
 	t.Logf("gcp from the test's metadata server stand-in: apid answered %s after QEMU started (KVM %v)", took.Round(100*time.Millisecond), kvm)
 
 	get := guestGet(t, cli, ep)
+
+	if _, stderr, code := cli.Run(t, "-e", ep, "-n", "10.0.2.15", "ls", "/sys/firmware/efi"); code != 0 {
+		t.Errorf("the node did not boot by UEFI (no /sys/firmware/efi): %s", stderr)
+	}
 
 	assertPlatformMetadata(t, get, map[string]string{
 		"platform": "gcp", "hostname": "gcp-node-1.us-west1-b.c.e2e-project-5511.internal", "region": "us-west1", "zone": "us-west1-b",
