@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,3 +50,25 @@ func StartDiscovery(t testing.TB) (endpoint string) {
 
 	return "http://" + l.Addr().String() + "/"
 }
+
+// localDiscovery is a discovery service on loopback for the test binary's life, named by the
+// configs Config and Configs generate: their nodes would otherwise ask upstream's default,
+// discovery.talos.dev, outside this machine. Clusters stay apart by their cluster IDs.
+var localDiscovery = sync.OnceValues(func() (string, error) {
+	svc, err := discoveryservice.New(discoveryservice.Options{
+		Limits: discoveryservice.Limits{RequestsPerSecond: 1000, Burst: 1000},
+	})
+	if err != nil {
+		return "", err
+	}
+
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+
+	// Serves until the test binary exits.
+	go svc.Serve(context.Background(), l, nil)
+
+	return "http://" + l.Addr().String() + "/", nil
+})

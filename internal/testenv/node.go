@@ -20,6 +20,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	gensecrets "github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"google.golang.org/grpc"
@@ -63,6 +64,21 @@ func encodeConfig(t testing.TB, in *generate.Input, typ machine.Type) []byte {
 
 	cfg, err := in.Config(typ)
 	if err != nil {
+		t.Fatal(err)
+	}
+
+	endpoint, err := localDiscovery()
+	if err != nil {
+		t.Fatalf("the tests' discovery service: %v", err)
+	}
+
+	if cfg, err = cfg.PatchV1Alpha1(func(c *v1alpha1.Config) error {
+		if d := c.ClusterConfig.ClusterDiscoveryConfig; d != nil {
+			d.DiscoveryRegistries.RegistryService.RegistryEndpoint = endpoint
+		}
+
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 
