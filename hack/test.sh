@@ -9,8 +9,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-go vet ./...
-./hack/lint.sh
+# step NAME CMD...: runs one step and says how long it took (CI's budget is 45 minutes on two
+# cores: a step that grows shows here first).
+step() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "hack/test.sh: $name took $((SECONDS - start)) s"
+}
+
+step vet go vet ./...
+step lint ./hack/lint.sh
 
 mkdir -p _out
 go build -o _out/testcheck ./hack/testcheck
@@ -24,11 +33,15 @@ go build -o _out/testcheck ./hack/testcheck
 # at a time on this 2-core machine, so the metal suite (about 40 minutes of QEMU boots) runs from
 # the start beside everything else instead of after the packages that sort before it.
 slow=(./internal/e2e/metal/ ./internal/e2e/container/ ./internal/machined/upgrade/ ./internal/e2e/faults/ ./internal/e2e/)
+start=$SECONDS
 go test -count=1 -race -shuffle=on -timeout 60m -json "$@" "${slow[@]}" ./... | tee _out/test.json | _out/testcheck
+echo "hack/test.sh: go test took $((SECONDS - start)) s"
 # The clock-jump fault sets the host's clock, so it runs alone, after every other package, and
 # only as root (internal/e2e/faults/clock_test.go).
 if [ "$(id -u)" = 0 ]; then
+  start=$SECONDS
   FAULTS_CLOCK_JUMP=1 go test -count=1 -json -run TestClockJump "$@" ./internal/e2e/faults/ | _out/testcheck
+  echo "hack/test.sh: the clock jump took $((SECONDS - start)) s"
 fi
 # Every fuzz target for a bounded time (hack/fuzz.sh: 30 s each, FuzzApplyConfig 90 s).
-./hack/fuzz.sh
+step fuzz ./hack/fuzz.sh
