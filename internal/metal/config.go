@@ -91,7 +91,8 @@ func FetchConfig(ctx context.Context, rawURL, dst string) error {
 
 // download GETs rawURL, trying again for configFetchFor; what names the download in the
 // console's lines. With notFoundFinal, a 404 is an answer (platform.ErrNotFound), not tried
-// again: a platform's optional document.
+// again: a platform's optional document; so is a 400 (platform.ErrBadRequest: Azure's IMDS
+// refusing an API version).
 func download(ctx context.Context, what, rawURL string, notFoundFinal bool) ([]byte, error) {
 	return request(ctx, what, platform.Request{Method: http.MethodGet, URL: rawURL}, notFoundFinal)
 }
@@ -108,7 +109,7 @@ func request(ctx context.Context, what string, r platform.Request, notFoundFinal
 
 	for {
 		body, err := fetchOnce(ctx, r)
-		if err == nil || (notFoundFinal && errors.Is(err, platform.ErrNotFound)) {
+		if err == nil || (notFoundFinal && (errors.Is(err, platform.ErrNotFound) || errors.Is(err, platform.ErrBadRequest))) {
 			return body, err
 		}
 
@@ -147,6 +148,10 @@ func fetchOnce(ctx context.Context, r platform.Request) ([]byte, error) {
 
 	if resp.StatusCode == http.StatusNotFound {
 		return nil, fmt.Errorf("%s %s: %s: %w", method, rawURL, resp.Status, platform.ErrNotFound)
+	}
+
+	if resp.StatusCode == http.StatusBadRequest {
+		return nil, fmt.Errorf("%s %s: %s: %w", method, rawURL, resp.Status, platform.ErrBadRequest)
 	}
 
 	if resp.StatusCode != http.StatusOK {

@@ -70,10 +70,11 @@ type Env struct {
 	// NetworkUp brings up the boot's network (ip=, else DHCP on every link), for a source that
 	// is reached over it.
 	NetworkUp func() error
-	// Get downloads a URL, trying again for a while; ErrNotFound when the server answers 404.
+	// Get downloads a URL, trying again for a while; ErrNotFound when the server answers 404,
+	// ErrBadRequest when it answers 400.
 	Get func(ctx context.Context, url string) ([]byte, error)
 	// Do is Get for any method, headers and body (a cloud's metadata service), with the same
-	// tries and ErrNotFound.
+	// tries, ErrNotFound and ErrBadRequest.
 	Do func(ctx context.Context, r Request) ([]byte, error)
 	// Log writes a line to the console.
 	Log func(format string, args ...any)
@@ -91,6 +92,9 @@ type Request struct {
 var (
 	ErrNoVolume = errors.New("no volume with the label")
 	ErrNotFound = errors.New("not found")
+	// ErrBadRequest is the server's 400: an answer (Azure's IMDS to an API version it does not
+	// know), not tried again.
+	ErrBadRequest = errors.New("bad request")
 )
 
 // Data is what a platform gives a node.
@@ -113,6 +117,10 @@ type Network struct {
 	Routes      []Route      `json:"routes,omitempty"`
 	Resolvers   []netip.Addr `json:"resolvers,omitempty"`
 	TimeServers []string     `json:"timeServers,omitempty"`
+	// ExternalIPs are the node's public addresses that are on none of its links (a cloud's
+	// 1:1 NAT, a load balancer's frontend): machined publishes them, as upstream, as addresses
+	// of the link "external".
+	ExternalIPs []netip.Addr `json:"externalIPs,omitempty"`
 }
 
 // Link is one link's configuration: a network card, or a bond or VLAN the node makes.

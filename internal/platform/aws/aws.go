@@ -15,8 +15,12 @@ import (
 	"github.com/talos-go/talos/internal/platform"
 )
 
-// Endpoint is the instance metadata service's IPv4 address.
-const Endpoint = "http://169.254.169.254"
+// The instance metadata service's addresses: IPv4, and IPv6 (Nitro instances; an IPv6-only
+// instance reaches it only there).
+const (
+	Endpoint     = "http://169.254.169.254"
+	EndpointIPv6 = "http://[fd00:ec2::254]"
+)
 
 // IMDSv2's headers: the token request's lifetime, and the token on every other request.
 const (
@@ -28,9 +32,9 @@ const (
 // of a boot whose metadata service answers slowly (Env.Do tries for minutes) finds it expired.
 const tokenTTL = "21600"
 
-// AWS is the aws platform; a zero Endpoint is the instance metadata service's.
+// AWS is the aws platform; a zero Endpoint or EndpointIPv6 is the instance metadata service's.
 type AWS struct {
-	Endpoint string
+	Endpoint, EndpointIPv6 string
 }
 
 var _ platform.Platform = AWS{}
@@ -72,20 +76,9 @@ func (p AWS) Data(ctx context.Context, env platform.Env) (platform.Data, error) 
 		return platform.Data{}, err
 	}
 
-	c := &client{env: env, base: strings.TrimSuffix(cmp.Or(p.Endpoint, Endpoint), "/")}
-
-	tokenURL := c.base + "/latest/api/token"
-
-	token, err := env.Do(ctx, platform.Request{Method: http.MethodPut, URL: tokenURL, Header: header(TokenTTLHeader, tokenTTL)})
-
-	switch {
-	case errors.Is(err, platform.ErrNotFound):
-		// A service without IMDSv2 (the AWS SDK falls back the same way).
-		env.Log("aws: %s is not there: asking the metadata service without a session token (IMDSv1)", tokenURL)
-	case err != nil:
-		return platform.Data{}, fmt.Errorf("aws: no IMDSv2 session token from the instance metadata service (PUT %s): %w", tokenURL, err)
-	default:
-		c.token = strings.TrimSpace(string(token))
+	c, err := p.connect(ctx, env)
+	if err != nil {
+		return platform.Data{}, err
 	}
 
 	userData, found, err := c.get(ctx, "user-data")
@@ -115,6 +108,57 @@ func (p AWS) Data(ctx context.Context, env platform.Env) (platform.Data, error) 
 	env.Log("aws: instance %s (%s) in %s", d.Metadata.InstanceID, d.Metadata.InstanceType, d.Metadata.Zone)
 
 	return d, nil
+}
+
+// connect takes an IMDSv2 session token from the metadata service at whichever of its
+// addresses answers first, as upstream races its IPv4 and IPv6 endpoints (the SDK falls back
+// from neither to the other): an instance may be IPv4-only, IPv6-only or both. The client asks
+// that address from then on.
+func (p AWS) connect(ctx context.Context, env platform.Env) (*client, error) {
+	bases := []string{strings.TrimSuffix(cmp.Or(p.Endpoint, Endpoint), "/"), strings.TrimSuffix(cmp.Or(p.EndpointIPv6, EndpointIPv6), "/")}
+
+	type answer struct {
+		base  string
+		token []byte
+		err   error
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the slower address's tries
+
+	answers := make(chan answer, len(bases))
+
+	for _, base := range bases {
+		go func() {
+			token, err := env.Do(ctx, platform.Request{Method: http.MethodPut, URL: base + "/latest/api/token", Header: header(TokenTTLHeader, tokenTTL)})
+			answers <- answer{base, token, err}
+		}()
+	}
+
+	var errs []error
+
+	for range bases {
+		a := <-answers
+		tokenURL := a.base + "/latest/api/token"
+
+		switch {
+		case errors.Is(a.err, platform.ErrNotFound):
+			// A service without IMDSv2 (the AWS SDK falls back the same way).
+			env.Log("aws: %s is not there: asking the metadata service without a session token (IMDSv1)", tokenURL)
+
+			return &client{env: env, base: a.base}, nil
+		case a.err != nil:
+			errs = append(errs, fmt.Errorf("PUT %s: %w", tokenURL, a.err))
+		default:
+			if a.base != bases[0] {
+				env.Log("aws: the instance metadata service answers at %s (IPv6), not at %s", a.base, bases[0])
+			}
+
+			return &client{env: env, base: a.base, token: strings.TrimSpace(string(a.token))}, nil
+		}
+	}
+
+	return nil, fmt.Errorf("aws: no IMDSv2 session token from the instance metadata service at either of its addresses: %w", errors.Join(errs...))
 }
 
 // fetchMetadata reads the meta-data keys upstream reads; a key the service does not have is

@@ -2,6 +2,7 @@ package aws
 
 import (
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -63,7 +64,17 @@ func serve(t *testing.T, s *imds) (AWS, *platformtest.Env) {
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 
-	return AWS{Endpoint: srv.URL}, &platformtest.Env{}
+	return AWS{Endpoint: srv.URL, EndpointIPv6: notThere(t)}, &platformtest.Env{}
+}
+
+// notThere is the URL of a server that was closed: nothing answers there.
+func notThere(t *testing.T) string {
+	t.Helper()
+
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+
+	return srv.URL
 }
 
 func recorded(t *testing.T, name string) map[string][]byte {
@@ -92,6 +103,7 @@ func TestDataDualStackSpot(t *testing.T) {
 		Resolvers:   []netip.Addr{netip.MustParseAddr("fd00:ec2::253")},
 		TimeServers: []string{"169.254.169.123", "fd00:ec2::123"},
 	}
+	wantNet.ExternalIPs = []netip.Addr{netip.MustParseAddr("54.170.3.21")} // public-ipv4
 	if !reflect.DeepEqual(d.Network, wantNet) {
 		t.Errorf("network %+v\nwant    %+v", d.Network, wantNet)
 	}
@@ -167,8 +179,8 @@ func TestDataRefused(t *testing.T) {
 
 	env := &platformtest.Env{}
 
-	_, err := AWS{Endpoint: srv.URL}.Data(t.Context(), env.Platform())
-	if err == nil || !strings.Contains(err.Error(), "aws: no IMDSv2 session token from the instance metadata service (PUT "+srv.URL+"/latest/api/token)") || !strings.Contains(err.Error(), "403") {
+	_, err := AWS{Endpoint: srv.URL, EndpointIPv6: srv.URL}.Data(t.Context(), env.Platform())
+	if err == nil || !strings.Contains(err.Error(), "aws: no IMDSv2 session token from the instance metadata service at either of its addresses: PUT "+srv.URL+"/latest/api/token") || !strings.Contains(err.Error(), "403") {
 		t.Errorf("error %v", err)
 	}
 
@@ -185,15 +197,50 @@ func TestDataRefused(t *testing.T) {
 	}))
 	defer srv2.Close()
 
-	_, err = AWS{Endpoint: srv2.URL}.Data(t.Context(), env.Platform())
+	_, err = AWS{Endpoint: srv2.URL, EndpointIPv6: notThere(t)}.Data(t.Context(), env.Platform())
 	if err == nil || !strings.Contains(err.Error(), "aws: the instance metadata service did not answer "+srv2.URL+"/latest/meta-data/instance-type") {
 		t.Errorf("error %v", err)
 	}
 
 	srv2.Close()
 
-	if _, err = (AWS{Endpoint: srv2.URL}).Data(t.Context(), env.Platform()); err == nil || !strings.Contains(err.Error(), srv2.URL+"/latest/api/token") {
+	ipv6 := notThere(t)
+	if _, err = (AWS{Endpoint: srv2.URL, EndpointIPv6: ipv6}).Data(t.Context(), env.Platform()); err == nil ||
+		!strings.Contains(err.Error(), srv2.URL+"/latest/api/token") || !strings.Contains(err.Error(), ipv6+"/latest/api/token") {
 		t.Errorf("a service not there: %v", err)
+	}
+}
+
+// An instance whose metadata service answers only at its IPv6 address (an IPv6-only instance)
+// is read there: the IPv4 address is tried too, and nothing answers at it.
+func TestDataIPv6Endpoint(t *testing.T) {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback to serve the IPv6 endpoint at: %v", err)
+	}
+
+	srv := httptest.NewUnstartedServer(&imds{docs: recorded(t, "ipv6only-ondemand.json")})
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	env := &platformtest.Env{}
+	ipv4 := notThere(t)
+
+	d, err := AWS{Endpoint: ipv4, EndpointIPv6: srv.URL}.Data(t.Context(), env.Platform())
+	if err != nil || d.Metadata.InstanceID != "i-0c1d2e3f405162738" {
+		t.Fatalf("got %+v, %v", d, err)
+	}
+
+	for _, r := range env.Request {
+		if !strings.HasPrefix(r.URL, srv.URL+"/") && r.URL != ipv4+"/latest/api/token" {
+			t.Errorf("asked %s: neither the IPv6 endpoint nor the IPv4 one's token", r.URL)
+		}
+	}
+
+	if !strings.Contains(env.Logged(), "aws: the instance metadata service answers at "+srv.URL+" (IPv6), not at "+ipv4) {
+		t.Errorf("console %q", env.Logged())
 	}
 }
 

@@ -61,9 +61,13 @@ func Parse(m Metadata, source string) (platform.Data, error) {
 	}
 
 	if m.PublicIPv4 != "" {
-		if _, err := netip.ParseAddr(m.PublicIPv4); err != nil {
+		ip, err := netip.ParseAddr(m.PublicIPv4)
+		if err != nil {
 			return platform.Data{}, fmt.Errorf("aws: %spublic-ipv4: %q is not an IP address", source, m.PublicIPv4)
 		}
+
+		// The elastic or public address is the VPC's 1:1 NAT, on no card.
+		n.ExternalIPs = []netip.Addr{ip}
 	}
 
 	link, err := primaryLink(m, source)

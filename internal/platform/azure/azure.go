@@ -19,11 +19,13 @@ import (
 	"github.com/talos-go/talos/internal/platform"
 )
 
-// The services' addresses, and the IMDS API version upstream asks for.
+// The services' addresses, the IMDS API version upstream asks for, and the older one it asks
+// for when IMDS answers 400 to that (Azure Stack Hub's IMDS knows only older versions).
 const (
-	IMDS       = "http://169.254.169.254"
-	WireServer = "http://168.63.129.16"
-	APIVersion = "2021-12-13"
+	IMDS               = "http://169.254.169.254"
+	WireServer         = "http://168.63.129.16"
+	APIVersion         = "2021-12-13"
+	APIVersionFallback = "2019-06-01"
 )
 
 // reportFor bounds the health report: a VM the wire server does not answer boots on, later.
@@ -77,17 +79,25 @@ func (p Azure) Data(ctx context.Context, env platform.Env) (platform.Data, error
 }
 
 // metadata reads IMDS's compute and network documents (each required) and its load balancer's
-// (optional: a VM behind none has a 404 or an empty answer).
+// (optional: a VM behind none has a 404 or an empty answer). An IMDS that answers 400 to the
+// compute document at APIVersion is asked all three at APIVersionFallback, as upstream.
 func (p Azure) metadata(ctx context.Context, env platform.Env) (platform.Data, error) {
-	base := cmp.Or(p.IMDS, IMDS)
+	base, version := cmp.Or(p.IMDS, IMDS), APIVersion
 	get := func(path string) (string, []byte, error) {
-		url := base + path + "?api-version=" + APIVersion + "&format=json"
+		url := base + path + "?api-version=" + version + "&format=json"
 		b, err := env.Do(ctx, platform.Request{URL: url, Header: http.Header{"Metadata": {"true"}}})
 
 		return url, b, err
 	}
 
 	url, b, err := get("/metadata/instance/compute")
+	if errors.Is(err, platform.ErrBadRequest) {
+		env.Log("azure: IMDS refused API version %s (%v): asking with %s", version, err, APIVersionFallback)
+
+		version = APIVersionFallback
+		url, b, err = get("/metadata/instance/compute")
+	}
+
 	if err != nil {
 		return platform.Data{}, fmt.Errorf("azure: fetching the VM's compute metadata from IMDS: %w", err)
 	}
@@ -129,9 +139,9 @@ func (p Azure) metadata(ctx context.Context, env platform.Env) (platform.Data, e
 	}
 
 	if len(public) > 0 {
-		// Upstream publishes them as the node's external addresses; this node has no such
-		// resource yet, so they are only shown.
 		env.Log("azure: public addresses %v", public)
+
+		network.ExternalIPs = public
 	}
 
 	env.Log("azure: %s (%s) in %s %s, instance %s", meta.Hostname, meta.InstanceType, meta.Region, meta.Zone, meta.InstanceID)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -201,16 +202,28 @@ func TestHealthReport(t *testing.T) {
 type cloud struct {
 	goalState []byte
 	docs      map[string][]byte // IMDS's, by path
+	versions  []string          // the API versions IMDS knows; nil: APIVersion
 	mu        sync.Mutex
 	reports   [][]byte
+	asked     []string // IMDS's requests, path?query
 }
 
 func (c *cloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/metadata/"):
-		// IMDS refuses a request without the header (it keeps proxies' requests out).
-		if r.Header.Get("Metadata") != "true" || r.URL.Query().Get("api-version") != APIVersion || r.URL.Query().Get("format") != "json" {
-			http.Error(w, `{"error": "Bad request. Required metadata header not specified"}`, http.StatusBadRequest)
+		c.mu.Lock()
+		c.asked = append(c.asked, r.URL.Path+"?"+r.URL.RawQuery)
+		c.mu.Unlock()
+
+		// IMDS refuses a request without the header (it keeps proxies' requests out), and one
+		// for an API version it does not know, with 400.
+		versions := c.versions
+		if versions == nil {
+			versions = []string{APIVersion}
+		}
+
+		if r.Header.Get("Metadata") != "true" || !slices.Contains(versions, r.URL.Query().Get("api-version")) || r.URL.Query().Get("format") != "json" {
+			http.Error(w, `{"error": "Bad request. api-version is invalid or was not specified in the request."}`, http.StatusBadRequest)
 
 			return
 		}
@@ -268,6 +281,8 @@ func do(ctx context.Context, r platform.Request) ([]byte, error) {
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, fmt.Errorf("%s: %s: %w", r.URL, resp.Status, platform.ErrNotFound)
+	case resp.StatusCode == http.StatusBadRequest:
+		return nil, fmt.Errorf("%s: %s: %w", r.URL, resp.Status, platform.ErrBadRequest)
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("%s: %s", r.URL, resp.Status)
 	}
@@ -332,6 +347,11 @@ func TestData(t *testing.T) {
 	if string(d.Config) != cpConfig || mounted || d.Network.Hostname != "cp-1.talos.internal" || len(d.Network.Links) != 2 ||
 		d.Metadata.Zone != "westeurope-2" || !d.Metadata.Spot || d.Metadata.ProviderID == "" {
 		t.Errorf("got config %q, network %+v, metadata %+v (disc still mounted: %v)", d.Config, d.Network, d.Metadata, mounted)
+	}
+
+	// The cards' and the load balancer's public addresses are the node's external ones.
+	if got := fmt.Sprint(d.Network.ExternalIPs); got != "[20.61.15.7 2603:1020:203::17 51.124.10.20 2603:1020:203::80]" {
+		t.Errorf("external IPs %s", got)
 	}
 
 	want, _ := HealthReport(GoalState{Incarnation: "3", ContainerID: "4c9e1b2a-7d3f-4e8a-b5c6-0d1e2f3a4b5c", InstanceID: "0f3c8a4e-5b6d-4c7e-9f80-a1b2c3d4e5f6._talos-cp-1"})
@@ -405,6 +425,45 @@ func TestDataWithoutWireServer(t *testing.T) {
 	}
 
 	if l := strings.Join(logs, "\n"); !strings.Contains(l, "azure: reporting Ready to the wire server "+srv.URL+"/wire: fetching the goal state:") {
+		t.Errorf("logs %q", logs)
+	}
+}
+
+// An IMDS that answers 400 to APIVersion (Azure Stack Hub's) is asked everything at
+// APIVersionFallback, as upstream.
+func TestDataOlderAPIVersion(t *testing.T) {
+	c := &cloud{goalState: read(t, "goalstate.xml"), versions: []string{APIVersionFallback}, docs: map[string][]byte{
+		"/metadata/instance/compute":           read(t, "compute-regional.json"),
+		"/metadata/instance/network/interface": read(t, "interfaces.json"),
+	}}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+
+	var logs []string
+
+	env := platform.Env{
+		Disc:      func(string) (string, string, func(), error) { return "", "", nil, platform.ErrNoVolume },
+		NetworkUp: func() error { return nil },
+		Do:        do,
+		Log:       func(format string, args ...any) { logs = append(logs, fmt.Sprintf(format, args...)) },
+	}
+
+	d, err := Azure{IMDS: srv.URL, WireServer: srv.URL}.Data(t.Context(), env)
+	if err != nil || d.Metadata.Hostname != "worker-7" || len(d.Network.ExternalIPs) == 0 {
+		t.Fatalf("got %+v, %v", d, err)
+	}
+
+	want := []string{
+		"/metadata/instance/compute?api-version=" + APIVersion + "&format=json",
+		"/metadata/instance/compute?api-version=" + APIVersionFallback + "&format=json",
+		"/metadata/instance/network/interface?api-version=" + APIVersionFallback + "&format=json",
+		"/metadata/loadbalancer?api-version=" + APIVersionFallback + "&format=json",
+	}
+	if !slices.Equal(c.asked, want) {
+		t.Errorf("IMDS was asked\n%s\nwant\n%s", strings.Join(c.asked, "\n"), strings.Join(want, "\n"))
+	}
+
+	if l := strings.Join(logs, "\n"); !strings.Contains(l, "azure: IMDS refused API version "+APIVersion) || !strings.Contains(l, "asking with "+APIVersionFallback) {
 		t.Errorf("logs %q", logs)
 	}
 }

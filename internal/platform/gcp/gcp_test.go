@@ -67,6 +67,7 @@ func TestDataSpotDualStack(t *testing.T) {
 		},
 		Resolvers:   []netip.Addr{netip.MustParseAddr("169.254.169.254")},
 		TimeServers: []string{"metadata.google.internal"},
+		ExternalIPs: []netip.Addr{netip.MustParseAddr("34.90.12.77")}, // the first card's ONE_TO_ONE_NAT
 	}
 	if !reflect.DeepEqual(d.Network, wantNet) {
 		t.Errorf("network %+v\nwant    %+v", d.Network, wantNet)
@@ -162,6 +163,10 @@ func TestParseRefuses(t *testing.T) {
 		{func(m *Metadata) { m.NetworkInterfaces = `[{"ip": "10.0.0"}]` }, src + NetworkInterfaces + `: [0].ip: "10.0.0" is not an IPv4 address`},
 		{func(m *Metadata) { m.NetworkInterfaces = `[{"gatewayIpv6": "10.0.0.1"}]` }, src + NetworkInterfaces + `: [0].gatewayIpv6: "10.0.0.1" is not an IPv6 address`},
 		{func(m *Metadata) { m.NetworkInterfaces = `[{"ipv6": ["2600:1900::1"]}]` }, src + NetworkInterfaces + `: [0].ipv6[0]: "2600:1900::1" is not an IPv6 range`},
+		{func(m *Metadata) {
+			m.NetworkInterfaces = `[{"accessConfigs": [{"type": "ONE_TO_ONE_NAT", "externalIp": "34.90.12"}]}]`
+		},
+			src + NetworkInterfaces + `: [0].accessConfigs[0].externalIp: "34.90.12" is not an IP address`},
 	} {
 		m := good
 		tt.edit(&m)

@@ -34,6 +34,11 @@ type NetworkInterface struct {
 	IP          string   `json:"ip"`
 	IPv6        []string `json:"ipv6"`        // the card's IPv6 ranges (CIDRs)
 	GatewayIPv6 string   `json:"gatewayIpv6"` // a link-local address
+	// AccessConfigs are the card's NATs; a ONE_TO_ONE_NAT's externalIp is a public address.
+	AccessConfigs []struct {
+		ExternalIP string `json:"externalIp"`
+		Type       string `json:"type"`
+	} `json:"accessConfigs"`
 }
 
 // The metadata server is the VPC's DNS resolver and time server, as upstream configures them.
@@ -99,25 +104,29 @@ func Parse(m Metadata, source string) (platform.Data, error) {
 	}
 
 	var err error
-	if n.Links, err = links(m.NetworkInterfaces, source+NetworkInterfaces); err != nil {
+	if n.Links, n.ExternalIPs, err = links(m.NetworkInterfaces, source+NetworkInterfaces); err != nil {
 		return platform.Data{}, err
 	}
 
 	return d, nil
 }
 
-// links are the cards of the network-interfaces document, in its order.
-func links(doc, source string) ([]platform.Link, error) {
+// links are the cards of the network-interfaces document, in its order, and the external
+// (public) addresses of their one-to-one NATs, as upstream reads them.
+func links(doc, source string) ([]platform.Link, []netip.Addr, error) {
 	if strings.TrimSpace(doc) == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 
 	var ifaces []NetworkInterface
 	if err := json.Unmarshal([]byte(doc), &ifaces); err != nil {
-		return nil, fmt.Errorf("gcp: %s: not a JSON list of network interfaces: %w", source, err)
+		return nil, nil, fmt.Errorf("gcp: %s: not a JSON list of network interfaces: %w", source, err)
 	}
 
-	var ls []platform.Link
+	var (
+		ls       []platform.Link
+		external []netip.Addr
+	)
 
 	for i, iface := range ifaces {
 		field := fmt.Sprintf("gcp: %s: [%d]", source, i)
@@ -128,19 +137,19 @@ func links(doc, source string) ([]platform.Link, error) {
 
 		if iface.MAC != "" {
 			if _, err := net.ParseMAC(iface.MAC); err != nil {
-				return nil, fmt.Errorf("%s.mac: %q is not a MAC address", field, iface.MAC)
+				return nil, nil, fmt.Errorf("%s.mac: %q is not a MAC address", field, iface.MAC)
 			}
 
 			l.Name, l.MAC = "", strings.ToLower(iface.MAC)
 		}
 
 		if iface.MTU != 0 && (iface.MTU < 1300 || iface.MTU > 8896) {
-			return nil, fmt.Errorf("%s.mtu: %d is not an MTU of a VPC (1300 to 8896)", field, iface.MTU)
+			return nil, nil, fmt.Errorf("%s.mtu: %d is not an MTU of a VPC (1300 to 8896)", field, iface.MTU)
 		}
 
 		if iface.IP != "" {
 			if a, err := netip.ParseAddr(iface.IP); err != nil || !a.Is4() {
-				return nil, fmt.Errorf("%s.ip: %q is not an IPv4 address", field, iface.IP)
+				return nil, nil, fmt.Errorf("%s.ip: %q is not an IPv4 address", field, iface.IP)
 			}
 		}
 
@@ -149,14 +158,14 @@ func links(doc, source string) ([]platform.Link, error) {
 		if iface.GatewayIPv6 != "" {
 			var err error
 			if gw, err = netip.ParseAddr(iface.GatewayIPv6); err != nil || !gw.Is6() {
-				return nil, fmt.Errorf("%s.gatewayIpv6: %q is not an IPv6 address", field, iface.GatewayIPv6)
+				return nil, nil, fmt.Errorf("%s.gatewayIpv6: %q is not an IPv6 address", field, iface.GatewayIPv6)
 			}
 		}
 
 		for j, r := range iface.IPv6 {
 			p, err := netip.ParsePrefix(r)
 			if err != nil || !p.Addr().Is6() {
-				return nil, fmt.Errorf("%s.ipv6[%d]: %q is not an IPv6 range (address/length)", field, j, r)
+				return nil, nil, fmt.Errorf("%s.ipv6[%d]: %q is not an IPv6 range (address/length)", field, j, r)
 			}
 
 			if gw.IsValid() { // as upstream: without a gateway, the ranges are not set
@@ -168,10 +177,23 @@ func links(doc, source string) ([]platform.Link, error) {
 			l.Routes = []platform.Route{{Via: gw}}
 		}
 
+		for j, a := range iface.AccessConfigs {
+			if a.Type != "ONE_TO_ONE_NAT" || a.ExternalIP == "" {
+				continue
+			}
+
+			ip, err := netip.ParseAddr(a.ExternalIP)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s.accessConfigs[%d].externalIp: %q is not an IP address", field, j, a.ExternalIP)
+			}
+
+			external = append(external, ip)
+		}
+
 		ls = append(ls, l)
 	}
 
-	return ls, nil
+	return ls, external, nil
 }
 
 // lastPart is the last part of a path (a zone's or machine type's name).

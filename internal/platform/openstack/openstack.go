@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +39,9 @@ const (
 	// InstanceType is the EC2-style document upstream asks the metadata service for when
 	// meta_data.json names no instance_type.
 	InstanceType = "latest/meta-data/instance-type"
+	// PublicIPv4 is the EC2-style document of the instance's floating IP, which upstream asks
+	// the metadata service for (a config drive has none).
+	PublicIPv4 = "latest/meta-data/public-ipv4"
 	// Endpoint is the metadata service's root.
 	Endpoint = "http://169.254.169.254/"
 )
@@ -52,6 +56,8 @@ type Documents struct {
 	// InstanceType is the metadata service's EC2-style instance-type, for a meta_data.json
 	// without instance_type.
 	InstanceType string
+	// PublicIPv4 is the metadata service's EC2-style public-ipv4 (the floating IP), as served.
+	PublicIPv4 string
 }
 
 // Data implements platform.Platform: the config drive when it holds user_data, else the
@@ -142,7 +148,7 @@ func readDir(dir, source string) (Documents, error) {
 
 // fetch downloads the documents from the metadata service; one it does not have (404) is not
 // there. Without an instance_type in meta_data.json, the EC2-style instance-type is asked for,
-// as upstream does; its absence is no error.
+// and the EC2-style public-ipv4 always, as upstream does; their absence is no error.
 func (p OpenStack) fetch(ctx context.Context, env platform.Env) (Documents, error) {
 	base := p.Endpoint
 	if base == "" {
@@ -180,6 +186,13 @@ func (p OpenStack) fetch(ctx context.Context, env platform.Env) (Documents, erro
 		}
 	}
 
+	switch b, err := env.Get(ctx, base+PublicIPv4); {
+	case err == nil:
+		docs.PublicIPv4 = strings.TrimSpace(string(b))
+	case !errors.Is(err, platform.ErrNotFound):
+		env.Log("openstack: fetching %s: %v (no external IP)", base+PublicIPv4, err)
+	}
+
 	return docs, nil
 }
 
@@ -200,6 +213,15 @@ func Parse(docs Documents) (platform.Data, error) {
 	}
 
 	d.Network.Hostname = meta.Hostname
+
+	if docs.PublicIPv4 != "" {
+		ip, err := netip.ParseAddr(docs.PublicIPv4)
+		if err != nil {
+			return platform.Data{}, fmt.Errorf("openstack: %s of %s: %q is not an IP address", PublicIPv4, docs.Source, docs.PublicIPv4)
+		}
+
+		d.Network.ExternalIPs = []netip.Addr{ip}
+	}
 
 	if meta.InstanceType == "" {
 		meta.InstanceType = docs.InstanceType

@@ -286,6 +286,7 @@ func TestDataMetadataService(t *testing.T) {
 		"/" + NetworkData:  `{"links":[{"id":"tap1","type":"ovs","ethernet_mac_address":"fa:16:3e:00:00:09","mtu":1450}],"networks":[{"id":"n0","link":"tap1","type":"ipv4_dhcp"}],"services":[]}`,
 		"/" + UserData:     "version: v1alpha1\nmachine:\n  type: controlplane\n",
 		"/" + InstanceType: "m1.medium\n",
+		"/" + PublicIPv4:   "198.51.100.23\n",
 	}
 
 	var (
@@ -339,7 +340,11 @@ func TestDataMetadataService(t *testing.T) {
 			t.Errorf("links %+v, want %+v", d.Network.Links, want)
 		}
 
-		if want := []string{"/" + MetaData, "/" + NetworkData, "/" + UserData, "/" + InstanceType}; !slices.Equal(served, want) {
+		if want := []netip.Addr{netip.MustParseAddr("198.51.100.23")}; !slices.Equal(d.Network.ExternalIPs, want) {
+			t.Errorf("external IPs %v, want the floating IP %v", d.Network.ExternalIPs, want)
+		}
+
+		if want := []string{"/" + MetaData, "/" + NetworkData, "/" + UserData, "/" + InstanceType, "/" + PublicIPv4}; !slices.Equal(served, want) {
 			t.Errorf("asked for %v, want %v", served, want)
 		}
 
@@ -357,6 +362,7 @@ func TestDataMetadataService(t *testing.T) {
 	docs["/"+UserData] = "#cloud-config\nusers: []\n"
 	docs["/"+MetaData] = `{"uuid":"u-2","hostname":"h2","instance_type":"c1"}`
 	delete(docs, "/"+NetworkData)
+	delete(docs, "/"+PublicIPv4)
 	served = nil
 	mu.Unlock()
 
@@ -366,13 +372,22 @@ func TestDataMetadataService(t *testing.T) {
 	)
 
 	d, err := p.Data(t.Context(), env(t, "", &logs, &up))
-	if err != nil || d.Config != nil || len(d.Network.Links) != 0 || d.Metadata.InstanceType != "c1" || slices.Contains(served, "/"+InstanceType) {
+	if err != nil || d.Config != nil || len(d.Network.Links) != 0 || d.Metadata.InstanceType != "c1" || slices.Contains(served, "/"+InstanceType) || d.Network.ExternalIPs != nil {
 		t.Errorf("got %+v, %v; asked for %v", d, err, served)
 	}
 
 	if l := strings.Join(logs, "\n"); !strings.Contains(l, "openstack: the metadata service "+srv.URL+"/ has no openstack/latest/network_data.json") ||
 		!strings.Contains(l, "is a #cloud-config, not a machine config: the node waits in maintenance mode") {
 		t.Errorf("logs %q", logs)
+	}
+
+	// A malformed floating IP is refused, naming the document.
+	mu.Lock()
+	docs["/"+PublicIPv4] = "198.51.100"
+	mu.Unlock()
+
+	if _, err = p.Data(t.Context(), env(t, "", &logs, &up)); err == nil || !strings.Contains(err.Error(), `openstack: latest/meta-data/public-ipv4 of the metadata service `+srv.URL+`/: "198.51.100" is not an IP address`) {
+		t.Errorf("error %v", err)
 	}
 
 	// A service that fails is an error naming the URL.

@@ -18,7 +18,10 @@ import (
 
 // NodeAddressController publishes the node's addresses under the NodeAddress IDs consumers
 // look for (default, current, routed, accumulative). A node in its own network namespace
-// takes them from AddressStatus: global unicast addresses of links that are not loopback. A
+// takes them from AddressStatus: global unicast addresses of links that are not loopback; the
+// platform's external addresses (link "external", ExternalAddressController) are current and
+// accumulative but, as upstream, neither routed (no packet reaches them on a link of the node)
+// nor the default. A
 // process-mode node shares the host's namespace and is reached on the one loopback address it
 // is bound to: Static holds it, and the address statuses are not consulted. The addresses are
 // in the order of NodeAddressSortAlgorithm (v1 without one).
@@ -75,8 +78,10 @@ func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime
 			current = append(current, netip.PrefixFrom(a, a.BitLen()))
 		}
 
+		routed := current
+
 		if len(ctrl.Static) == 0 {
-			if current, err = ctrl.fromStatus(ctx, r, compare); err != nil {
+			if current, routed, err = ctrl.fromStatus(ctx, r, compare); err != nil {
 				return err
 			}
 		}
@@ -90,14 +95,14 @@ func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime
 		slices.SortFunc(seen, compare)
 
 		var def []netip.Prefix
-		if len(current) > 0 {
-			def = current[:1]
+		if len(routed) > 0 {
+			def = routed[:1]
 		}
 
 		for id, addrs := range map[string][]netip.Prefix{
 			network.NodeAddressDefaultID:      def,
 			network.NodeAddressCurrentID:      current,
-			network.NodeAddressRoutedID:       current,
+			network.NodeAddressRoutedID:       routed,
 			network.NodeAddressAccumulativeID: seen,
 		} {
 			if err := safe.WriterModify(ctx, r, network.NewNodeAddress(network.NamespaceName, id), func(res *network.NodeAddress) error {
@@ -119,11 +124,11 @@ func (ctrl *NodeAddressController) Run(ctx context.Context, r controller.Runtime
 }
 
 // fromStatus lists the global unicast addresses of the links that are not loopback, in the
-// order of compare.
-func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.Runtime, compare func(a, b netip.Prefix) int) ([]netip.Prefix, error) {
+// order of compare: current with the platform's external addresses, routed without them.
+func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.Runtime, compare func(a, b netip.Prefix) int) (current, routed []netip.Prefix, err error) {
 	links, err := safe.ReaderListAll[*network.LinkStatus](ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("listing links: %w", err)
+		return nil, nil, fmt.Errorf("listing links: %w", err)
 	}
 
 	loopback := map[uint32]bool{}
@@ -136,10 +141,8 @@ func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.
 
 	addrs, err := safe.ReaderListAll[*network.AddressStatus](ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("listing addresses: %w", err)
+		return nil, nil, fmt.Errorf("listing addresses: %w", err)
 	}
-
-	var out []netip.Prefix
 
 	for a := range addrs.All() {
 		spec := a.TypedSpec()
@@ -150,10 +153,15 @@ func (ctrl *NodeAddressController) fromStatus(ctx context.Context, r controller.
 			continue
 		}
 
-		out = append(out, spec.Address)
+		current = append(current, spec.Address)
+
+		if spec.LinkName != ExternalLink {
+			routed = append(routed, spec.Address)
+		}
 	}
 
-	slices.SortFunc(out, compare)
+	slices.SortFunc(current, compare)
+	slices.SortFunc(routed, compare)
 
-	return slices.Compact(out), nil
+	return slices.Compact(current), slices.Compact(routed), nil
 }

@@ -143,3 +143,36 @@ func TestNodeAddressSortAlgorithm(t *testing.T) {
 	env.Put(ctest.MachineConfig(t, machine.TypeWorker))
 	assertOrder(nethelpers.AddressSortAlgorithmV1, "10.0.0.5/8", "10.5.0.2/24", "fd00::5/16", "fd00:1::2/64")
 }
+
+// TestExternalAddresses: the platform's external addresses are addresses of the link
+// "external" (as upstream), current and accumulative but neither routed nor the default.
+func TestExternalAddresses(t *testing.T) {
+	env := ctest.Start(t, &networkctrl.NodeAddressController{},
+		&networkctrl.ExternalAddressController{Addresses: []netip.Addr{netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2600:1f18::10")}})
+
+	env.Create(link("eth0", 2, nethelpers.LinkEther), address("eth0", 2, "10.5.0.2/24", nethelpers.ScopeGlobal))
+
+	ctest.AssertResources(env, []resource.ID{"external/203.0.113.10/32", "external/2600:1f18::10/128"}, func(r *network.AddressStatus, a *assert.Assertions) {
+		spec := r.TypedSpec()
+
+		a.Equal(networkctrl.ExternalLink, spec.LinkName)
+		a.Equal(nethelpers.ScopeGlobal, spec.Scope)
+		a.Equal(map[bool]nethelpers.Family{true: nethelpers.FamilyInet4, false: nethelpers.FamilyInet6}[spec.Address.Addr().Is4()], spec.Family)
+	})
+
+	for id, want := range map[resource.ID][]string{
+		network.NodeAddressCurrentID:      {"10.5.0.2/24", "203.0.113.10/32", "2600:1f18::10/128"},
+		network.NodeAddressAccumulativeID: {"10.5.0.2/24", "203.0.113.10/32", "2600:1f18::10/128"},
+		network.NodeAddressRoutedID:       {"10.5.0.2/24"},
+		network.NodeAddressDefaultID:      {"10.5.0.2/24"},
+	} {
+		ctest.AssertResource(env, id, func(r *network.NodeAddress, a *assert.Assertions) {
+			got := make([]string, 0, len(r.TypedSpec().Addresses))
+			for _, p := range r.TypedSpec().Addresses {
+				got = append(got, p.String())
+			}
+
+			a.Equal(want, got, id)
+		})
+	}
+}

@@ -1,5 +1,5 @@
 // Package platformtest is what the tests of the cloud platforms share: an Env whose Do is one
-// real HTTP request (404 is platform.ErrNotFound, as the boot's), and the recorded documents of
+// real HTTP request (404 is platform.ErrNotFound and 400 platform.ErrBadRequest, as the boot's), and the recorded documents of
 // a metadata service (a JSON object of paths and bodies) they serve from an httptest server.
 package platformtest
 
@@ -87,6 +87,8 @@ func (e *Env) do(ctx context.Context, r platform.Request) ([]byte, error) {
 		return body, nil
 	case http.StatusNotFound:
 		return nil, fmt.Errorf("%s %s: %s: %w", method, r.URL, resp.Status, platform.ErrNotFound)
+	case http.StatusBadRequest:
+		return nil, fmt.Errorf("%s %s: %s: %w", method, r.URL, resp.Status, platform.ErrBadRequest)
 	default:
 		return nil, fmt.Errorf("%s %s: %s", method, r.URL, resp.Status)
 	}
