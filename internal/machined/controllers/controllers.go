@@ -146,6 +146,7 @@ func List(opts Options) []controller.Controller {
 		networkctrl.NewNodeAddressSortAlgorithmController(),
 		&networkctrl.LinkStatusController{},
 		&networkctrl.AddressStatusController{},
+		&networkctrl.ExternalAddressController{Addresses: p.ExternalIPs},
 		&networkctrl.RouteStatusController{},
 		&timesync.SyncController{Sync: opts.Mode.OwnKernel(), Log: opts.TimeLog, PlatformServers: p.TimeServers},
 		&clusterctrl.IdentityController{StateDir: opts.StateDir},
