@@ -30,11 +30,14 @@ type Options struct {
 	Initrd   string // build (metal): the initramfs
 	PCRKey   string // build (metal): the PCR signing key, for nodes booting signed UKIs (optional)
 	Gzip     bool   // build: compress the image
-	Pub      string // verify: trusted public key(s); pubkey: the PEM file to print
-	Image    string // verify: the image file
+	// Schematic is the Image Factory schematic the image carries (build, optional): its extra
+	// kernel arguments and META values are applied when a node installs the image.
+	Schematic string
+	Pub       string // verify: trusted public key(s); pubkey: the PEM file to print
+	Image     string // verify: the image file
 }
 
-var errUsage = errors.New("usage: imager keygen --out DIR | pcr-keygen --out FILE.pem | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE [--apid FILE --trustd FILE] --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR | installer --image FILE --pub FILE.pub (--push HOST/REPO:TAG | --out FILE.tar)")
+var errUsage = errors.New("usage: imager keygen --out DIR | pcr-keygen --out FILE.pem | pubkey FILE.pub | build --key FILE --version vX.Y.Z (--machined FILE --etcd FILE [--rootfs FILE] | --vmlinuz FILE --initramfs FILE) [--schematic FILE.yaml] --out FILE | verify --pub FILE IMAGE | rootfs [--version vX.Y.Z] [--kubernetes=false] --machined FILE --etcd FILE [--apid FILE --trustd FILE] --out FILE.sqsh | boot --kernel DIR --machined FILE --rootfs FILE.sqsh --out DIR | installer --image FILE --pub FILE.pub (--push HOST/REPO[:TAG] | --out FILE.tar)")
 
 // Main is the imager command: keygen, pubkey, build, verify, rootfs, boot, installer.
 func Main(args []string, stdout io.Writer) error {
@@ -81,6 +84,7 @@ func parseArgs(args []string) (Options, error) {
 		fs.StringVar(&opts.PCRKey, "pcr-key", "", "metal image: the PCR signing key of the boot assets' UKI, so that nodes booting it can upgrade (make boot's _out/pcr-signing-key.pem)")
 		fs.StringVar(&opts.Out, "out", "", "image file to write")
 		fs.BoolVar(&opts.Gzip, "gzip", true, "compress the image")
+		fs.StringVar(&opts.Schematic, "schematic", "", "Image Factory schematic (YAML) the image carries: extraKernelArgs (metal) and META values, applied when a node installs it; the image is named by its ID")
 	case "pcr-keygen":
 		fs.StringVar(&opts.Out, "out", "", "file for the PCR signing key (RSA 2048, PEM, 0600), e.g. _out/pcr-signing-key.pem")
 	case "pubkey":
@@ -199,12 +203,34 @@ func cmdBuild(stdout io.Writer, opts Options) error {
 		files[RootfsName] = opts.Rootfs
 	}
 
+	if opts.Schematic != "" {
+		s, err := LoadSchematic(opts.Schematic)
+		if err != nil {
+			return err
+		}
+
+		dir, err := os.MkdirTemp("", "imager-schematic-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+
+		// The schematic as marshalled: its sha256 is the ID the manifest names.
+		if files[SchematicName], _, err = writeSchematic(s, dir); err != nil {
+			return err
+		}
+	}
+
 	m, err := BuildFile(opts.Out, BuildOptions{Version: opts.Version, Key: priv, Compress: opts.Gzip, Files: files})
 	if err != nil {
 		return err
 	}
 
 	fmt.Fprintf(stdout, "image %s: version %s, %d files, signed by key %s\n", opts.Out, m.Version, len(m.Files), KeyID(priv.Public().(ed25519.PublicKey))) //nolint:forcetypeassert // an ed25519 key's public half
+
+	if m.Schematic != "" {
+		fmt.Fprintf(stdout, "schematic %s\n", m.Schematic)
+	}
 
 	return nil
 }
@@ -237,6 +263,10 @@ func cmdVerify(stdout io.Writer, opts Options) error {
 	}
 
 	fmt.Fprintf(stdout, "image %s: OK, version %s\n", opts.Image, m.Version)
+
+	if m.Schematic != "" {
+		fmt.Fprintf(stdout, "  schematic %s\n", m.Schematic)
+	}
 
 	for _, f := range m.Files {
 		fmt.Fprintf(stdout, "  %s %d bytes sha256:%s\n", f.Name, f.Size, f.SHA256)

@@ -89,6 +89,8 @@ type Manifest struct {
 	Arch    string `json:"arch"`
 	Created string `json:"created"`
 	Files   []File `json:"files"`
+	// Schematic is the ID of the schematic the image carries as schematic.yaml (none: empty).
+	Schematic string `json:"schematic,omitempty"`
 }
 
 // File is one payload file of an image.
@@ -160,6 +162,10 @@ func (m *Manifest) check() error {
 		}
 	}
 
+	if seen[SchematicName] != (m.Schematic != "") {
+		return fmt.Errorf("manifest: schematic ID %q and %s listed: %v: the image was altered or built by an incompatible imager", m.Schematic, SchematicName, seen[SchematicName])
+	}
+
 	return nil
 }
 
@@ -204,6 +210,10 @@ func Build(w io.Writer, opts BuildOptions) (*Manifest, error) {
 	}
 
 	m.Files = files
+
+	if m.Schematic, err = schematicID(opts.Files); err != nil {
+		return nil, err
+	}
 
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -304,6 +314,26 @@ func manifestFiles(files map[string]string) ([]File, error) {
 	}
 
 	return out, nil
+}
+
+// schematicID is the ID of the schematic among an image's files ("" when there is none),
+// checked as `imager build --schematic` checks it.
+func schematicID(files map[string]string) (string, error) {
+	path, ok := files[SchematicName]
+	if !ok {
+		return "", nil
+	}
+
+	s, err := LoadSchematic(path)
+	if err != nil {
+		return "", err
+	}
+
+	if _, metal := files[VmlinuzName]; !metal && len(s.Customization.ExtraKernelArgs) > 0 {
+		return "", errors.New("schematic: customization.extraKernelArgs is for metal images (--vmlinuz, --initramfs): a process or container node boots no kernel of its own")
+	}
+
+	return s.ID()
 }
 
 // copyChecked streams a source file and makes sure it did not change since it was digested.

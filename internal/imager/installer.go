@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -23,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/talos-go/talos/internal/registry"
+	"github.com/talos-go/talos/internal/schematic"
 )
 
 // An installer image is a node image carried as an OCI image, so that nodes upgrade from a
@@ -34,6 +36,8 @@ const (
 	InstallerFormat       = "1"
 	InstallerVersionLabel = "dev.talos-go.version"
 	InstallerPath         = "usr/install/talos.img" // in the layer (no leading slash, as tar names)
+	// InstallerSchematicLabel names the ID of the schematic the image carries (none: absent).
+	InstallerSchematicLabel = "dev.talos-go.schematic"
 )
 
 // InstallerImage wraps the signed image at imagePath, checked against keys, as an installer image.
@@ -88,6 +92,9 @@ func InstallerImage(imagePath string, keys []ed25519.PublicKey) (v1.Image, *Mani
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", man.Arch
 	cf.Config.Labels = map[string]string{InstallerLabel: InstallerFormat, InstallerVersionLabel: man.Version}
+	if man.Schematic != "" {
+		cf.Config.Labels[InstallerSchematicLabel] = man.Schematic
+	}
 
 	img, err = mutate.ConfigFile(img, cf)
 
@@ -176,7 +183,7 @@ func installerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("installer", flag.ContinueOnError)
 	image := fs.String("image", "", "signed node image (make image / make metal-image)")
 	pub := fs.String("pub", "", "public key(s) the image must be signed by, PEM (e.g. _out/image-signing.pub)")
-	push := fs.String("push", "", "reference to push to, HOST[:PORT]/REPOSITORY:TAG")
+	push := fs.String("push", "", "reference to push to, HOST[:PORT]/REPOSITORY:TAG; without a tag, HOST[:PORT]/PREFIX/installer/<schematic ID>:<version> as the Image Factory names installers")
 	out := fs.String("out", "", "archive to write instead of pushing (docker save format)")
 	ca := fs.String("ca", "", "CA certificate (PEM) of the registry, if not one the system trusts")
 	user := fs.String("username", "", "registry user name")
@@ -187,7 +194,7 @@ func installerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	if *image == "" || *pub == "" || (*push == "") == (*out == "") {
-		return errors.New("usage: imager installer --image FILE --pub FILE.pub (--push HOST/REPO:TAG [--ca FILE] [--username U --password-file F] | --out FILE.tar)")
+		return errors.New("usage: imager installer --image FILE --pub FILE.pub (--push HOST/REPO[:TAG] [--ca FILE] [--username U --password-file F] | --out FILE.tar)")
 	}
 
 	keys, err := LoadPublicKeys(*pub)
@@ -202,6 +209,9 @@ func installerMain(ctx context.Context, args []string, stdout io.Writer) error {
 
 	if *out != "" {
 		ref := "talos-go/installer:" + man.Version
+		if man.Schematic != "" {
+			ref = InstallerReference("talos-go", man)
+		}
 
 		if err = writeInstallerArchive(*out, ref, img); err != nil {
 			return err
@@ -212,6 +222,7 @@ func installerMain(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 
+	*push = pushReference(*push, man)
 	client := registry.Client{Username: *user}
 
 	if *ca != "" {
@@ -252,6 +263,28 @@ func installerMain(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "installer image %s: version %s, linux/%s\npinned: %s@%s\n", *push, man.Version, man.Arch, tag.Context().Name(), digest)
 
 	return nil
+}
+
+// InstallerReference is where the Image Factory would serve the installer of man's version
+// and schematic under prefix (HOST[:PORT]/PATH): prefix/installer/<schematic ID>:<version>,
+// the vanilla schematic's ID for an image without one.
+func InstallerReference(prefix string, man *Manifest) string {
+	id := man.Schematic
+	if id == "" {
+		id = schematic.VanillaID
+	}
+
+	return strings.TrimSuffix(prefix, "/") + "/installer/" + id + ":" + man.Version
+}
+
+// pushReference is the reference --push names: as given with a tag, else the factory's name
+// under it (InstallerReference).
+func pushReference(push string, man *Manifest) string {
+	if last := push[strings.LastIndex(push, "/")+1:]; strings.ContainsAny(last, ":@") {
+		return push
+	}
+
+	return InstallerReference(push, man)
 }
 
 func writeInstallerArchive(out, ref string, img v1.Image) error {
