@@ -46,7 +46,7 @@ func WriteImagesArchive(out string, specs ...ImageSpec) (map[string]int64, error
 
 		m := archiveManifest{RepoTags: []string{ref.Name()}}
 		cf := v1.ConfigFile{OS: "linux", Architecture: "amd64", RootFS: v1.RootFS{Type: "layers"},
-			Config: v1.Config{Entrypoint: spec.Entrypoint, Cmd: spec.Cmd, Env: spec.Env, WorkingDir: spec.WorkingDir}}
+			Config: v1.Config{Entrypoint: spec.Entrypoint, Cmd: spec.Cmd, Env: spec.Env, WorkingDir: spec.WorkingDir, User: spec.User}}
 
 		for _, files := range spec.layers() {
 			l, err := memoLayer(layers, files)

@@ -29,6 +29,7 @@ type ImageSpec struct {
 	Cmd        []string
 	Env        []string
 	WorkingDir string
+	User       string // the user the image runs as (e.g. 1234); empty: root
 }
 
 // ImageFile is one entry of an image's layer: a copy of Source, a symlink to Link, a file
@@ -74,7 +75,7 @@ func WriteImageArchive(out string, spec ImageSpec) error {
 
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config = v1.Config{Entrypoint: spec.Entrypoint, Cmd: spec.Cmd, Env: spec.Env, WorkingDir: spec.WorkingDir}
+	cf.Config = v1.Config{Entrypoint: spec.Entrypoint, Cmd: spec.Cmd, Env: spec.Env, WorkingDir: spec.WorkingDir, User: spec.User}
 
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
