@@ -238,7 +238,9 @@ func modeControllers(opts Options, p platform.Network) []controller.Controller {
 	// A node on its own kernel runs udevd: its block devices, their probes and links.
 	if opts.Mode.OwnsMachine() {
 		list = append(list, &blockctrl.UdevController{Sysfs: "/sys", LoadModalias: opts.LoadModalias},
-			&blockctrl.DiscoveredVolumesController{Sysfs: "/sys", Dev: "/dev"}, &blockctrl.UserVolumesController{StateDir: opts.StateDir})
+			&blockctrl.DiscoveredVolumesController{Sysfs: "/sys", Dev: "/dev"}, &blockctrl.UserVolumesController{StateDir: opts.StateDir},
+			// machine.udev.rules, on the devices' uevents; EthernetConfig on the machine's NICs.
+			&blockctrl.UdevRulesController{Sysfs: "/sys", Dev: "/dev"}, &networkctrl.EthernetController{})
 	}
 
 	// A node in its own network namespace (a container node, a metal one) runs its resolvers

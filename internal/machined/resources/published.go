@@ -59,6 +59,7 @@ var onlyOn = map[resource.Type]struct {
 	kubespan.PeerStatusType:            {metal, kubespanWhy},
 	kubespan.EndpointType:              {metal, kubespanWhy},
 	block.DeviceType:                   {metal, udevWhy},
+	network.EthernetStatusType:         {metal, kernelWhy + ": ethtool settings are the machine's NICs'"},
 	block.DiscoveredVolumeType:         {metal, udevWhy},
 	block.SymlinkType:                  {metal, udevWhy},
 	block.VolumeStatusType:             {metal, udevWhy + " (user volumes)"},
@@ -149,8 +150,7 @@ var NotPublished = map[resource.Type]string{
 	network.NodeAddressFilterType: "NodeAddressController publishes the node's addresses unfiltered; their users (kubelet's node IP, etcd) filter them",
 	network.HardwareAddrType:      "not yet: the first link's hardware address is not published",
 	network.LinkRefreshType:       "not needed: links are re-read on every netlink event",
-	network.EthernetSpecType:      "not yet: ethtool settings (EthernetConfig)",
-	network.EthernetStatusType:    "not yet: ethtool settings (EthernetConfig)",
+	network.EthernetSpecType:      "network.EthernetController applies the EthernetConfig documents straight to the links and publishes EthernetStatus only",
 	network.ProbeSpecType:         "not yet: no connectivity probes",
 	network.ProbeStatusType:       "not yet: no connectivity probes",
 

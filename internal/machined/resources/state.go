@@ -72,6 +72,7 @@ var Definitions = []meta.ResourceWithRD{
 	&network.DNSUpstream{},
 	&network.DNSResolveCache{},
 	&network.Status{},
+	&network.EthernetStatus{},
 	&v1alpha1.Service{},
 	&runtimeres.MachineStatus{},
 	&runtimeres.MetaKey{},
