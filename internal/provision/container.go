@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/portforward"
@@ -23,6 +25,78 @@ const (
 
 // DefaultContainerCIDR is the container provisioner's network, as upstream's docker provisioner.
 const DefaultContainerCIDR = "10.5.0.0/24"
+
+// DefaultProcessCIDR is the process provisioner's network, on loopback.
+const DefaultProcessCIDR = "127.5.0.0/24"
+
+// containerProvisioner runs each node as PID 1 in its own namespaces with the node image as its
+// root, on a bridge (root).
+type containerProvisioner struct{}
+
+var _ Provisioner = containerProvisioner{}
+
+func init() { Register(containerProvisioner{}) }
+
+func (containerProvisioner) Name() string { return ProvisionerContainer }
+
+func (containerProvisioner) Capabilities() Capabilities {
+	return Capabilities{Bridge: true, ImageKubernetes: true, Registry: true}
+}
+
+func (containerProvisioner) DefaultCIDR() string { return DefaultContainerCIDR }
+
+func (containerProvisioner) Check(r *Request) error { return r.checkContainer() }
+
+func (containerProvisioner) Configure(*Request) {}
+
+func (containerProvisioner) BasePatches() []string { return []string{containerKubelet} }
+
+func (containerProvisioner) NodeIdentity(_ *Request, name string) (string, string) {
+	return name, ""
+}
+
+// CreateNetwork makes the bridge and publishes -p's ports.
+func (containerProvisioner) CreateNetwork(_ context.Context, c *Cluster, r *Request, progress io.Writer) error {
+	if err := c.createNetwork(*r, progress); err != nil {
+		return err
+	}
+
+	return c.publishPorts(*r, progress)
+}
+
+func (containerProvisioner) Launch(c *Cluster, n *Node, r *Request) error {
+	return c.startContainer(n, r)
+}
+
+func (containerProvisioner) Started(context.Context, *Cluster, *Request, io.Writer) error {
+	return nil
+}
+
+// DestroyNetwork stops the port forwarder, then removes the nodes' cgroups and links and the
+// bridge.
+func (containerProvisioner) DestroyNetwork(c *Cluster, progress io.Writer) error {
+	if c.PortsPID != 0 {
+		fmt.Fprintf(progress, "stopping the port forwarder\n")
+
+		if err := stopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
+			return err
+		}
+	}
+
+	return c.destroyNetwork(progress)
+}
+
+func (containerProvisioner) Describe(c *Cluster, w io.Writer) {
+	fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nIMAGE             %s\n", c.Bridge, c.MTU, c.Image)
+}
+
+// containerKubelet is what kubelet on a container node gets before the user's patches, as kind
+// does: the node's filesystems are the host's, whose free share says nothing about the node, so
+// kubelet neither evicts pods nor deletes images over it (a host disk 85% full set DiskPressure
+// on every node and left new pods Failed).
+const containerKubelet = `{"machine": {"kubelet": {"extraConfig": {
+	"evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+	"imageGCHighThresholdPercent": 100}}}}`
 
 // ContainerRequest is what only the container provisioner uses (upstream's docker flags).
 type ContainerRequest struct {
@@ -133,7 +207,7 @@ func shortHash(s string, n int) string {
 }
 
 // gateway is the first address of the cluster network, given to the bridge.
-func gateway(cidr netip.Prefix) netip.Prefix {
+func Gateway(cidr netip.Prefix) netip.Prefix {
 	return netip.PrefixFrom(cidr.Masked().Addr().Next(), cidr.Bits())
 }
 
@@ -154,9 +228,9 @@ func (c *Cluster) createNetwork(req Request, progress io.Writer) error {
 
 	noteCgroups(progress)
 
-	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, gateway(req.CIDR))
+	fmt.Fprintf(progress, "creating bridge %s (%s)\n", c.Bridge, Gateway(req.CIDR))
 
-	if err = container.CreateBridge(c.Bridge, gateway(req.CIDR), c.MTU); err != nil {
+	if err = container.CreateBridge(c.Bridge, Gateway(req.CIDR), c.MTU); err != nil {
 		return err
 	}
 
@@ -199,7 +273,7 @@ func (c *Cluster) spec(n *Node, req *Request) (container.Spec, error) {
 	return container.Spec{
 		Image: c.Image, Disk: n.State, Hostname: n.Name, Address: netip.PrefixFrom(addr, cidr.Bits()),
 		Config: nodeConfig(n, req), Cgroup: n.Cgroup, Limits: limits, Mounts: req.Container.Mounts, DisableIPv6: req.Container.DisableIPv6,
-		Network: container.NodeNetwork{Bridge: c.Bridge, HostEnd: n.Veth, Gateway: gateway(cidr).Addr(), MTU: c.MTU},
+		Network: container.NodeNetwork{Bridge: c.Bridge, HostEnd: n.Veth, Gateway: Gateway(cidr).Addr(), MTU: c.MTU},
 	}, nil
 }
 

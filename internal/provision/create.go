@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -138,9 +137,9 @@ func (r Request) talosEndpoints(controlPlanes []netip.Addr) []string {
 	return eps
 }
 
-// networkCIDR is the network the nodes' addresses are in: CIDR, or its IPv6 network (CIDR6) in
+// NetworkCIDR is the network the nodes' addresses are in: CIDR, or its IPv6 network (CIDR6) in
 // an IPv6-only cluster.
-func (r Request) networkCIDR() netip.Prefix {
+func (r Request) NetworkCIDR() netip.Prefix {
 	if r.NoIPv4 {
 		return CIDR6(r.CIDR)
 	}
@@ -148,7 +147,7 @@ func (r Request) networkCIDR() netip.Prefix {
 	return r.CIDR
 }
 
-func (r *Request) check() error {
+func (r *Request) check(caps Capabilities) error {
 	switch {
 	case r.Name == "":
 		return errors.New("--name must not be empty")
@@ -162,17 +161,17 @@ func (r *Request) check() error {
 		return errors.New("no node binary: build it with `go build -o _out/machined ./cmd/machined`")
 	case r.Arch != "" && r.Arch != runtime.GOARCH:
 		return fmt.Errorf("--arch %s: the nodes run this machine's builds (node binary, image, boot assets), which are %s: use --arch %s", r.Arch, runtime.GOARCH, runtime.GOARCH)
-	case r.Provisioner != ProvisionerQEMU && (r.QEMU.UUIDHostnames || r.QEMU.TPM != "" || r.QEMU.IOMMU):
+	case !caps.OwnKernel && (r.QEMU.UUIDHostnames || r.QEMU.TPM != "" || r.QEMU.IOMMU):
 		return errors.New("--with-uuid-hostnames, --with-tpm2, --with-tpm1_2 and --with-iommu are the qemu provisioner's (its VMs' UUID, TPM and IOMMU): use --provisioner qemu")
-	case r.Provisioner != ProvisionerQEMU && r.QEMU.UseVIP:
+	case !caps.OwnKernel && r.QEMU.UseVIP:
 		return errors.New("--use-vip: the nodes hold the VIP on their own network cards, which only the qemu provisioner's have (container and process nodes do not run machine.network): use --provisioner qemu")
 	case r.QEMU.UseVIP && r.CIDR.Bits() > 26:
 		return fmt.Errorf("--use-vip takes the network's 50th address for the VIP: --cidr %s is too small, give a /26 or larger", r.CIDR)
-	case r.WithRegistry && r.Provisioner != ProvisionerContainer:
+	case r.WithRegistry && !caps.Registry:
 		return errors.New("--with-registry starts a registry on a container cluster's bridge: use --provisioner container")
-	case r.Provisioner != ProvisionerContainer && r.Container.dockerFlagsUsed() != "":
+	case !caps.Registry && r.Container.dockerFlagsUsed() != "":
 		return fmt.Errorf("%s is the container provisioner's (upstream's docker flags): use --provisioner container", r.Container.dockerFlagsUsed())
-	case r.WireguardCIDR.IsValid() && r.Provisioner != ProvisionerQEMU:
+	case r.WireguardCIDR.IsValid() && !caps.OwnKernel:
 		return errors.New("--wireguard-cidr: the WireGuard links are made by nodes on their own kernel: use --provisioner qemu")
 	case r.WireguardCIDR.IsValid() && r.WireguardCIDR.Bits() > 32-bitsFor(r.ControlPlanes+r.Workers+2):
 		return fmt.Errorf("--wireguard-cidr %s has too few addresses for %d nodes: give a larger network", r.WireguardCIDR, r.ControlPlanes+r.Workers)
@@ -186,37 +185,24 @@ func (r *Request) check() error {
 		return errors.New("--ipv4=false without --ipv6 leaves the cluster no network: add --ipv6")
 	case r.NoIPv4 && (r.QEMU.UseVIP || r.WireguardCIDR.IsValid() || r.Firewall != ""):
 		return errors.New("--ipv4=false: --use-vip, --wireguard-cidr and --with-firewall make IPv4 addresses and rules: leave them out of an IPv6-only cluster, or keep IPv4")
-	case r.IPv6 && r.Provisioner != ProvisionerQEMU:
+	case r.IPv6 && !caps.OwnKernel:
 		return errors.New("--ipv6: the IPv6 network is advertised on a qemu cluster's bridge: use --provisioner qemu")
-	case r.KubeSpan && r.Provisioner != ProvisionerQEMU:
+	case r.KubeSpan && !caps.OwnKernel:
 		return errors.New("--with-kubespan: KubeSpan's WireGuard link is made by nodes on their own kernel: use --provisioner qemu")
 	case r.Firewall != "" && r.Firewall != FirewallAccept && r.Firewall != FirewallBlock:
 		return fmt.Errorf("--with-firewall %q: give %s or %s (the default action of the nodes' ingress firewall)", r.Firewall, FirewallAccept, FirewallBlock)
-	case len(r.NoMasqueradeCIDRs) > 0 && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
+	case len(r.NoMasqueradeCIDRs) > 0 && !caps.Bridge:
 		return errors.New("--no-masquerade-cidrs: process nodes use this machine's addresses, there is no cluster network to masquerade: use --provisioner container or qemu")
-	case r.Firewall != "" && (r.Provisioner == ProvisionerProcess || r.Provisioner == ""):
+	case r.Firewall != "" && !caps.Bridge:
 		return errors.New("--with-firewall: process nodes share this machine's network, which their firewall would filter: use --provisioner container or qemu")
-	case len(r.QEMU.UserVolumes) > 0 && r.Provisioner != ProvisionerQEMU:
+	case len(r.QEMU.UserVolumes) > 0 && !caps.OwnKernel:
 		return errors.New("--user-volumes: the volumes are partitions of the nodes' own disks: use --provisioner qemu")
 	case r.Encryption.UserVolumes && len(r.QEMU.UserVolumes) == 0:
 		return errors.New("--encrypt-user-volumes encrypts the volumes of --user-volumes, and none is given")
-	case r.Encryption.check(r.Provisioner, r.QEMU.TPM) != nil:
-		return r.Encryption.check(r.Provisioner, r.QEMU.TPM)
-	case r.QEMU.JSONLogs && r.Provisioner != ProvisionerQEMU:
+	case r.Encryption.check(caps.OwnKernel, r.QEMU.TPM) != nil:
+		return r.Encryption.check(caps.OwnKernel, r.QEMU.TPM)
+	case r.QEMU.JSONLogs && !caps.OwnKernel:
 		return errors.New("--with-json-logs: the receiver is the qemu provisioner's network process: use --provisioner qemu, or send the logs to a receiver of yours with a machine.logging config patch")
-	}
-
-	switch r.Provisioner {
-	case "", ProvisionerProcess:
-		if !r.CIDR.Addr().IsLoopback() {
-			return fmt.Errorf("--cidr %s is not a loopback network: the process provisioner binds nodes to 127.0.0.0/8 addresses without root", r.CIDR)
-		}
-	case ProvisionerContainer:
-		return r.checkContainer()
-	case ProvisionerQEMU:
-		return r.checkQEMU()
-	default:
-		return fmt.Errorf("--provisioner %q is unknown: use process (no root needed), container or qemu (root)", r.Provisioner)
 	}
 
 	return nil
@@ -354,40 +340,33 @@ func defaultTimeServer(cfg []byte, gw netip.Addr) ([]byte, error) {
 	return patch(cfg, []string{fmt.Sprintf(`{"machine": {"time": {"servers": [%q]}}}`, gw)})
 }
 
-// containerKubelet is what kubelet on a container node gets before the user's patches, as kind
-// does: the node's filesystems are the host's, whose free share says nothing about the node, so
-// kubelet neither evicts pods nor deletes images over it (a host disk 85% full set DiskPressure
-// on every node and left new pods Failed).
-const containerKubelet = `{"machine": {"kubelet": {"extraConfig": {
-	"evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
-	"imageGCHighThresholdPercent": 100}}}}`
-
-// provisionerDefaults are the patches a provisioner puts under the user's.
-func provisionerDefaults(p string) []string {
-	if p == ProvisionerContainer {
-		return []string{containerKubelet}
-	}
-
-	return nil
-}
-
 // Create writes the configs and starts every node; it does not wait for health (see Wait).
 func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
-	if err := req.check(); err != nil {
+	p, err := Lookup(req.Provisioner)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	if err = req.check(p.Capabilities()); err == nil {
+		err = p.Check(&req)
+	}
+
+	if err != nil {
 		return nil, nil, err
 	}
 
 	progress := req.Progress
 	if progress == nil {
 		progress = io.Discard
+		req.Progress = progress
 	}
 
 	dir := filepath.Join(req.StateRoot, req.Name)
-	if _, err := os.Stat(stateFile(dir)); err == nil {
+	if _, err = os.Stat(stateFile(dir)); err == nil {
 		return nil, nil, fmt.Errorf("cluster %q already exists in %s: destroy it first with `talosctl cluster destroy --name %s`", req.Name, dir, req.Name)
 	}
 
-	addrs, err := NodeAddresses(req.networkCIDR(), req.ControlPlanes+req.Workers)
+	addrs, err := NodeAddresses(req.NetworkCIDR(), req.ControlPlanes+req.Workers)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -402,7 +381,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	// at once, and the configs name the port the kernel picked.
 	var discoveryLn *net.TCPListener
 	if !req.NoClusterDiscovery && req.DiscoveryEndpoint == "" {
-		if discoveryLn, err = listenDiscovery(req.discoveryAddr()); err != nil {
+		if discoveryLn, err = listenDiscovery(req.discoveryAddr(p.Capabilities())); err != nil {
 			return nil, nil, err
 		}
 
@@ -411,175 +390,19 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		defer discoveryLn.Close() // startDiscovery closes it too; until then, a failure lets it go
 	}
 
-	if req.NoClusterDiscovery {
-		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithClusterDiscovery(false))
-	}
-
 	if err = os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 
-	fmt.Fprintf(progress, "generating PKI and tokens\n")
+	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.NetworkCIDR().String(), Binary: req.Binary, Provisioner: req.Provisioner}
 
-	if req.Provisioner == ProvisionerQEMU {
-		// As upstream's qemu nodes: the guest's virtio disk (installing to it is not done yet).
-		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithInstallDisk(QEMUInstallDisk))
-	}
-
-	if req.Provisioner == ProvisionerQEMU && req.QEMU.JSONLogs {
-		req.Patches = append(slices.Clone(req.Patches), jsonLogsPatch(req.networkCIDR()))
-	}
-
-	if req.Endpoint != "" {
-		req.Generate.Options = append(slices.Clone(req.Generate.Options), generate.WithAdditionalSubjectAltNames([]string{req.Endpoint}))
-	}
-
-	endpoint := addrs[0]
-	if req.QEMU.UseVIP {
-		endpoint = vipAddress(req.CIDR)
-		req.CPPatches = append(slices.Clone(req.CPPatches), vipPatch(endpoint))
-		fmt.Fprintf(progress, "the Kubernetes endpoint is the control planes' VIP %s\n", endpoint)
-	}
-
-	if req.CustomCNIURL != "" {
-		u, _ := json.Marshal(req.CustomCNIURL) // a string always encodes
-		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(`{"cluster": {"network": {"cni": {"name": "custom", "urls": [%s]}}}}`, u))
-	}
-
-	if req.Firewall != "" {
-		cp, worker := firewallPatches(req.Firewall, req.CIDR, addrs[:req.ControlPlanes], req.KubeSpan)
-		req.CPPatches = append(slices.Clone(req.CPPatches), cp)
-		req.WorkerPatches = append(slices.Clone(req.WorkerPatches), worker)
-	}
-
-	if req.Encryption.State || req.Encryption.Ephemeral {
-		req.Patches = append(slices.Clone(req.Patches), req.Encryption.patch(req.networkCIDR()))
-	}
-
-	if req.KubeSpan {
-		req.Patches = append(slices.Clone(req.Patches), `{"machine": {"network": {"kubespan": {"enabled": true}}}}`)
-	}
-
-	switch {
-	case req.NoIPv4:
-		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(`{"cluster": {"network": {"podSubnets": [%q], "serviceSubnets": [%q]}}}`,
-			constants.DefaultIPv6PodNet, constants.DefaultIPv6ServiceNet))
-	case req.IPv6:
-		// Upstream's dual-stack defaults.
-		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(`{"cluster": {"network": {"podSubnets": [%q, %q], "serviceSubnets": [%q, %q]}}}`,
-			constants.DefaultIPv4PodNet, constants.DefaultIPv6PodNet, constants.DefaultIPv4ServiceNet, constants.DefaultIPv6ServiceNet))
-	}
-
-	if req.IPv6 {
-		// As upstream's qemu nodes: DHCP on the virtio link, for each family the network has.
-		req.Patches = append(slices.Clone(req.Patches), fmt.Sprintf(
-			`{"machine": {"network": {"interfaces": [{"deviceSelector": {"driver": "virtio_net"}, "dhcp": true, "dhcpOptions": {"ipv4": %t, "ipv6": true}}]}}}`, !req.NoIPv4))
-	}
-
-	if len(req.QEMU.UserVolumes) > 0 {
-		req.Patches = append(slices.Clone(req.Patches), userVolumesPatch(req.QEMU.UserVolumes, req.Encryption.UserVolumes, req.Encryption, kmsEndpoint(req.networkCIDR())))
-	}
-
-	cfgs, err := GenerateConfigs(req.Name, endpoint, req.InputDir, req.Generate)
+	cfgs, err := c.writeConfigs(p, &req, addrs)
 	if err != nil {
 		return nil, nil, err
 	}
 
-	if ctxCfg := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctxCfg != nil {
-		ctxCfg.Endpoints = req.talosEndpoints(addrs[:req.ControlPlanes])
-		ctxCfg.Nodes = []string{addrs[0].String()}
-	}
-
-	if req.SkipInjectingConfig {
-		fmt.Fprintf(progress, "writing the configs to %s\n", req.ConfigsDir)
-
-		if err = req.writeConfigs(cfgs); err != nil {
-			return nil, nil, err
-		}
-	}
-
-	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.networkCIDR().String(), Binary: req.Binary, Provisioner: req.Provisioner}
 	if discoveryLn != nil {
 		c.Discovery = &DiscoveryService{Endpoint: req.DiscoveryEndpoint}
-	}
-
-	if req.WithRegistry {
-		var regPatch string
-		if c.Registry, regPatch, err = registryFiles(dir, netip.AddrPortFrom(gateway(req.networkCIDR()).Addr(), RegistryPort)); err != nil {
-			return nil, nil, err
-		}
-
-		req.Patches = append(slices.Clone(req.Patches), regPatch)
-	}
-
-	var wireguard []string
-	if req.WireguardCIDR.IsValid() {
-		if wireguard, err = wireguardPatches(req.WireguardCIDR, addrs, req.ControlPlanes); err != nil {
-			return nil, nil, err
-		}
-	}
-
-	if req.Provisioner == ProvisionerQEMU && len(req.Nameservers) == 0 {
-		// The cluster's network process forwards DNS on the bridge (qemu.NetworkSpec).
-		req.Nameservers = []string{gateway(req.networkCIDR()).Addr().String()}
-	}
-
-	for i, addr := range addrs {
-		typ, index, base, extra := TypeControlPlane, i+1, cfgs.ControlPlane, req.CPPatches
-		if i >= req.ControlPlanes {
-			typ, index, base, extra = TypeWorker, i-req.ControlPlanes+1, cfgs.Worker, req.WorkerPatches
-		}
-
-		name, id := fmt.Sprintf("%s-%s-%d", req.Name, typ, index), ""
-		if req.Provisioner == ProvisionerQEMU {
-			// As upstream's qemu nodes: each machine has a UUID of its own.
-			id = uuid.NewString()
-			if req.QEMU.UUIDHostnames {
-				name = "machine-" + id
-			}
-		}
-
-		hostname := fmt.Sprintf(`{"machine": {"network": {"hostname": %q}}}`, name)
-
-		own := []string{hostname}
-		if req.WithInitNode && i == 0 {
-			typ = TypeInit
-			own = append(own, `{"machine": {"type": "init"}}`)
-		}
-		if wireguard != nil {
-			own = append(own, wireguard[i])
-		}
-		if req.Workers == 0 {
-			// No workers: pods go on the control planes, which are otherwise tainted NoSchedule.
-			own = append(own, `{"cluster": {"allowSchedulingOnControlPlanes": true}}`)
-		}
-		if req.Provisioner != ProvisionerProcess && req.Provisioner != "" && len(req.Nameservers) > 0 {
-			ns, _ := json.Marshal(req.Nameservers) // a []string always encodes
-			own = append(own, fmt.Sprintf(`{"machine": {"network": {"nameservers": %s}}}`, ns))
-		}
-
-		nodeCfg, err := patch(base, provisionerDefaults(req.Provisioner), req.Patches, extra, own)
-		if err != nil {
-			return nil, nil, err
-		}
-
-		if nodeCfg, err = defaultDiscoveryEndpoint(nodeCfg, req.DiscoveryEndpoint); err != nil {
-			return nil, nil, err
-		}
-
-		if req.Provisioner == ProvisionerQEMU {
-			if nodeCfg, err = defaultTimeServer(nodeCfg, gateway(req.networkCIDR()).Addr()); err != nil {
-				return nil, nil, err
-			}
-		}
-
-		node := Node{Name: name, Type: typ, Address: addr.String(), State: filepath.Join(dir, name), Config: filepath.Join(dir, name+".yaml"), UUID: id}
-
-		if err = os.WriteFile(node.Config, nodeCfg, 0o600); err != nil {
-			return nil, nil, err
-		}
-
-		c.Nodes = append(c.Nodes, node)
 	}
 
 	if err = c.Save(); err != nil {
@@ -587,17 +410,8 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	}
 
 	// From here on a failure leaves a cluster to destroy.
-	switch req.Provisioner {
-	case ProvisionerContainer:
-		if err = c.createNetwork(req, progress); err == nil {
-			err = c.publishPorts(req, progress)
-		}
-
-		if err == nil && c.Registry != nil {
-			err = c.startRegistry(netip.MustParseAddrPort(c.Registry.Host), progress)
-		}
-	case ProvisionerQEMU:
-		err = c.prepareQEMU(req, progress)
+	if err = p.CreateNetwork(ctx, c, &req, progress); err == nil && c.Registry != nil {
+		err = c.startRegistry(netip.MustParseAddrPort(c.Registry.Host), progress)
 	}
 
 	if err == nil && discoveryLn != nil {
@@ -615,16 +429,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	for i := range c.Nodes {
 		fmt.Fprintf(progress, "creating node %s (%s) at %s\n", c.Nodes[i].Name, c.Nodes[i].Type, c.Nodes[i].Address)
 
-		switch req.Provisioner {
-		case ProvisionerContainer:
-			err = c.startContainer(&c.Nodes[i], &req)
-		case ProvisionerQEMU:
-			err = c.startQEMU(&c.Nodes[i], &req)
-		default:
-			err = c.start(&c.Nodes[i], req.NodeArgs, !req.SkipInjectingConfig)
-		}
-
-		if err != nil {
+		if err = p.Launch(c, &c.Nodes[i], &req); err != nil {
 			return c, cfgs, err
 		}
 
@@ -633,11 +438,166 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 		}
 	}
 
-	if req.Provisioner == ProvisionerQEMU && !req.SkipInjectingConfig && (req.QEMU.ApplyConfig || req.QEMU.ISO != "" || req.QEMU.USB != "" || req.QEMU.UKI != "" || req.QEMU.IPXEBootScript != "" || req.QEMU.DiskImage != "") {
-		return c, cfgs, c.applyConfigs(ctx, progress)
+	return c, cfgs, p.Started(ctx, c, &req, progress)
+}
+
+// writeConfigs generates the cluster's configs with the request's patches and writes each node's
+// own (its hostname and the kind's defaults added), recording the nodes in c.
+func (c *Cluster) writeConfigs(p Provisioner, req *Request, addrs []netip.Addr) (*Configs, error) {
+	progress := req.Progress
+
+	fmt.Fprintf(progress, "generating PKI and tokens\n")
+
+	endpoint := req.addPatches(p, addrs)
+
+	cfgs, err := GenerateConfigs(req.Name, endpoint, req.InputDir, req.Generate)
+	if err != nil {
+		return nil, err
 	}
 
-	return c, cfgs, nil
+	if ctxCfg := cfgs.Talosconfig.Contexts[cfgs.Talosconfig.Context]; ctxCfg != nil {
+		ctxCfg.Endpoints = req.talosEndpoints(addrs[:req.ControlPlanes])
+		ctxCfg.Nodes = []string{addrs[0].String()}
+	}
+
+	if req.SkipInjectingConfig {
+		fmt.Fprintf(progress, "writing the configs to %s\n", req.ConfigsDir)
+
+		if err = req.writeConfigs(cfgs); err != nil {
+			return nil, err
+		}
+	}
+
+	if req.WithRegistry {
+		var regPatch string
+		if c.Registry, regPatch, err = registryFiles(c.Dir, netip.AddrPortFrom(Gateway(req.NetworkCIDR()).Addr(), RegistryPort)); err != nil {
+			return nil, err
+		}
+
+		req.Patches = append(slices.Clone(req.Patches), regPatch)
+	}
+
+	var wireguard []string
+	if req.WireguardCIDR.IsValid() {
+		if wireguard, err = wireguardPatches(req.WireguardCIDR, addrs, req.ControlPlanes); err != nil {
+			return nil, err
+		}
+	}
+
+	caps := p.Capabilities()
+
+	for i, addr := range addrs {
+		typ, index, base, extra := TypeControlPlane, i+1, cfgs.ControlPlane, req.CPPatches
+		if i >= req.ControlPlanes {
+			typ, index, base, extra = TypeWorker, i-req.ControlPlanes+1, cfgs.Worker, req.WorkerPatches
+		}
+
+		name, id := p.NodeIdentity(req, fmt.Sprintf("%s-%s-%d", req.Name, typ, index))
+
+		own := []string{fmt.Sprintf(`{"machine": {"network": {"hostname": %q}}}`, name)}
+		if req.WithInitNode && i == 0 {
+			typ = TypeInit
+			own = append(own, `{"machine": {"type": "init"}}`)
+		}
+		if wireguard != nil {
+			own = append(own, wireguard[i])
+		}
+		if req.Workers == 0 {
+			// No workers: pods go on the control planes, which are otherwise tainted NoSchedule.
+			own = append(own, `{"cluster": {"allowSchedulingOnControlPlanes": true}}`)
+		}
+		if caps.Bridge && len(req.Nameservers) > 0 {
+			ns, _ := json.Marshal(req.Nameservers) // a []string always encodes
+			own = append(own, fmt.Sprintf(`{"machine": {"network": {"nameservers": %s}}}`, ns))
+		}
+
+		nodeCfg, err := patch(base, p.BasePatches(), req.Patches, extra, own)
+		if err != nil {
+			return nil, err
+		}
+
+		if nodeCfg, err = defaultDiscoveryEndpoint(nodeCfg, req.DiscoveryEndpoint); err != nil {
+			return nil, err
+		}
+
+		if caps.OwnKernel {
+			if nodeCfg, err = defaultTimeServer(nodeCfg, Gateway(req.NetworkCIDR()).Addr()); err != nil {
+				return nil, err
+			}
+		}
+
+		node := Node{Name: name, Type: typ, Address: addr.String(), State: filepath.Join(c.Dir, name), Config: filepath.Join(c.Dir, name+".yaml"), UUID: id}
+
+		if err = os.WriteFile(node.Config, nodeCfg, 0o600); err != nil {
+			return nil, err
+		}
+
+		c.Nodes = append(c.Nodes, node)
+	}
+
+	return cfgs, nil
+}
+
+// addPatches adds the generate options and patches the request's flags and the kind ask for,
+// and returns the Kubernetes endpoint's address.
+func (r *Request) addPatches(p Provisioner, addrs []netip.Addr) netip.Addr {
+	if r.NoClusterDiscovery {
+		r.Generate.Options = append(slices.Clone(r.Generate.Options), generate.WithClusterDiscovery(false))
+	}
+
+	p.Configure(r)
+
+	if r.Endpoint != "" {
+		r.Generate.Options = append(slices.Clone(r.Generate.Options), generate.WithAdditionalSubjectAltNames([]string{r.Endpoint}))
+	}
+
+	endpoint := addrs[0]
+	if r.QEMU.UseVIP {
+		endpoint = vipAddress(r.CIDR)
+		r.CPPatches = append(slices.Clone(r.CPPatches), vipPatch(endpoint))
+		fmt.Fprintf(r.Progress, "the Kubernetes endpoint is the control planes' VIP %s\n", endpoint)
+	}
+
+	if r.CustomCNIURL != "" {
+		u, _ := json.Marshal(r.CustomCNIURL) // a string always encodes
+		r.Patches = append(slices.Clone(r.Patches), fmt.Sprintf(`{"cluster": {"network": {"cni": {"name": "custom", "urls": [%s]}}}}`, u))
+	}
+
+	if r.Firewall != "" {
+		cp, worker := firewallPatches(r.Firewall, r.CIDR, addrs[:r.ControlPlanes], r.KubeSpan)
+		r.CPPatches = append(slices.Clone(r.CPPatches), cp)
+		r.WorkerPatches = append(slices.Clone(r.WorkerPatches), worker)
+	}
+
+	if r.Encryption.State || r.Encryption.Ephemeral {
+		r.Patches = append(slices.Clone(r.Patches), r.Encryption.patch(r.NetworkCIDR()))
+	}
+
+	if r.KubeSpan {
+		r.Patches = append(slices.Clone(r.Patches), `{"machine": {"network": {"kubespan": {"enabled": true}}}}`)
+	}
+
+	switch {
+	case r.NoIPv4:
+		r.Patches = append(slices.Clone(r.Patches), fmt.Sprintf(`{"cluster": {"network": {"podSubnets": [%q], "serviceSubnets": [%q]}}}`,
+			constants.DefaultIPv6PodNet, constants.DefaultIPv6ServiceNet))
+	case r.IPv6:
+		// Upstream's dual-stack defaults.
+		r.Patches = append(slices.Clone(r.Patches), fmt.Sprintf(`{"cluster": {"network": {"podSubnets": [%q, %q], "serviceSubnets": [%q, %q]}}}`,
+			constants.DefaultIPv4PodNet, constants.DefaultIPv6PodNet, constants.DefaultIPv4ServiceNet, constants.DefaultIPv6ServiceNet))
+	}
+
+	if r.IPv6 {
+		// As upstream's qemu nodes: DHCP on the virtio link, for each family the network has.
+		r.Patches = append(slices.Clone(r.Patches), fmt.Sprintf(
+			`{"machine": {"network": {"interfaces": [{"deviceSelector": {"driver": "virtio_net"}, "dhcp": true, "dhcpOptions": {"ipv4": %t, "ipv6": true}}]}}}`, !r.NoIPv4))
+	}
+
+	if len(r.QEMU.UserVolumes) > 0 {
+		r.Patches = append(slices.Clone(r.Patches), userVolumesPatch(r.QEMU.UserVolumes, r.Encryption.UserVolumes, r.Encryption, kmsEndpoint(r.NetworkCIDR())))
+	}
+
+	return endpoint
 }
 
 // configFiles are --skip-injecting-config's files, as `talosctl gen config` names them.
@@ -738,6 +698,11 @@ func Destroy(root, name string, progress io.Writer) error {
 		return err
 	}
 
+	p, err := Lookup(c.Provisioner)
+	if err != nil {
+		return err
+	}
+
 	var errs []error
 
 	// Workers first, then control planes, so etcd members go last.
@@ -752,20 +717,6 @@ func Destroy(root, name string, progress io.Writer) error {
 
 	if len(errs) > 0 {
 		return fmt.Errorf("some nodes did not stop, state kept in %s: %w", c.Dir, errors.Join(errs...))
-	}
-
-	if c.Provisioner == ProvisionerQEMU {
-		if err = c.stopQEMUNetwork(progress); err != nil {
-			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
-		}
-	}
-
-	if c.PortsPID != 0 {
-		fmt.Fprintf(progress, "stopping the port forwarder\n")
-
-		if err = stopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
-			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
-		}
 	}
 
 	if c.Discovery != nil && c.Discovery.PID != 0 {
@@ -784,10 +735,8 @@ func Destroy(root, name string, progress io.Writer) error {
 		}
 	}
 
-	if c.Provisioner == ProvisionerContainer || c.Provisioner == ProvisionerQEMU {
-		if err = c.destroyNetwork(progress); err != nil {
-			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
-		}
+	if err = p.DestroyNetwork(c, progress); err != nil {
+		return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
 	}
 
 	if err = os.RemoveAll(c.Dir); err != nil {

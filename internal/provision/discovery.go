@@ -29,13 +29,13 @@ type DiscoveryService struct {
 // discoveryAddr is where the cluster's discovery service listens: the cluster network's gateway,
 // on DiscoveryPort, or on a port the kernel picks for a process cluster (whose gateway is a
 // loopback address no node takes).
-func (r Request) discoveryAddr() netip.AddrPort {
+func (r Request) discoveryAddr(caps Capabilities) netip.AddrPort {
 	port := uint16(DiscoveryPort)
-	if r.Provisioner == ProvisionerProcess || r.Provisioner == "" {
+	if !caps.Bridge {
 		port = 0
 	}
 
-	return netip.AddrPortFrom(gateway(r.networkCIDR()).Addr(), port)
+	return netip.AddrPortFrom(Gateway(r.NetworkCIDR()).Addr(), port)
 }
 
 // listenDiscovery takes the discovery service's port before anything of the cluster is made, so

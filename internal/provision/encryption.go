@@ -30,13 +30,14 @@ func (e EncryptionRequest) usesKMS() bool {
 	return e.enabled() && slices.Contains(e.KeyTypes, KeyTypeKMS)
 }
 
-// check refuses flags the nodes cannot honour; tpm is the nodes' TPM version ("" for none).
-func (e EncryptionRequest) check(provisioner, tpm string) error {
+// check refuses flags the nodes cannot honour: the disk's partitions are encrypted by nodes with
+// their own kernel; tpm is the nodes' TPM version ("" for none).
+func (e EncryptionRequest) check(ownKernel bool, tpm string) error {
 	if !e.enabled() {
 		return nil
 	}
 
-	if provisioner != ProvisionerQEMU {
+	if !ownKernel {
 		return errors.New("--encrypt-state, --encrypt-ephemeral and --encrypt-user-volumes encrypt an installed disk's partitions, which only qemu nodes have: use --provisioner qemu")
 	}
 
@@ -61,7 +62,7 @@ func (e EncryptionRequest) check(provisioner, tpm string) error {
 
 // kmsEndpoint is where the network process's KMS listens: the gateway, upstream's port.
 func kmsEndpoint(cidr netip.Prefix) string {
-	return "grpc://" + netip.AddrPortFrom(gateway(cidr).Addr(), qemu.KMSPort).String()
+	return "grpc://" + netip.AddrPortFrom(Gateway(cidr).Addr(), qemu.KMSPort).String()
 }
 
 // patch is the system volumes' encryption as upstream's cluster create writes it: a

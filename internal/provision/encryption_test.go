@@ -66,25 +66,25 @@ func TestEncryptionPatch(t *testing.T) {
 
 func TestEncryptionFlagsChecked(t *testing.T) {
 	for _, c := range []struct {
-		e           EncryptionRequest
-		provisioner string
-		want        string
+		e         EncryptionRequest
+		ownKernel bool
+		want      string
 	}{
-		{EncryptionRequest{State: true, KeyTypes: []string{"uuid"}}, ProvisionerContainer, "use --provisioner qemu"},
-		{EncryptionRequest{Ephemeral: true}, ProvisionerQEMU, "at least one"},
-		{EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}, ProvisionerQEMU, "add --with-tpm2"},
-		{EncryptionRequest{State: true, KeyTypes: []string{"uuid", "magic"}}, ProvisionerQEMU, `"magic"`},
+		{EncryptionRequest{State: true, KeyTypes: []string{"uuid"}}, false, "use --provisioner qemu"},
+		{EncryptionRequest{Ephemeral: true}, true, "at least one"},
+		{EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}, true, "add --with-tpm2"},
+		{EncryptionRequest{State: true, KeyTypes: []string{"uuid", "magic"}}, true, `"magic"`},
 	} {
-		if err := c.e.check(c.provisioner, ""); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v on %s: %v, want %q", c.e, c.provisioner, err, c.want)
+		if err := c.e.check(c.ownKernel, ""); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v, own kernel %v: %v, want %q", c.e, c.ownKernel, err, c.want)
 		}
 	}
 
-	if err := (EncryptionRequest{KeyTypes: []string{"magic"}}).check(ProvisionerProcess, ""); err != nil {
+	if err := (EncryptionRequest{KeyTypes: []string{"magic"}}).check(false, ""); err != nil {
 		t.Errorf("key types without encryption: %v", err)
 	}
 
-	if err := (EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}).check(ProvisionerQEMU, TPM2); err != nil {
+	if err := (EncryptionRequest{State: true, KeyTypes: []string{"tpm"}}).check(true, TPM2); err != nil {
 		t.Errorf("tpm keys with --with-tpm2: %v", err)
 	}
 }

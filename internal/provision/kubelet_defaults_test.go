@@ -26,7 +26,7 @@ func TestContainerKubeletIgnoresTheHostDisk(t *testing.T) {
 		return ev
 	}
 
-	out, err := patch(cp, provisionerDefaults(ProvisionerContainer))
+	out, err := patch(cp, basePatches(t, ProvisionerContainer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestContainerKubeletIgnoresTheHostDisk(t *testing.T) {
 	}
 
 	user := `{"machine": {"kubelet": {"extraConfig": {"evictionHard": {"nodefs.available": "5%"}}}}}`
-	if out, err = patch(cp, provisionerDefaults(ProvisionerContainer), []string{user}); err != nil {
+	if out, err = patch(cp, basePatches(t, ProvisionerContainer), []string{user}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -45,7 +45,7 @@ func TestContainerKubeletIgnoresTheHostDisk(t *testing.T) {
 	}
 
 	for _, p := range []string{ProvisionerQEMU, ProvisionerProcess} {
-		if out, err = patch(cp, provisionerDefaults(p)); err != nil {
+		if out, err = patch(cp, basePatches(t, p)); err != nil {
 			t.Fatal(err)
 		}
 
@@ -53,4 +53,16 @@ func TestContainerKubeletIgnoresTheHostDisk(t *testing.T) {
 			t.Errorf("%s node's evictionHard: %v, want kubelet's defaults", p, ev)
 		}
 	}
+}
+
+// basePatches are the named kind's patches under the user's.
+func basePatches(t *testing.T, name string) []string {
+	t.Helper()
+
+	p, err := Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return p.BasePatches()
 }

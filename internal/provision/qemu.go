@@ -16,8 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/metal"
@@ -27,6 +29,85 @@ import (
 
 // ProvisionerQEMU runs each node as a QEMU guest booting the metal boot assets (`make boot`).
 const ProvisionerQEMU = "qemu"
+
+// qemuProvisioner runs each node as a QEMU guest booting the metal boot assets, on a bridge
+// (root).
+type qemuProvisioner struct{}
+
+var _ Provisioner = qemuProvisioner{}
+
+func init() { Register(qemuProvisioner{}) }
+
+func (qemuProvisioner) Name() string { return ProvisionerQEMU }
+
+func (qemuProvisioner) Capabilities() Capabilities {
+	return Capabilities{Bridge: true, OwnKernel: true, ImageKubernetes: true, GatewayDNS: true}
+}
+
+func (qemuProvisioner) DefaultCIDR() string { return DefaultContainerCIDR }
+
+func (qemuProvisioner) Check(r *Request) error { return r.checkQEMU() }
+
+// Configure installs to the guests' disk, sends their logs to the network process with
+// --with-json-logs, and makes the gateway their resolver when no --nameservers are given.
+func (qemuProvisioner) Configure(r *Request) {
+	// As upstream's qemu nodes: the guest's virtio disk.
+	r.Generate.Options = append(slices.Clone(r.Generate.Options), generate.WithInstallDisk(QEMUInstallDisk))
+
+	if r.QEMU.JSONLogs {
+		r.Patches = append(slices.Clone(r.Patches), jsonLogsPatch(r.NetworkCIDR()))
+	}
+
+	if len(r.Nameservers) == 0 {
+		// The cluster's network process forwards DNS on the bridge (qemu.NetworkSpec).
+		r.Nameservers = []string{Gateway(r.NetworkCIDR()).Addr().String()}
+	}
+}
+
+func (qemuProvisioner) BasePatches() []string { return nil }
+
+// NodeIdentity gives each machine a UUID of its own, as upstream's qemu nodes, and names it
+// after it with --with-uuid-hostnames.
+func (qemuProvisioner) NodeIdentity(r *Request, name string) (string, string) {
+	id := uuid.NewString()
+	if r.QEMU.UUIDHostnames {
+		name = "machine-" + id
+	}
+
+	return name, id
+}
+
+// CreateNetwork records the boot assets, finds whether KVM works, makes the bridge and starts
+// the network process.
+func (qemuProvisioner) CreateNetwork(_ context.Context, c *Cluster, r *Request, progress io.Writer) error {
+	return c.prepareQEMU(*r, progress)
+}
+
+func (qemuProvisioner) Launch(c *Cluster, n *Node, r *Request) error { return c.startQEMU(n, r) }
+
+// Started applies the configs of nodes that boot without one (a boot medium, --with-apply-config).
+func (qemuProvisioner) Started(ctx context.Context, c *Cluster, r *Request, progress io.Writer) error {
+	q := r.QEMU
+	if !r.SkipInjectingConfig && (q.ApplyConfig || q.ISO != "" || q.USB != "" || q.UKI != "" || q.IPXEBootScript != "" || q.DiskImage != "") {
+		return c.applyConfigs(ctx, progress)
+	}
+
+	return nil
+}
+
+// DestroyNetwork stops the network process, then removes the taps and the bridge.
+func (qemuProvisioner) DestroyNetwork(c *Cluster, progress io.Writer) error {
+	if err := c.stopQEMUNetwork(progress); err != nil {
+		return err
+	}
+
+	return c.destroyNetwork(progress)
+}
+
+func (qemuProvisioner) Describe(c *Cluster, w io.Writer) {
+	fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nKERNEL            %s\nINITRAMFS         %s\nKVM               %v\nCONFIGS           %s\n",
+		c.Bridge, c.MTU, c.Kernel, c.Initrd, c.KVM, c.ConfigServer)
+}
 
 // QEMUInstallDisk is the guests' disk (virtio), the generated configs' install disk.
 const QEMUInstallDisk = "/dev/vda"
@@ -118,7 +199,7 @@ const JSONLogsFile = "json-logs.log"
 // jsonLogsPatch is the config patch that sends a node's logs to the network process.
 func jsonLogsPatch(cidr netip.Prefix) string {
 	return fmt.Sprintf(`{"machine": {"logging": {"destinations": [{"endpoint": "tcp://%s", "format": "json_lines"}]}}}`,
-		netip.AddrPortFrom(gateway(cidr).Addr(), qemu.JSONLogsPort))
+		netip.AddrPortFrom(Gateway(cidr).Addr(), qemu.JSONLogsPort))
 }
 
 func (r *Request) checkQEMU() error {
@@ -329,7 +410,7 @@ func (c *Cluster) prepareQEMU(req Request, progress io.Writer) error {
 // createQEMUNetwork makes the bridge and starts the cluster's network process (DHCP and the
 // configs over HTTP on the bridge's address).
 func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
-	gw := gateway(req.networkCIDR())
+	gw := Gateway(req.NetworkCIDR())
 
 	spec, err := c.networkSpec(req, gw)
 	if err != nil {
@@ -343,7 +424,7 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 	}
 
 	if req.IPv6 {
-		gw6 := gateway(spec.IPv6)
+		gw6 := Gateway(spec.IPv6)
 		fmt.Fprintf(progress, "advertising %s on the bridge (%s): the nodes lease their IPv6 addresses over DHCPv6\n", spec.IPv6, gw6)
 
 		if gw6 != gw {

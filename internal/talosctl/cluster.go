@@ -75,247 +75,86 @@ func nodeBinary(flag string) (string, error) {
 	return "", errors.New("node binary `machined` not found next to talosctl or on PATH: build it with `go build -o _out/ ./cmd/...` or pass --machined-path")
 }
 
+// createOptions are `cluster create`'s flags.
+type createOptions struct {
+	req             provision.Request
+	cidr            string
+	binary          string
+	wait            bool
+	waitTimeout     time.Duration
+	skipKubeconfig  bool
+	imageKeys       string
+	installImage    string
+	withDebug       bool
+	waitOpts        provision.WaitOptions
+	k8sVersion      string
+	dnsDomain       string
+	kubePrismPort   int
+	cpPort          int
+	talosVersion    string
+	mirrors         []string
+	insecure        []string
+	discovery       bool
+	kubeSpan        bool
+	ipv4            bool
+	extraKernelArgs string
+	tpm2, tpm12     bool
+	mounts          []string
+	noMasquerade    []string
+	wireguardCIDR   string
+	userVolumes     []string
+	certLifetime    time.Duration
+
+	// Whether --cidr and --nameservers were given: the provisioner's defaults apply otherwise.
+	cidrSet, nameserversSet bool
+}
+
 func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (string, error)) *cobra.Command {
-	var (
-		req             provision.Request
-		cidr            string
-		binary          string
-		wait            bool
-		waitTimeout     time.Duration
-		skipKubeconfig  bool
-		imageKeys       string
-		installImage    string
-		withDebug       bool
-		waitOpts        provision.WaitOptions
-		k8sVersion      string
-		dnsDomain       string
-		kubePrismPort   int
-		cpPort          int
-		talosVersion    string
-		mirrors         []string
-		insecure        []string
-		discovery       bool
-		kubeSpan        bool
-		ipv4            bool
-		extraKernelArgs string
-		tpm2, tpm12     bool
-		mounts          []string
-		noMasquerade    []string
-		wireguardCIDR   string
-		userVolumes     []string
-		certLifetime    time.Duration
-	)
+	var o createOptions
 
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Creates a local cluster: machined processes on loopback addresses (process), nodes in their own namespaces on a bridge (container, root), or VMs on a bridge (qemu, root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			provisioner := *provisionerFlag
-			req.Provisioner = provisioner
-			if provisioner != provision.ProvisionerProcess && !cmd.Flags().Changed("cidr") {
-				cidr = provision.DefaultContainerCIDR
-			}
+			o.cidrSet, o.nameserversSet = cmd.Flags().Changed("cidr"), cmd.Flags().Changed("nameservers")
 
-			if provisioner == provision.ProvisionerQEMU && !cmd.Flags().Changed("nameservers") {
-				// The cluster's network process answers DNS on the bridge (forwarding to the
-				// host's resolvers): the nodes resolve through it, online or not.
-				req.Nameservers = nil
-			}
-
-			prefix, err := netip.ParsePrefix(cidr)
-			if err != nil {
-				return fmt.Errorf("--cidr %q: %w (use a prefix like 127.5.0.0/24)", cidr, err)
-			}
-
-			if req.Generate, err = generateOptions(provisioner, k8sVersion, dnsDomain, kubePrismPort, cpPort); err != nil {
-				return err
-			}
-
-			req.Generate.TalosVersion = talosVersion
-
-			req.NoIPv4 = !ipv4
-
-			if req.KubeSpan = kubeSpan; kubeSpan && !discovery {
-				return errors.New("--with-kubespan: the nodes find their KubeSpan peers through cluster discovery: drop --with-cluster-discovery=false")
-			}
-			// Without discovery, the configs turn it off and no discovery service is started.
-			req.NoClusterDiscovery = !discovery
-			req.Generate.Options = append(req.Generate.Options, generate.WithInstallImage(installImage), generate.WithDebug(withDebug))
-
-			if req.Generate.Options, err = registryOptions(req.Generate.Options, mirrors, insecure); err != nil {
-				return err
-			}
-
-			if req.StateRoot, err = root(); err != nil {
-				return err
-			}
-
-			if req.Binary, err = nodeBinary(binary); err != nil {
-				return err
-			}
-
-			req.Name, req.CIDR, req.Progress = *name, prefix, cmd.OutOrStdout()
-			if req.SkipInjectingConfig {
-				// As upstream's: the configs go to the current folder.
-				if req.ConfigsDir, err = os.Getwd(); err != nil {
-					return err
-				}
-			}
-			req.QEMU.ExtraKernelArgs = strings.Fields(extraKernelArgs)
-
-			if wireguardCIDR != "" {
-				if req.WireguardCIDR, err = netip.ParsePrefix(wireguardCIDR); err != nil || !req.WireguardCIDR.Addr().Is4() {
-					return fmt.Errorf("--wireguard-cidr %q: give an IPv4 network like 172.20.1.0/24", wireguardCIDR)
-				}
-			}
-
-			if req.QEMU.UserVolumes, err = provision.ParseUserVolumes(userVolumes); err != nil {
-				return err
-			}
-
-			for _, c := range noMasquerade {
-				p, err := netip.ParsePrefix(c)
-				if err != nil {
-					return fmt.Errorf("--no-masquerade-cidrs %q: %w (give networks like 10.0.0.0/8)", c, err)
-				}
-
-				req.NoMasqueradeCIDRs = append(req.NoMasqueradeCIDRs, p)
-			}
-
-			for _, m := range mounts {
-				parsed, err := container.ParseMount(m)
-				if err != nil {
-					return err
-				}
-
-				req.Container.Mounts = append(req.Container.Mounts, parsed)
-			}
-
-			switch {
-			case tpm2 && tpm12:
-				return errors.New("--with-tpm2 and --with-tpm1_2 both give the nodes a TPM: choose one version")
-			case tpm2:
-				req.QEMU.TPM = provision.TPM2
-			case tpm12:
-				req.QEMU.TPM = provision.TPM12
-			}
-
-			// Process nodes start through the boot stage (A/B slots), as the firmware would boot
-			// them; container nodes boot their image.
-			req.NodeArgs = []string{"boot"}
-			if imageKeys != "" {
-				keys, err := filepath.Abs(imageKeys)
-				if err != nil {
-					return err
-				}
-
-				req.NodeArgs = append(req.NodeArgs, "--image-keys", keys)
-			}
-
-			switch {
-			case certLifetime < 0:
-				return fmt.Errorf("--cert-lifetime %s is negative: give a duration like 10s", certLifetime)
-			case certLifetime > 0 && provisioner != provision.ProvisionerProcess:
-				return errors.New("--cert-lifetime applies to process nodes only (--provisioner process)")
-			case certLifetime > 0:
-				req.NodeArgs = append(req.NodeArgs, "--cert-lifetime", certLifetime.String())
-			}
-			start := time.Now()
-
-			c, cfgs, err := provision.Create(cmd.Context(), req)
-			if err != nil {
-				if c != nil {
-					return fmt.Errorf("%w\nclean up with `talosctl cluster destroy --name %s`", err, *name)
-				}
-
-				return err
-			}
-
-			if err = mergeClusterContext(g, cfgs, c, cmd); err != nil {
-				return err
-			}
-
-			if req.SkipInjectingConfig {
-				fmt.Fprintf(cmd.OutOrStdout(), "the nodes boot in maintenance mode, without a config; the configs are in %s (controlplane.yaml, worker.yaml, talosconfig), each node's own in %s:\n"+
-					"apply them with `talosctl apply-config --insecure -n %s --file controlplane.yaml`, then `talosctl -n %s bootstrap`\n",
-					req.ConfigsDir, c.Dir, c.Nodes[0].Address, c.Nodes[0].Address)
-
-				return nil
-			}
-
-			ctx, cancel := context.WithTimeout(cmd.Context(), waitTimeout)
-			defer cancel()
-
-			if !wait {
-				// As upstream: etcd is bootstrapped even when the rest is not waited for.
-				if _, err = provision.Bootstrap(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout()); err != nil {
-					return fmt.Errorf("%w\nthe nodes keep running: bootstrap later with `talosctl -n %s bootstrap`, or remove them with `talosctl cluster destroy --name %s`", err, c.Nodes[0].Address, *name)
-				}
-
-				fmt.Fprintf(cmd.OutOrStdout(), "nodes started and etcd bootstrapped; follow them with `talosctl cluster show --name %s` and `talosctl health`\n", *name)
-
-				return nil
-			}
-
-			kubeconfig, err := provision.Wait(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout(), waitOpts)
-			if err != nil {
-				return fmt.Errorf("%w\nthe nodes keep running: inspect with `talosctl cluster show --name %s`, remove with `talosctl cluster destroy --name %s`", err, *name, *name)
-			}
-
-			fmt.Fprintf(cmd.OutOrStdout(), "cluster %q is healthy (%s)\n", *name, time.Since(start).Round(10*time.Millisecond))
-
-			// As upstream: the cluster's admin kubeconfig is merged into the default one.
-			if kubeconfig == nil || skipKubeconfig {
-				return nil
-			}
-
-			path, err := kubeconfigPath(nil)
-			if err != nil {
-				return err
-			}
-
-			if err = mergeKubeconfigFile(path, kubeconfig, "", false, cmd.OutOrStdout()); err != nil {
-				return fmt.Errorf("merging the kubeconfig into %s: %w (get it later with `talosctl kubeconfig`)", path, err)
-			}
-
-			fmt.Fprintf(cmd.OutOrStdout(), "merged the kubeconfig of cluster %q into %s\n", *name, path)
-
-			return nil
+			return createCluster(cmd, g, *name, *provisionerFlag, root, &o)
 		},
 	}
 
+	req := &o.req
 	f := cmd.Flags()
 	f.IntVar(&req.ControlPlanes, "controlplanes", 1, "the number of control plane nodes to create")
 	f.IntVar(&req.Workers, "workers", 1, "the number of worker nodes to create")
-	f.StringVar(&cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ... (default 10.5.0.0/24 for --provisioner container or qemu)")
+	f.StringVar(&o.cidr, "cidr", "127.5.0.0/24", "CIDR of the cluster network: nodes get .2, .3, ... (default 10.5.0.0/24 for --provisioner container or qemu)")
 	f.StringSliceVar(&req.Nameservers, "nameservers", []string{"8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2606:4700:4700::1111"}, "list of nameservers to use (--provisioner container or qemu; qemu's default: the bridge's address, where the cluster's network process forwards DNS to the host's resolvers)")
 	f.StringArrayVar(&req.Patches, "config-patch", nil, "patch generated machineconfigs (applied to all node types), use @file to read a patch from file")
 	f.StringArrayVar(&req.CPPatches, "config-patch-control-plane", nil, "patch generated machineconfigs (applied to 'init' and 'controlplane' types)")
 	f.StringArrayVar(&req.WorkerPatches, "config-patch-worker", nil, "patch generated machineconfigs (applied to 'worker' type)")
 	f.StringVarP(&req.InputDir, "input-dir", "i", "", "location of pre-generated config files")
-	f.StringVar(&k8sVersion, "kubernetes-version", constants.DefaultKubernetesVersion, "desired kubernetes version to run (--provisioner container: the version the node image carries)")
-	f.StringVar(&talosVersion, "talos-version", "", "the desired Talos version to generate config for (default: the current one)")
-	f.StringVar(&dnsDomain, "dns-domain", "cluster.local", "the dns domain to use for cluster")
-	f.IntVar(&kubePrismPort, "kubeprism-port", constants.DefaultKubePrismPort, "KubePrism port (set to 0 to disable)")
-	f.IntVar(&cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
-	f.BoolVar(&waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
-	f.BoolVar(&discovery, "with-cluster-discovery", true, "enable cluster discovery (a discovery service is started for the cluster, on the cluster network's gateway, port 3000, or a free port of the gateway's loopback address for process clusters; stopped with the cluster, its log discovery.log in the cluster's folder)")
+	f.StringVar(&o.k8sVersion, "kubernetes-version", constants.DefaultKubernetesVersion, "desired kubernetes version to run (--provisioner container: the version the node image carries)")
+	f.StringVar(&o.talosVersion, "talos-version", "", "the desired Talos version to generate config for (default: the current one)")
+	f.StringVar(&o.dnsDomain, "dns-domain", "cluster.local", "the dns domain to use for cluster")
+	f.IntVar(&o.kubePrismPort, "kubeprism-port", constants.DefaultKubePrismPort, "KubePrism port (set to 0 to disable)")
+	f.IntVar(&o.cpPort, "control-plane-port", constants.DefaultControlPlanePort, "control plane port (load balancer and local API port)")
+	f.BoolVar(&o.waitOpts.SkipNodeReadiness, "skip-k8s-node-readiness-check", false, "skip k8s node readiness checks")
+	f.BoolVar(&o.discovery, "with-cluster-discovery", true, "enable cluster discovery (a discovery service is started for the cluster, on the cluster network's gateway, port 3000, or a free port of the gateway's loopback address for process clusters; stopped with the cluster, its log discovery.log in the cluster's folder)")
 	f.StringVar(&req.DiscoveryEndpoint, "discovery-endpoint", "", "use the discovery service at this URL instead of starting one for the cluster: http://host:port/ (plain gRPC) or https://host:port/ (TLS), e.g. https://discovery.talos.dev/")
-	f.BoolVar(&ipv4, "ipv4", true, "enable IPv4 network in the cluster (false with --ipv6: an IPv6-only cluster)")
+	f.BoolVar(&o.ipv4, "ipv4", true, "enable IPv4 network in the cluster (false with --ipv6: an IPv6-only cluster)")
 	f.BoolVar(&req.IPv6, "ipv6", false, "enable IPv6 network in the cluster (qemu: the IPv6 network derived from --cidr is advertised on the bridge, the nodes lease addresses in it over DHCPv6)")
-	f.BoolVar(&kubeSpan, "with-kubespan", false, "enable KubeSpan system (qemu: a WireGuard mesh between the nodes, its peers found through discovery)")
-	f.StringSliceVar(&mirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
-	f.StringSliceVar(&insecure, "registry-insecure-skip-verify", nil, "list of registry hostnames to skip TLS verification for")
+	f.BoolVar(&o.kubeSpan, "with-kubespan", false, "enable KubeSpan system (qemu: a WireGuard mesh between the nodes, its peers found through discovery)")
+	f.StringSliceVar(&o.mirrors, "registry-mirror", nil, "list of registry mirrors to use in format: <registry host>=<mirror URL>")
+	f.StringSliceVar(&o.insecure, "registry-insecure-skip-verify", nil, "list of registry hostnames to skip TLS verification for")
 	f.BoolVar(&req.WithRegistry, "with-registry", false, "start an image registry (TLS, basic auth) on the cluster network's gateway, port 5000, stopped with the cluster; the nodes trust it and mirror every registry through it (container; its CA, user and password are in the cluster's folder, registry/)")
-	f.BoolVar(&wait, "wait", true, "wait for the cluster to be ready before returning")
-	f.DurationVar(&waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
-	f.BoolVar(&skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
-	f.StringVar(&imageKeys, "image-keys", "", "public key (from `imager keygen`) the nodes trust for upgrade images")
-	f.StringVar(&binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
+	f.BoolVar(&o.wait, "wait", true, "wait for the cluster to be ready before returning")
+	f.DurationVar(&o.waitTimeout, "wait-timeout", 20*time.Minute, "timeout to wait for the cluster to be ready")
+	f.BoolVar(&o.skipKubeconfig, "skip-kubeconfig", false, "skip merging kubeconfig from the created cluster")
+	f.StringVar(&o.imageKeys, "image-keys", "", "public key (from `imager keygen`) the nodes trust for upgrade images")
+	f.StringVar(&o.binary, "machined-path", "", "the node binary (default: machined next to talosctl, else on PATH)")
 	// Hidden: tests that watch certificate rotation shorten the nodes' certificates (machined's
 	// own hidden --cert-lifetime).
-	f.DurationVar(&certLifetime, "cert-lifetime", 0, "lifetime of the nodes' certificates, e.g. 10s (process nodes); 0: a day")
+	f.DurationVar(&o.certLifetime, "cert-lifetime", 0, "lifetime of the nodes' certificates, e.g. 10s (process nodes); 0: a day")
 	_ = f.MarkHidden("cert-lifetime")
 	f.StringVar(&req.QEMU.Kernel, "vmlinuz-path", "_out/boot/vmlinuz", "the kernel of the boot assets (`make boot`) for --provisioner qemu")
 	f.StringVar(&req.QEMU.Initrd, "initrd-path", "_out/boot/initramfs.img", "the initramfs of the boot assets (`make boot`) for --provisioner qemu")
@@ -327,15 +166,15 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.Arch, "arch", runtime.GOARCH, "cluster architecture")
 	f.StringVar(&req.Endpoint, "endpoint", "", "use endpoint instead of provider defaults")
 	f.BoolVar(&req.InitNodeAsEndpoint, "init-node-as-endpoint", false, "use init node as endpoint instead of any load balancer endpoint")
-	f.StringVar(&wireguardCIDR, "wireguard-cidr", "", "CIDR of the wireguard network (qemu: each node gets wg0 with an address in it, the other nodes as peers)")
-	f.StringSliceVar(&noMasquerade, "no-masquerade-cidrs", nil, "list of CIDRs to exclude from NAT (container, qemu: the nodes reach them with their own addresses)")
+	f.StringVar(&o.wireguardCIDR, "wireguard-cidr", "", "CIDR of the wireguard network (qemu: each node gets wg0 with an address in it, the other nodes as peers)")
+	f.StringSliceVar(&o.noMasquerade, "no-masquerade-cidrs", nil, "list of CIDRs to exclude from NAT (container, qemu: the nodes reach them with their own addresses)")
 	f.StringVar(&req.CustomCNIURL, "custom-cni-url", "", "install custom CNI from the URL (the control planes fetch and apply its manifest; flannel is not deployed)")
 	f.StringVar(&req.Firewall, "with-firewall", "", "enable firewall with the specified default action (accept, block) and the rules the cluster needs (container, qemu)")
 	f.BoolVar(&req.SkipInjectingConfig, "skip-injecting-config", false, "skip injecting config from embedded metadata server, write config files only (the nodes boot in maintenance mode; the configs go to the current folder)")
 	f.BoolVar(&req.WithInitNode, "with-init-node", false, "create the cluster with an init node (machine.type init: it bootstraps etcd itself)")
 	f.BoolVar(&req.QEMU.JSONLogs, "with-json-logs", false, "enable JSON logs receiver and configure Talos to send logs there (qemu: json-logs.log in the cluster's folder)")
-	f.BoolVar(&withDebug, "with-debug", false, "enable debug in Talos config to send service logs to the console")
-	f.StringVar(&installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
+	f.BoolVar(&o.withDebug, "with-debug", false, "enable debug in Talos config to send service logs to the console")
+	f.StringVar(&o.installImage, "install-image", defaultInstallerImage(), "the installer image to use (machine.install.image of the configs; a metal node installs the system it booted)")
 	f.StringVar(&req.QEMU.ConfigInjection, "config-injection-method", "", "a method to inject machine config: default is HTTP server, 'metal-iso' to mount an ISO (QEMU only)")
 	f.StringVar(&req.QEMU.USB, "usb-path", "", "the USB stick image path to use for the initial boot (`make boot`'s hybrid ISO is one; the configs are applied in maintenance mode) (qemu)")
 	f.StringVar(&req.QEMU.IPXEBootScript, "ipxe-boot-script", "", "iPXE boot script (URL) to use: the nodes boot from the network first, the cluster's DHCP giving iPXE the URL; the configs are applied in maintenance mode (qemu, with --with-uefi=false)")
@@ -344,7 +183,7 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.StringVar(&req.QEMU.ISO, "iso-path", "", "the ISO path to use for the initial boot (`make boot`'s _out/boot/metal-amd64.iso; the configs are applied in maintenance mode) (qemu)")
 	f.Int64Var(&req.QEMU.DiskMB, "disk", 6*1024, "default limit on disk size in MB (each VM) (qemu)")
 	f.IntVar(&req.QEMU.DiskBlockSize, "disk-block-size", 512, "disk block size (qemu: 512, or 4096 with UEFI)")
-	f.StringVar(&extraKernelArgs, "extra-boot-kernel-args", "", "add extra kernel args to the initial boot from vmlinuz and initramfs (qemu)")
+	f.StringVar(&o.extraKernelArgs, "extra-boot-kernel-args", "", "add extra kernel args to the initial boot from vmlinuz and initramfs (qemu)")
 	f.BoolVar(&req.QEMU.Preallocate, "disk-preallocate", true, "whether disk space should be preallocated (qemu)")
 	f.IntVar(&req.QEMU.ExtraDisks, "extra-disks", 0, "number of extra disks to create for each worker VM (qemu)")
 	f.Int64Var(&req.QEMU.ExtraDisksSizeMB, "extra-disks-size", 5*1024, "default limit on disk size in MB (each VM) (qemu)")
@@ -352,18 +191,18 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	f.BoolVar(&req.QEMU.BadRTC, "bad-rtc", false, "launch VM with bad RTC state: two years behind (qemu)")
 	f.BoolVar(&req.QEMU.DisableDHCPHostname, "disable-dhcp-hostname", false, "skip announcing hostname via DHCP (qemu)")
 	f.BoolVar(&req.QEMU.UUIDHostnames, "with-uuid-hostnames", false, "use machine UUIDs as default hostnames (QEMU only)")
-	f.BoolVar(&tpm2, "with-tpm2", false, "enable TPM 2.0 emulation support using swtpm (qemu)")
-	f.BoolVar(&tpm12, "with-tpm1_2", false, "enable TPM 1.2 emulation support using swtpm (qemu)")
+	f.BoolVar(&o.tpm2, "with-tpm2", false, "enable TPM 2.0 emulation support using swtpm (qemu)")
+	f.BoolVar(&o.tpm12, "with-tpm1_2", false, "enable TPM 1.2 emulation support using swtpm (qemu)")
 	f.BoolVar(&req.QEMU.UseVIP, "use-vip", false, "use a virtual IP for the controlplane endpoint instead of the loadbalancer endpoint (qemu: the network's 50th address, held by the control plane etcd elects)")
 	f.BoolVar(&req.Encryption.State, "encrypt-state", false, "enable state partition encryption (qemu: LUKS2, a VolumeConfig per volume)")
 	f.BoolVar(&req.Encryption.Ephemeral, "encrypt-ephemeral", false, "enable ephemeral partition encryption (qemu: LUKS2, its keys locked to STATE)")
 	f.BoolVar(&req.Encryption.UserVolumes, "encrypt-user-volumes", false, "enable user volumes encryption (qemu: LUKS2, the --disk-encryption-key-types keys)")
-	f.StringSliceVar(&userVolumes, "user-volumes", nil, "list of user volumes to create for each VM in format: <name1>:<size1>:<name2>:<size2> (qemu: each value is one more disk of every node, the volumes partitions of it mounted at /var/mnt/<name>)")
+	f.StringSliceVar(&o.userVolumes, "user-volumes", nil, "list of user volumes to create for each VM in format: <name1>:<size1>:<name2>:<size2> (qemu: each value is one more disk of every node, the volumes partitions of it mounted at /var/mnt/<name>)")
 	f.StringSliceVar(&req.Encryption.KeyTypes, "disk-encryption-key-types", []string{provision.KeyTypeUUID}, "encryption key types to use for disk encryption (uuid, kms, tpm) (qemu: kms keys are sealed by a KMS on the cluster network's gateway, port 4050; tpm keys by each node's TPM, with --with-tpm2)")
 	f.BoolVar(&req.QEMU.IOMMU, "with-iommu", false, "enable IOMMU support: an Intel IOMMU on the q35 machine (qemu)")
 	f.BoolVar(&req.QEMU.ApplyConfig, "with-apply-config", false, "enable apply config when the VM is starting in maintenance mode (qemu)")
 	f.StringVar(&req.Container.Image, "image", "_out/rootfs.sqsh", "the node image (squashfs from `make rootfs`) for --provisioner container")
-	f.StringArrayVar(&mounts, "mount", nil, "attach a mount to the container (container: type=bind,source=<host path>,target=<node path>[,readonly], or type=tmpfs,target=<node path>)")
+	f.StringArrayVar(&o.mounts, "mount", nil, "attach a mount to the container (container: type=bind,source=<host path>,target=<node path>[,readonly], or type=tmpfs,target=<node path>)")
 	f.StringVarP(&req.Container.ExposedPorts, "exposed-ports", "p", "", "comma-separated list of ports/protocols to expose on init node. Ex -p <hostPort>:<containerPort>/<protocol (tcp or udp)> (container)")
 	f.StringVar(&req.Container.HostIP, "docker-host-ip", "0.0.0.0", "host IP to forward exposed ports to (container)")
 	f.BoolVar(&req.Container.DisableIPv6, "docker-disable-ipv6", false, "skip enabling IPv6 in containers (container)")
@@ -376,12 +215,231 @@ func clusterCreateCmd(g *Global, name, provisionerFlag *string, root func() (str
 	return cmd
 }
 
+// createCluster makes the cluster the flags describe, then bootstraps it, or waits for it to be
+// healthy and merges its kubeconfig.
+func createCluster(cmd *cobra.Command, g *Global, name, provisioner string, root func() (string, error), o *createOptions) error {
+	req, err := o.request(name, provisioner, root)
+	if err != nil {
+		return err
+	}
+
+	req.Progress = cmd.OutOrStdout()
+	start := time.Now()
+
+	c, cfgs, err := provision.Create(cmd.Context(), req)
+	if err != nil {
+		if c != nil {
+			return fmt.Errorf("%w\nclean up with `talosctl cluster destroy --name %s`", err, name)
+		}
+
+		return err
+	}
+
+	if err = mergeClusterContext(g, cfgs, c, cmd); err != nil {
+		return err
+	}
+
+	if req.SkipInjectingConfig {
+		fmt.Fprintf(cmd.OutOrStdout(), "the nodes boot in maintenance mode, without a config; the configs are in %s (controlplane.yaml, worker.yaml, talosconfig), each node's own in %s:\n"+
+			"apply them with `talosctl apply-config --insecure -n %s --file controlplane.yaml`, then `talosctl -n %s bootstrap`\n",
+			req.ConfigsDir, c.Dir, c.Nodes[0].Address, c.Nodes[0].Address)
+
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.waitTimeout)
+	defer cancel()
+
+	if !o.wait {
+		// As upstream: etcd is bootstrapped even when the rest is not waited for.
+		if _, err = provision.Bootstrap(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout()); err != nil {
+			return fmt.Errorf("%w\nthe nodes keep running: bootstrap later with `talosctl -n %s bootstrap`, or remove them with `talosctl cluster destroy --name %s`", err, c.Nodes[0].Address, name)
+		}
+
+		fmt.Fprintf(cmd.OutOrStdout(), "nodes started and etcd bootstrapped; follow them with `talosctl cluster show --name %s` and `talosctl health`\n", name)
+
+		return nil
+	}
+
+	kubeconfig, err := provision.Wait(ctx, c, cfgs.Talosconfig, cmd.OutOrStdout(), o.waitOpts)
+	if err != nil {
+		return fmt.Errorf("%w\nthe nodes keep running: inspect with `talosctl cluster show --name %s`, remove with `talosctl cluster destroy --name %s`", err, name, name)
+	}
+
+	fmt.Fprintf(cmd.OutOrStdout(), "cluster %q is healthy (%s)\n", name, time.Since(start).Round(10*time.Millisecond))
+
+	// As upstream: the cluster's admin kubeconfig is merged into the default one.
+	if kubeconfig == nil || o.skipKubeconfig {
+		return nil
+	}
+
+	path, err := kubeconfigPath(nil)
+	if err != nil {
+		return err
+	}
+
+	if err = mergeKubeconfigFile(path, kubeconfig, "", false, cmd.OutOrStdout()); err != nil {
+		return fmt.Errorf("merging the kubeconfig into %s: %w (get it later with `talosctl kubeconfig`)", path, err)
+	}
+
+	fmt.Fprintf(cmd.OutOrStdout(), "merged the kubeconfig of cluster %q into %s\n", name, path)
+
+	return nil
+}
+
+// request turns the flags into the cluster's request, the provisioner's defaults filling what
+// was not given.
+func (o *createOptions) request(name, provisioner string, root func() (string, error)) (provision.Request, error) {
+	req := o.req
+	req.Provisioner = provisioner
+
+	p, err := provision.Lookup(provisioner)
+	if err != nil {
+		return req, err
+	}
+
+	caps := p.Capabilities()
+
+	cidr := o.cidr
+	if !o.cidrSet {
+		cidr = p.DefaultCIDR()
+	}
+
+	if caps.GatewayDNS && !o.nameserversSet {
+		// The cluster's network process answers DNS on the bridge (forwarding to the host's
+		// resolvers): the nodes resolve through it, online or not.
+		req.Nameservers = nil
+	}
+
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return req, fmt.Errorf("--cidr %q: %w (use a prefix like 127.5.0.0/24)", cidr, err)
+	}
+
+	if req.Generate, err = generateOptions(caps.ImageKubernetes, o.k8sVersion, o.dnsDomain, o.kubePrismPort, o.cpPort); err != nil {
+		return req, err
+	}
+
+	req.Generate.TalosVersion = o.talosVersion
+
+	req.NoIPv4 = !o.ipv4
+
+	if req.KubeSpan = o.kubeSpan; o.kubeSpan && !o.discovery {
+		return req, errors.New("--with-kubespan: the nodes find their KubeSpan peers through cluster discovery: drop --with-cluster-discovery=false")
+	}
+	// Without discovery, the configs turn it off and no discovery service is started.
+	req.NoClusterDiscovery = !o.discovery
+	req.Generate.Options = append(req.Generate.Options, generate.WithInstallImage(o.installImage), generate.WithDebug(o.withDebug))
+
+	if req.Generate.Options, err = registryOptions(req.Generate.Options, o.mirrors, o.insecure); err != nil {
+		return req, err
+	}
+
+	if req.StateRoot, err = root(); err != nil {
+		return req, err
+	}
+
+	if req.Binary, err = nodeBinary(o.binary); err != nil {
+		return req, err
+	}
+
+	req.Name, req.CIDR = name, prefix
+	if req.SkipInjectingConfig {
+		// As upstream's: the configs go to the current folder.
+		if req.ConfigsDir, err = os.Getwd(); err != nil {
+			return req, err
+		}
+	}
+	req.QEMU.ExtraKernelArgs = strings.Fields(o.extraKernelArgs)
+
+	if err = o.networkFlags(&req); err != nil {
+		return req, err
+	}
+
+	switch {
+	case o.tpm2 && o.tpm12:
+		return req, errors.New("--with-tpm2 and --with-tpm1_2 both give the nodes a TPM: choose one version")
+	case o.tpm2:
+		req.QEMU.TPM = provision.TPM2
+	case o.tpm12:
+		req.QEMU.TPM = provision.TPM12
+	}
+
+	return req, o.nodeArgs(&req, caps)
+}
+
+// networkFlags parses --wireguard-cidr, --user-volumes, --no-masquerade-cidrs and --mount.
+func (o *createOptions) networkFlags(req *provision.Request) error {
+	var err error
+
+	if o.wireguardCIDR != "" {
+		if req.WireguardCIDR, err = netip.ParsePrefix(o.wireguardCIDR); err != nil || !req.WireguardCIDR.Addr().Is4() {
+			return fmt.Errorf("--wireguard-cidr %q: give an IPv4 network like 172.20.1.0/24", o.wireguardCIDR)
+		}
+	}
+
+	if req.QEMU.UserVolumes, err = provision.ParseUserVolumes(o.userVolumes); err != nil {
+		return err
+	}
+
+	req.NoMasqueradeCIDRs = nil
+
+	for _, c := range o.noMasquerade {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--no-masquerade-cidrs %q: %w (give networks like 10.0.0.0/8)", c, err)
+		}
+
+		req.NoMasqueradeCIDRs = append(req.NoMasqueradeCIDRs, p)
+	}
+
+	req.Container.Mounts = nil
+
+	for _, m := range o.mounts {
+		parsed, err := container.ParseMount(m)
+		if err != nil {
+			return err
+		}
+
+		req.Container.Mounts = append(req.Container.Mounts, parsed)
+	}
+
+	return nil
+}
+
+// nodeArgs are the machined arguments of process nodes: --image-keys and --cert-lifetime.
+func (o *createOptions) nodeArgs(req *provision.Request, caps provision.Capabilities) error {
+	// Process nodes start through the boot stage (A/B slots), as the firmware would boot
+	// them; container nodes boot their image.
+	req.NodeArgs = []string{"boot"}
+	if o.imageKeys != "" {
+		keys, err := filepath.Abs(o.imageKeys)
+		if err != nil {
+			return err
+		}
+
+		req.NodeArgs = append(req.NodeArgs, "--image-keys", keys)
+	}
+
+	switch {
+	case o.certLifetime < 0:
+		return fmt.Errorf("--cert-lifetime %s is negative: give a duration like 10s", o.certLifetime)
+	case o.certLifetime > 0 && !caps.MachinedArgs:
+		return errors.New("--cert-lifetime applies to process nodes only (--provisioner process)")
+	case o.certLifetime > 0:
+		req.NodeArgs = append(req.NodeArgs, "--cert-lifetime", o.certLifetime.String())
+	}
+
+	return nil
+}
+
 // generateOptions are the config choices of the create flags. A Kubernetes version other than
-// the node image's is refused for container nodes: they pull no images.
-func generateOptions(provisioner, k8sVersion, dnsDomain string, kubePrismPort, cpPort int) (provision.GenerateOptions, error) {
+// the node image's is refused for nodes that run their image's (imageKubernetes): they pull no
+// images.
+func generateOptions(imageKubernetes bool, k8sVersion, dnsDomain string, kubePrismPort, cpPort int) (provision.GenerateOptions, error) {
 	k8sVersion = strings.TrimPrefix(k8sVersion, "v")
 
-	if carried := strings.TrimPrefix(images.KubernetesVersion, "v"); provisioner != provision.ProvisionerProcess && k8sVersion != carried {
+	if carried := strings.TrimPrefix(images.KubernetesVersion, "v"); imageKubernetes && k8sVersion != carried {
 		return provision.GenerateOptions{}, fmt.Errorf("--kubernetes-version %s: the node image carries Kubernetes %s, and nodes pull no images: use %s", k8sVersion, carried, carried)
 	}
 
@@ -505,11 +563,12 @@ func loadCluster(cmd *cobra.Command, name, provisioner string, root func() (stri
 		return nil, err
 	}
 
-	prov := c.Provisioner
-	if prov == "" {
-		prov = provision.ProvisionerProcess
+	p, err := provision.Lookup(c.Provisioner)
+	if err != nil {
+		return nil, err
 	}
 
+	prov := p.Name()
 	if cmd.Flags().Changed("provisioner") && provisioner != prov {
 		return nil, fmt.Errorf("cluster %q was created by --provisioner %s, not %s: drop --provisioner or name that one", name, prov, provisioner)
 	}
@@ -602,13 +661,12 @@ func clusterShowCmd(name, provisioner *string, root func() (string, error)) *cob
 
 			fmt.Fprintf(w, "PROVISIONER       %s\nNAME              %s\nNETWORK CIDR      %s\n", prov, c.Name, c.CIDR)
 
-			switch {
-			case c.Kernel != "":
-				fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nKERNEL            %s\nINITRAMFS         %s\nKVM               %v\nCONFIGS           %s\n",
-					c.Bridge, c.MTU, c.Kernel, c.Initrd, c.KVM, c.ConfigServer)
-			case c.Bridge != "":
-				fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nIMAGE             %s\n", c.Bridge, c.MTU, c.Image)
+			p, err := provision.Lookup(prov)
+			if err != nil {
+				return err
 			}
+
+			p.Describe(c, w)
 
 			if c.Discovery != nil {
 				fmt.Fprintf(w, "DISCOVERY         %s\n", c.Discovery.Endpoint)
