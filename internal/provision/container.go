@@ -78,7 +78,7 @@ func (containerProvisioner) DestroyNetwork(c *Cluster, progress io.Writer) error
 	if c.PortsPID != 0 {
 		fmt.Fprintf(progress, "stopping the port forwarder\n")
 
-		if err := stopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
+		if err := StopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
 			return err
 		}
 	}
@@ -194,7 +194,7 @@ func (c *Cluster) publishPorts(req Request, progress io.Writer) error {
 		fmt.Fprintf(progress, "publishing %s\n", r)
 	}
 
-	c.PortsPID, err = c.startDetached("ports.log", files, "port-forward", "--cluster", c.Dir, "--rules", string(rulesJSON))
+	c.PortsPID, err = c.StartDetached("ports.log", files, "port-forward", "--cluster", c.Dir, "--rules", string(rulesJSON))
 
 	return err
 }
@@ -303,7 +303,7 @@ func (c *Cluster) startContainer(n *Node, req *Request) error {
 		return err
 	}
 
-	pid, err := c.startDetached(n.Name+".log", nil, "container", "--spec", string(specJSON))
+	pid, err := c.StartDetached(n.Name+".log", nil, "container", "--spec", string(specJSON))
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}

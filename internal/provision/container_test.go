@@ -49,7 +49,7 @@ func TestContainerRequestRefused(t *testing.T) {
 }
 
 func TestGatewayAndLinkNames(t *testing.T) {
-	if got := gateway(netip.MustParsePrefix("10.5.0.0/24")); got.String() != "10.5.0.1/24" {
+	if got := Gateway(netip.MustParsePrefix("10.5.0.0/24")); got.String() != "10.5.0.1/24" {
 		t.Fatalf("gateway %s", got)
 	}
 

@@ -644,31 +644,9 @@ func (r *Request) writeConfigs(cfgs *Configs) error {
 	return cfgs.Talosconfig.Save(filepath.Join(r.ConfigsDir, configFiles[2]))
 }
 
-// start launches a node detached from the CLI: own session, output to a file in its folder;
-// without withConfig it boots into maintenance mode.
-func (c *Cluster) start(n *Node, extraArgs []string, withConfig bool) error {
-	if err := os.MkdirAll(n.State, 0o700); err != nil {
-		return err
-	}
-
-	args := append(append([]string{}, extraArgs...), "--platform", "container", "--state", n.State, "--address", n.Address)
-	if withConfig {
-		args = append(args, "--config", n.Config)
-	}
-
-	pid, err := c.startDetached(n.Name+".log", nil, args...)
-	if err != nil {
-		return fmt.Errorf("node %s: %w", n.Name, err)
-	}
-
-	n.PID = pid
-
-	return nil
-}
-
-// startDetached starts the node binary with args in its own session, output appended to the
+// StartDetached starts the node binary with args in its own session, output appended to the
 // cluster folder's logName, the extra files (if any) as its fds 3, 4, ...
-func (c *Cluster) startDetached(logName string, extra []*os.File, args ...string) (int, error) {
+func (c *Cluster) StartDetached(logName string, extra []*os.File, args ...string) (int, error) {
 	out, err := os.OpenFile(filepath.Join(c.Dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -722,7 +700,7 @@ func Destroy(root, name string, progress io.Writer) error {
 	if c.Discovery != nil && c.Discovery.PID != 0 {
 		fmt.Fprintf(progress, "stopping the discovery service\n")
 
-		if err = stopProcess("the discovery service", c.Discovery.PID, c.Dir, 10*time.Second); err != nil {
+		if err = StopProcess("the discovery service", c.Discovery.PID, c.Dir, 10*time.Second); err != nil {
 			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
 		}
 	}
@@ -730,7 +708,7 @@ func Destroy(root, name string, progress io.Writer) error {
 	if c.Registry != nil && c.Registry.PID != 0 {
 		fmt.Fprintf(progress, "stopping the registry\n")
 
-		if err = stopProcess("the registry", c.Registry.PID, c.Dir, 10*time.Second); err != nil {
+		if err = StopProcess("the registry", c.Registry.PID, c.Dir, 10*time.Second); err != nil {
 			return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
 		}
 	}

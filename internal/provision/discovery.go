@@ -104,7 +104,7 @@ func (c *Cluster) startDiscovery(ln *net.TCPListener, progress io.Writer) error 
 	}
 	defer f.Close()
 
-	if c.Discovery.PID, err = c.startDetached("discovery.log", []*os.File{f}, "discovery-service", "--listener-fd", "3", "--addr", addr, "--snapshot", filepath.Join(dir, "snapshot")); err != nil {
+	if c.Discovery.PID, err = c.StartDetached("discovery.log", []*os.File{f}, "discovery-service", "--listener-fd", "3", "--addr", addr, "--snapshot", filepath.Join(dir, "snapshot")); err != nil {
 		return fmt.Errorf("the discovery service: %w", err)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/talos-go/talos/internal/provision"
+	_ "github.com/talos-go/talos/internal/provision/providers" // the kinds of node
 	"github.com/talos-go/talos/internal/testenv"
 )
 

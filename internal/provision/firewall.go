@@ -21,7 +21,7 @@ const (
 // host), etcd from the control planes. Workers: apid, kubelet and VXLAN from the cluster network.
 // With KubeSpan, every node takes WireGuard from the cluster network.
 func firewallPatches(action string, cidr netip.Prefix, controlPlanes []netip.Addr, kubeSpan bool) (cp, worker string) {
-	gw := netip.PrefixFrom(gateway(cidr).Addr(), 32)
+	gw := netip.PrefixFrom(Gateway(cidr).Addr(), 32)
 
 	within := fmt.Sprintf("  - subnet: %s\n    except: %s\n", cidr.Masked(), gw)
 	open := "  - subnet: 0.0.0.0/0\n  - subnet: ::/0\n"

@@ -166,7 +166,7 @@ func (n *Node) Running() bool { return processRunning(n.PID, n.State) }
 
 // Stop sends SIGTERM and waits up to timeout, then SIGKILL.
 func (n *Node) Stop(timeout time.Duration) error {
-	return stopProcess("node "+n.Name, n.PID, n.State, timeout)
+	return StopProcess("node "+n.Name, n.PID, n.State, timeout)
 }
 
 // processRunning reports whether pid is alive and its command line holds marker (a folder only
@@ -184,8 +184,8 @@ func processRunning(pid int, marker string) bool {
 	return strings.Contains(string(cmdline), marker)
 }
 
-// stopProcess sends SIGTERM to what processRunning finds and waits up to timeout, then SIGKILL.
-func stopProcess(what string, pid int, marker string, timeout time.Duration) error {
+// StopProcess sends SIGTERM to what processRunning finds and waits up to timeout, then SIGKILL.
+func StopProcess(what string, pid int, marker string, timeout time.Duration) error {
 	if !processRunning(pid, marker) {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 
 	"github.com/talos-go/talos/internal/provision"
+	_ "github.com/talos-go/talos/internal/provision/providers" // the kinds of node
 	"github.com/talos-go/talos/internal/testenv"
 )
 

@@ -462,7 +462,7 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 
 	fmt.Fprintf(progress, "starting DHCP and the config server at %s\n", c.ConfigServer)
 
-	pid, err := c.startDetached("network.log", []*os.File{lf}, "qemu-network", "--spec", string(specJSON))
+	pid, err := c.StartDetached("network.log", []*os.File{lf}, "qemu-network", "--spec", string(specJSON))
 	c.NetworkPID = pid
 
 	return err
@@ -604,7 +604,7 @@ func (c *Cluster) startQEMU(n *Node, req *Request) error {
 		return err
 	}
 
-	n.PID, err = c.startDetached(n.Name+".log", nil, "qemu", "--spec", string(specJSON))
+	n.PID, err = c.StartDetached(n.Name+".log", nil, "qemu", "--spec", string(specJSON))
 
 	return err
 }
@@ -644,5 +644,5 @@ func (c *Cluster) applyConfigs(ctx context.Context, progress io.Writer) error {
 func (c *Cluster) stopQEMUNetwork(progress io.Writer) error {
 	fmt.Fprintf(progress, "stopping DHCP and the config server\n")
 
-	return stopProcess("the network process", c.NetworkPID, c.Dir, 10*time.Second)
+	return StopProcess("the network process", c.NetworkPID, c.Dir, 10*time.Second)
 }

@@ -99,7 +99,7 @@ func (c *Cluster) startRegistry(addr netip.AddrPort, progress io.Writer) error {
 
 	fmt.Fprintf(progress, "starting the registry at https://%s (user %s, password in %s)\n", addr, RegistryUser, filepath.Join(regDir, "users.json"))
 
-	c.Registry.PID, err = c.startDetached("registry.log", []*os.File{f}, "registry", "--cluster", c.Dir,
+	c.Registry.PID, err = c.StartDetached("registry.log", []*os.File{f}, "registry", "--cluster", c.Dir,
 		"--cert", filepath.Join(regDir, "server.crt"), "--key", filepath.Join(regDir, "server.key"),
 		"--users", filepath.Join(regDir, "users.json"), "--blobs", filepath.Join(regDir, "blobs"))
 

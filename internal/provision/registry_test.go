@@ -1,4 +1,4 @@
-package provision
+package provision_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 
+	"github.com/talos-go/talos/internal/provision"
+	_ "github.com/talos-go/talos/internal/provision/providers" // the kinds of node
 	"github.com/talos-go/talos/internal/registry"
 	"github.com/talos-go/talos/internal/testenv"
 )
@@ -21,7 +23,7 @@ import (
 // and cluster destroy stops it.
 func TestClusterRegistry(t *testing.T) {
 	root := t.TempDir()
-	c := &Cluster{Name: "reg", Dir: filepath.Join(root, "reg"), Binary: testenv.MachinedBinary(t)}
+	c := &provision.Cluster{Name: "reg", Dir: filepath.Join(root, "reg"), Binary: testenv.MachinedBinary(t)}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,7 +33,7 @@ func TestClusterRegistry(t *testing.T) {
 	addr := netip.MustParseAddrPort(ln.Addr().String())
 	ln.Close()
 
-	reg, regPatch, err := registryFiles(c.Dir, addr)
+	reg, regPatch, err := provision.RegistryFiles(c.Dir, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,12 +41,12 @@ func TestClusterRegistry(t *testing.T) {
 	c.Registry = reg
 
 	// The patch, on a generated config.
-	cfgs, err := GenerateConfigs("reg", netip.MustParseAddr("10.5.0.2"), "", GenerateOptions{})
+	cfgs, err := provision.GenerateConfigs("reg", netip.MustParseAddr("10.5.0.2"), "", provision.GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	patched, err := patch(cfgs.Worker, []string{regPatch})
+	patched, err := provision.Patch(cfgs.Worker, []string{regPatch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,14 +59,14 @@ func TestClusterRegistry(t *testing.T) {
 	var users map[string]string
 
 	data, _ := os.ReadFile(filepath.Join(c.Dir, "registry", "users.json"))
-	if err = json.Unmarshal(data, &users); err != nil || users[RegistryUser] == "" {
+	if err = json.Unmarshal(data, &users); err != nil || users[provision.RegistryUser] == "" {
 		t.Fatalf("users.json: %s (%v)", data, err)
 	}
 
 	caPEM, _ := os.ReadFile(reg.CA)
 	regs := cfg.Machine().Registries()
 
-	if rc := regs.Config()[addr.String()]; rc == nil || rc.Auth() == nil || rc.Auth().Password() != users[RegistryUser] || string(rc.TLS().CA()) != string(caPEM) {
+	if rc := regs.Config()[addr.String()]; rc == nil || rc.Auth() == nil || rc.Auth().Password() != users[provision.RegistryUser] || string(rc.TLS().CA()) != string(caPEM) {
 		t.Fatalf("machine.registries.config of the patched config: %+v", rc)
 	}
 
@@ -72,7 +74,7 @@ func TestClusterRegistry(t *testing.T) {
 		t.Fatalf("mirror of every registry: %+v", m)
 	}
 
-	if err = c.startRegistry(addr, io.Discard); err != nil {
+	if err = c.StartRegistry(addr, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 
@@ -80,7 +82,7 @@ func TestClusterRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { stopProcess("the registry", c.Registry.PID, c.Dir, 5*time.Second) })
+	t.Cleanup(func() { provision.StopProcess("the registry", c.Registry.PID, c.Dir, 5*time.Second) })
 
 	img, err := registry.Image(map[string][]byte{"hello": []byte("hi")}, "/hello")
 	if err != nil {
@@ -88,11 +90,11 @@ func TestClusterRegistry(t *testing.T) {
 	}
 
 	push := func(password string) error {
-		return registry.Client{Username: RegistryUser, Password: password, CA: caPEM}.Push(t.Context(), addr.String()+"/e2e/hello:v1", img)
+		return registry.Client{Username: provision.RegistryUser, Password: password, CA: caPEM}.Push(t.Context(), addr.String()+"/e2e/hello:v1", img)
 	}
 
 	// The detached process may still be starting: the listener is already open, so a push waits.
-	if err = push(users[RegistryUser]); err != nil {
+	if err = push(users[provision.RegistryUser]); err != nil {
 		t.Fatal(err)
 	}
 
@@ -100,11 +102,11 @@ func TestClusterRegistry(t *testing.T) {
 		t.Fatal("a wrong password was accepted")
 	}
 
-	if err = Destroy(root, "reg", io.Discard); err != nil {
+	if err = provision.Destroy(root, "reg", io.Discard); err != nil {
 		t.Fatal(err)
 	}
 
-	if processRunning(c.Registry.PID, c.Dir) {
+	if provision.ProcessRunning(c.Registry.PID, c.Dir) {
 		t.Fatal("the registry outlived cluster destroy")
 	}
 

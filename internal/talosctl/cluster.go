@@ -24,6 +24,7 @@ import (
 	"github.com/talos-go/talos/internal/container"
 	"github.com/talos-go/talos/internal/images"
 	"github.com/talos-go/talos/internal/provision"
+	_ "github.com/talos-go/talos/internal/provision/providers" // the kinds of node
 )
 
 func clusterCmd(g *Global) *cobra.Command {

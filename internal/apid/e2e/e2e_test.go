@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talos-go/talos/internal/provision"
+	_ "github.com/talos-go/talos/internal/provision/providers" // the kinds of node
 	"github.com/talos-go/talos/internal/testenv"
 )
 

@@ -18,6 +18,7 @@ import (
 	"github.com/talos-go/talos/internal/etcd"
 	"github.com/talos-go/talos/internal/meta"
 	"github.com/talos-go/talos/internal/provision"
+	_ "github.com/talos-go/talos/internal/provision/providers" // the kinds of node
 	"github.com/talos-go/talos/internal/talosctl"
 	"github.com/talos-go/talos/internal/testenv"
 )
