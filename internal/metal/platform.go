@@ -365,6 +365,7 @@ func makeLogical(c *rtnetlink.Conn, links []platform.Link, load func(module stri
 				if spec.BondMaster, err = bondSpec(*l.Bond); err != nil {
 					return fmt.Errorf("bond %s: %w", l.Name, err)
 				}
+
 			case l.VLAN != nil:
 				parent, err := name(l.VLAN.Parent)
 				if err != nil {
@@ -393,6 +394,21 @@ func makeLogical(c *rtnetlink.Conn, links []platform.Link, load func(module stri
 			master, err := container.LinkIndex(c, l.Name)
 			if err != nil {
 				return err
+			}
+
+			if l.HardwareAddr != "" {
+				// Set before the members join: a bond whose address was set keeps it, else it
+				// takes its first member's.
+				mac, err := net.ParseMAC(l.HardwareAddr)
+				if err != nil {
+					return fmt.Errorf("bond %s: hardware address %q: %w", l.Name, l.HardwareAddr, err)
+				}
+
+				if err = c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: master, Attributes: &rtnetlink.LinkAttributes{Address: mac}}); err != nil {
+					return fmt.Errorf("bond %s: setting its hardware address %s: %w", l.Name, mac, err)
+				}
+
+				log("bond %s: hardware address %s", l.Name, mac)
 			}
 
 			for _, ref := range l.Bond.Members {

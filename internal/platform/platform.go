@@ -128,14 +128,17 @@ type Link struct {
 	Name string `json:"name,omitempty"` // the kernel's name; empty: the card with MAC
 	MAC  string `json:"mac,omitempty"`  // picks the card when set
 	// Kind is "" for a card, "bond" or "vlan" for a link the node makes (Name is its name).
-	Kind      string         `json:"kind,omitempty"`
-	Bond      *Bond          `json:"bond,omitempty"` // Kind bond
-	VLAN      *VLAN          `json:"vlan,omitempty"` // Kind vlan
-	MTU       int            `json:"mtu,omitempty"`
-	DHCP4     bool           `json:"dhcp4,omitempty"`
-	DHCP6     bool           `json:"dhcp6,omitempty"`
-	Addresses []netip.Prefix `json:"addresses,omitempty"`
-	Routes    []Route        `json:"routes,omitempty"`
+	Kind string `json:"kind,omitempty"`
+	Bond *Bond  `json:"bond,omitempty"` // Kind bond
+	// HardwareAddr is the MAC a bond the node makes is given (upstream's HardwareAddress);
+	// empty: the kernel's choice, its first member's.
+	HardwareAddr string         `json:"hardwareAddr,omitempty"`
+	VLAN         *VLAN          `json:"vlan,omitempty"` // Kind vlan
+	MTU          int            `json:"mtu,omitempty"`
+	DHCP4        bool           `json:"dhcp4,omitempty"`
+	DHCP6        bool           `json:"dhcp6,omitempty"`
+	Addresses    []netip.Prefix `json:"addresses,omitempty"`
+	Routes       []Route        `json:"routes,omitempty"`
 }
 
 // Bond is a bond's members and options (upstream's BondMasterSpec names; empty or zero: the

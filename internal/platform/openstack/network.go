@@ -203,6 +203,17 @@ func (l ndLink) link(i int, bonds *int, made []platform.Link, byID map[string]in
 		link := platform.Link{Name: fmt.Sprintf("bond%d", *bonds), Kind: "bond", Bond: b, MTU: l.MTU}
 		*bonds++
 
+		// As upstream, the bond takes its ethernet_mac_address (Nova gives a bond its first
+		// port's); a VLAN's vlan_mac_address is not read, as upstream.
+		if l.MAC != "" {
+			mac, err := net.ParseMAC(l.MAC)
+			if err != nil {
+				return platform.Link{}, fmt.Errorf("%s.ethernet_mac_address: %q is not a MAC address", field, l.MAC)
+			}
+
+			link.HardwareAddr = mac.String()
+		}
+
 		return link, nil
 	case l.Type == "vlan":
 		parent := ""

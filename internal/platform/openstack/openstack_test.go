@@ -88,7 +88,7 @@ func TestParseNetworkDataBondVLAN(t *testing.T) {
 		Links: []platform.Link{
 			{MAC: "fa:16:3e:77:00:01", MTU: 9000},
 			{MAC: "fa:16:3e:77:00:02", MTU: 9000},
-			{Name: "bond0", Kind: "bond", MTU: 9000, DHCP4: true, Bond: &platform.Bond{
+			{Name: "bond0", Kind: "bond", MTU: 9000, DHCP4: true, HardwareAddr: "fa:16:3e:77:00:01", Bond: &platform.Bond{
 				Members: []string{"fa:16:3e:77:00:01", "fa:16:3e:77:00:02"}, Mode: "802.3ad", MIIMon: 100, HashPolicy: "layer3+4"}},
 			{Name: "bond0.101", Kind: "vlan", MTU: 1400, VLAN: &platform.VLAN{Parent: "bond0", ID: 101},
 				Addresses: []netip.Prefix{pfx("10.101.0.5/24")}, Routes: []platform.Route{{Via: ip("10.101.0.1")}}},
