@@ -37,6 +37,7 @@ import (
 	"github.com/talos-go/talos/internal/machined/upgrade"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/platform"
+	"github.com/talos-go/talos/internal/slots"
 )
 
 type powerAction int
@@ -283,6 +284,11 @@ func (n *node) StartResources(ctx context.Context) error {
 
 	if err = server.SyncMetaKeys(ctx, st, n.r.Paths.Meta()); err != nil {
 		return fmt.Errorf("publishing META keys: %w", err)
+	}
+
+	// A schematic that does not read hides which schematic the node runs, but the node runs.
+	if err = server.SyncSchematic(ctx, st, n.r.Paths.Boot(), slots.Current()); err != nil {
+		n.r.Log.Warn("publishing the image's schematic", zap.Error(err))
 	}
 
 	rt, err := cosiruntime.NewRuntime(st, n.r.Log.Named("controllers").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))

@@ -11,6 +11,7 @@ package meta
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -55,6 +56,17 @@ const (
 )
 
 const fileName = "meta"
+
+// TalosKeyPrefix marks the Talos META keys (tags 0x00-0xff, as upstream's META partition numbers
+// them; `talosctl meta write`, a schematic's meta values) in this string-keyed store, next to the
+// boot loader's own keys. Their values are base64: they are bytes and may hold newlines.
+const TalosKeyPrefix = "talos.0x"
+
+// TalosKey is where the Talos META key tag lives in the store.
+func TalosKey(tag uint8) string { return fmt.Sprintf(TalosKeyPrefix+"%02x", tag) }
+
+// TalosValue is a Talos META key's value as the store holds it.
+func TalosValue(value []byte) string { return base64.StdEncoding.EncodeToString(value) }
 
 // Store is the META key-value store: in a folder, or on a metal node's META partition.
 type Store struct {

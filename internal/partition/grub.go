@@ -69,6 +69,9 @@ const GRUBPrefix = "(hd0,gpt3)/grub"
 type GRUBSlot struct {
 	Name string
 	UKI  bool
+	// Args are the slot's own kernel arguments, after the menu's shared ones: the extra kernel
+	// arguments of the schematic its image carries, which go and come with the slot.
+	Args []string
 }
 
 // GRUBConfig is grub/grub.cfg on BOOT: a menu of the slots booting the default one, on the
@@ -82,10 +85,12 @@ func GRUBConfig(def string, slots []GRUBSlot, cmdline string) string {
 	for _, s := range slots {
 		fmt.Fprintf(&b, "\nmenuentry %q {\n\techo \"Loading slot %s\"\n", s.Name, s.Name)
 
+		args := strings.Join(append(strings.Fields(cmdline), s.Args...), " ")
+
 		if s.UKI {
-			fmt.Fprintf(&b, "\tchainloader /%s/uki.efi BOOT_IMAGE=/%s/uki.efi %s\n}\n", s.Name, s.Name, cmdline)
+			fmt.Fprintf(&b, "\tchainloader /%s/uki.efi BOOT_IMAGE=/%s/uki.efi %s\n}\n", s.Name, s.Name, args)
 		} else {
-			fmt.Fprintf(&b, "\tlinux /%s/vmlinuz %s\n\tinitrd /%s/initramfs.img\n}\n", s.Name, cmdline, s.Name)
+			fmt.Fprintf(&b, "\tlinux /%s/vmlinuz %s\n\tinitrd /%s/initramfs.img\n}\n", s.Name, args, s.Name)
 		}
 	}
 

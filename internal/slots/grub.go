@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/talos-go/talos/internal/atomicfile"
 	"github.com/talos-go/talos/internal/partition"
+	"github.com/talos-go/talos/internal/schematic"
 )
 
 // On metal the boot stage's part is split between GRUB and the initramfs: GRUB boots the
@@ -44,8 +46,57 @@ func regular(path string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// grubLinuxRE finds the kernel arguments of a menu entry.
-var grubLinuxRE = regexp.MustCompile(`(?m)^\s*(?:linux /[AB]/vmlinuz|chainloader /[AB]/uki\.efi BOOT_IMAGE=/[AB]/uki\.efi) ?(.*)$`)
+// grubLinuxRE finds the slot and the kernel arguments of a menu entry.
+var grubLinuxRE = regexp.MustCompile(`(?m)^\s*(?:linux /([AB])/vmlinuz|chainloader /([AB])/uki\.efi BOOT_IMAGE=/[AB]/uki\.efi) ?(.*)$`)
+
+// SlotArgs are a slot's own kernel arguments (partition.GRUBSlot.Args): the extraKernelArgs of
+// the schematic its image carries (none without one). A schematic that does not read is an
+// error: booting the slot without its arguments would not be the image its ID names.
+func SlotArgs(bootDir, slot string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(Dir(bootDir, slot), schematic.FileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+
+	s, err := schematic.Unmarshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("slot %s: %w", slot, err)
+	}
+
+	return s.Customization.ExtraKernelArgs, nil
+}
+
+// sharedArgs are the menu's shared kernel arguments: an entry's, without the slot's own at their
+// end. The entry read is the other slot's than def's when the menu has it (an upgrade has just
+// replaced def's slot, so its own arguments may differ from those in its entry), else def's.
+func sharedArgs(bootDir, def string, menu []byte) (string, error) {
+	var slot, args string
+
+	for _, m := range grubLinuxRE.FindAllSubmatch(menu, -1) {
+		name := string(m[1]) + string(m[2])
+		if slot == "" || (name != def && slot == def) {
+			slot, args = name, strings.TrimSpace(string(m[3]))
+		}
+	}
+
+	if slot == "" {
+		return "", fmt.Errorf("GRUB's menu %s has no slot entry: reinstall the node", GRUBConfigPath(bootDir))
+	}
+
+	own, err := SlotArgs(bootDir, slot)
+	if err != nil {
+		return "", err
+	}
+
+	fields := strings.Fields(args)
+	if n := len(fields) - len(own); len(own) > 0 && n >= 0 && slices.Equal(fields[n:], own) {
+		fields = fields[:n]
+	}
+
+	return strings.Join(fields, " "), nil
+}
 
 // SetGRUBDefault rewrites GRUB's menu on BOOT: an entry per installed slot, def booted by
 // default, with the kernel arguments the menu has now. BOOT is frozen and thawed after the
@@ -63,16 +114,21 @@ func SetGRUBDefault(bootDir, def string) error {
 		return fmt.Errorf("reading GRUB's menu: %w", err)
 	}
 
-	m := grubLinuxRE.FindSubmatch(old)
-	if m == nil {
-		return fmt.Errorf("GRUB's menu %s has no slot entry: reinstall the node", path)
+	shared, err := sharedArgs(bootDir, def, old)
+	if err != nil {
+		return err
 	}
 
 	var entries []partition.GRUBSlot
 
 	for _, s := range []string{A, B} {
 		if KernelSlotInstalled(bootDir, s) {
-			entries = append(entries, partition.GRUBSlot{Name: s, UKI: UKISlot(bootDir, s)})
+			args, err := SlotArgs(bootDir, s)
+			if err != nil {
+				return err
+			}
+
+			entries = append(entries, partition.GRUBSlot{Name: s, UKI: UKISlot(bootDir, s), Args: args})
 		}
 	}
 
@@ -80,7 +136,7 @@ func SetGRUBDefault(bootDir, def string) error {
 		return fmt.Errorf("GRUB default: slot %s holds no kernel and initramfs, nor a unified kernel image", def)
 	}
 
-	cfg := partition.GRUBConfig(def, entries, strings.TrimSpace(string(m[1])))
+	cfg := partition.GRUBConfig(def, entries, shared)
 	if cfg == string(old) {
 		return Quiesce(bootDir) // the slots' files may be new
 	}

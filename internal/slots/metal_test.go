@@ -129,6 +129,65 @@ func TestSetGRUBDefaultUKI(t *testing.T) {
 	}
 }
 
+// A slot's image carrying a schematic boots with its extraKernelArgs after the shared arguments,
+// in its own entry only; the shared ones are read back without them, whichever entry is read.
+func TestSetGRUBDefaultSchematicArgs(t *testing.T) {
+	boot := bootFolder(t, A, B)
+
+	withSchematic := func(slot, args string) {
+		y := "customization:\n  extraKernelArgs: [" + args + "]\n"
+		if err := os.WriteFile(filepath.Join(Dir(boot, slot), "schematic.yaml"), []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	entries := func() (string, string) {
+		cfg, _ := os.ReadFile(GRUBConfigPath(boot))
+		var a, b string
+
+		for _, m := range grubLinuxRE.FindAllStringSubmatch(string(cfg), -1) {
+			if m[1] == A {
+				a = m[3]
+			} else {
+				b = m[3]
+			}
+		}
+
+		return a, b
+	}
+
+	// An upgrade into B with a schematic.
+	withSchematic(B, "x=1, y")
+
+	if err := SetGRUBDefault(boot, B); err != nil {
+		t.Fatal(err)
+	}
+
+	if a, b := entries(); a != testCmdline || b != testCmdline+" x=1 y" {
+		t.Errorf("after the upgrade into B: A %q, B %q", a, b)
+	}
+
+	// The next upgrade, into A, with another schematic; then a rollback to B.
+	withSchematic(A, "z=2")
+
+	for _, def := range []string{A, B, B} {
+		if err := SetGRUBDefault(boot, def); err != nil {
+			t.Fatal(err)
+		}
+
+		if a, b := entries(); a != testCmdline+" z=2" || b != testCmdline+" x=1 y" {
+			t.Errorf("default %s: A %q, B %q", def, a, b)
+		}
+	}
+
+	// A schematic that does not read is refused: the slot would boot without its arguments.
+	withSchematic(A, "z=2]\n  bogus: [")
+
+	if err := SetGRUBDefault(boot, A); err == nil || !strings.Contains(err.Error(), "slot A") {
+		t.Errorf("a slot with a broken schematic: %v", err)
+	}
+}
+
 func TestBooted(t *testing.T) {
 	for cmdline, want := range map[string]string{
 		"BOOT_IMAGE=/A/vmlinuz talos.platform=metal":  A,

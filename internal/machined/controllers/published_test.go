@@ -22,7 +22,7 @@ var writtenByMachined = map[resource.Type]string{
 	runtimeres.MachineStatusType:   "the sequences (stage) and the services' condition",
 	runtimeres.MetaKeyType:         "the META sync",
 	resources.JoinDecisionType:     "the API (talosctl join approve|deny)",
-	runtimeres.ExtensionStatusType: "nobody yet: no system extensions, the empty list is the answer",
+	runtimeres.ExtensionStatusType: "the schematic sync at boot (server.SyncSchematic); no system extensions yet",
 }
 
 // TestEveryRegisteredTypeHasAWriter: on a process, a container and a metal node, each type the

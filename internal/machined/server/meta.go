@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
-	"fmt"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"google.golang.org/grpc/codes"
@@ -23,7 +21,7 @@ func metaKey(key uint32) (string, error) {
 		return "", status.Errorf(codes.InvalidArgument, "META key 0x%x is out of range: keys are 0x00-0xff", key)
 	}
 
-	return fmt.Sprintf(metaKeyPrefix+"%02x", key), nil
+	return meta.TalosKey(uint8(key)), nil
 }
 
 // MetaWrite sets a key of the node's META store.
@@ -34,7 +32,7 @@ func (s *Machine) MetaWrite(ctx context.Context, req *machine.MetaWriteRequest) 
 	}
 
 	err = s.updateMeta(ctx, func(v meta.Values) error {
-		v[key] = base64.StdEncoding.EncodeToString(req.GetValue())
+		v[key] = meta.TalosValue(req.GetValue())
 
 		return nil
 	})

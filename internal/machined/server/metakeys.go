@@ -14,10 +14,6 @@ import (
 	"github.com/talos-go/talos/internal/meta"
 )
 
-// metaKeyPrefix marks the Talos META keys (tags 0x00-0xff) in our string-keyed store, next to
-// the boot loader's own keys.
-const metaKeyPrefix = "talos.0x"
-
 // SyncMetaKeys publishes the META store's Talos keys as MetaKey resources, as upstream's
 // `get metakeys` shows them: one per key set (ID "0x0a", value as written), none for a key
 // deleted. machined calls it at boot and the API after every META write or delete.
@@ -35,7 +31,7 @@ func SyncMetaKeys(ctx context.Context, st state.State, metaDir string) error {
 	want := map[string]string{}
 
 	for k, v := range values {
-		tag, ok := strings.CutPrefix(k, metaKeyPrefix)
+		tag, ok := strings.CutPrefix(k, meta.TalosKeyPrefix)
 		if !ok {
 			continue
 		}

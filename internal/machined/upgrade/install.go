@@ -31,6 +31,9 @@ type install struct {
 	store   *meta.Store
 	staging string // the verified image, extracted
 	target  string // the inactive slot
+	// metaValues are the META keys and values of the schematic the image carries, written
+	// with boot-once (none without a schematic).
+	metaValues []string
 
 	unlock  func() // releases the etcd upgrade lock, once taken
 	stopped bool   // services were asked to stop: a failure from here reboots into the current slot
@@ -89,6 +92,10 @@ func (in *install) WriteSlot(context.Context) error {
 		return err
 	}
 
+	if err := in.readSchematic(); err != nil {
+		return err
+	}
+
 	if in.m.bootsUKI() {
 		in.log.Info("building the unified kernel image of the new kernel and initramfs")
 
@@ -123,8 +130,8 @@ func (in *install) WriteSlot(context.Context) error {
 
 // StageBootOnce implements sequencer.Upgrader.
 func (in *install) StageBootOnce(context.Context) error {
-	if err := in.store.Set(meta.BootOnce, in.target, meta.UpgradeFrom, version.Tag, meta.UpgradeTo, in.man.Version,
-		meta.WipeEphemeral, boolKey(!in.req.Preserve)); err != nil {
+	if err := in.store.Set(append([]string{meta.BootOnce, in.target, meta.UpgradeFrom, version.Tag, meta.UpgradeTo, in.man.Version,
+		meta.WipeEphemeral, boolKey(!in.req.Preserve)}, in.metaValues...)...); err != nil {
 		return err
 	}
 
@@ -200,7 +207,7 @@ func (in *install) WipeEphemeral(context.Context) error {
 
 // SetBootOnce implements sequencer.Upgrader.
 func (in *install) SetBootOnce(context.Context) error {
-	if err := in.store.Set(meta.BootOnce, in.target, meta.UpgradeFrom, version.Tag, meta.UpgradeTo, in.man.Version); err != nil {
+	if err := in.store.Set(append([]string{meta.BootOnce, in.target, meta.UpgradeFrom, version.Tag, meta.UpgradeTo, in.man.Version}, in.metaValues...)...); err != nil {
 		return err
 	}
 
@@ -219,6 +226,26 @@ func (in *install) Reboot(context.Context) error {
 	in.stopped = false // a failed reboot is not retried
 
 	return in.m.Node.Reboot()
+}
+
+// readSchematic reads the schematic the written slot carries (its image's, under the image's
+// signature): its META values are written with boot-once, as upstream's installer writes them
+// when it installs an image of the factory; its extra kernel arguments go in the slot's GRUB
+// entry (slots.SetGRUBDefault).
+func (in *install) readSchematic() error {
+	s, id, err := imager.ReadSlotSchematic(slots.Dir(in.m.R.Paths.Boot(), in.target))
+	if err != nil || s == nil {
+		return err
+	}
+
+	for _, v := range s.Customization.Meta {
+		in.metaValues = append(in.metaValues, meta.TalosKey(v.Key), meta.TalosValue([]byte(v.Value)))
+	}
+
+	in.log.Info("the image carries schematic "+id, zap.Int("meta values", len(s.Customization.Meta)),
+		zap.Strings("extra kernel arguments", s.Customization.ExtraKernelArgs))
+
+	return nil
 }
 
 func boolKey(b bool) string {

@@ -59,6 +59,14 @@ func metalEnv(t *testing.T) (*env, string) {
 		t.Fatal(err)
 	}
 
+	// The same carrying a schematic: an extra kernel argument and a META value.
+	files[imager.SchematicName] = filepath.Join(t.TempDir(), imager.SchematicName)
+	os.WriteFile(files[imager.SchematicName], []byte("customization:\n  extraKernelArgs: [talos.test.schematic=1]\n  meta: [{key: 0xa0, value: hello}]\n"), 0o644)
+
+	if _, err = imager.BuildFile(filepath.Join(dir, "schematic.img"), imager.BuildOptions{Version: "v2.0.0", Key: priv, Files: files}); err != nil {
+		t.Fatal(err)
+	}
+
 	os.Link(e.image, filepath.Join(dir, "process.img"))
 
 	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
@@ -132,5 +140,29 @@ func TestMetalUpgradeAndRollback(t *testing.T) {
 
 	if v = e.meta(t); grubDefault(t, e) != slots.A || v[meta.ActiveSlot] != slots.A {
 		t.Fatalf("after the rollback: GRUB %s, META %v", grubDefault(t, e), v)
+	}
+}
+
+// An image carrying a schematic boots its slot with the schematic's extra kernel arguments (in
+// its own GRUB entry only) and writes its META values with boot-once.
+func TestMetalUpgradeWithSchematic(t *testing.T) {
+	e, url := metalEnv(t)
+
+	if _, err := e.m.Upgrade(context.Background(), &machine.UpgradeRequest{Image: url + "/schematic.img"}, "actor"); err != nil {
+		t.Fatal(err)
+	}
+
+	<-e.rec.done
+
+	v := e.meta(t)
+	if v[meta.BootOnce] != slots.B || v[meta.TalosKey(0xa0)] != meta.TalosValue([]byte("hello")) {
+		t.Errorf("META after the upgrade: %v", v)
+	}
+
+	cfg, _ := os.ReadFile(slots.GRUBConfigPath(e.m.R.Paths.Boot()))
+	for _, want := range []string{"linux /A/vmlinuz talos.platform=metal\n", "linux /B/vmlinuz talos.platform=metal talos.test.schematic=1\n"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("GRUB's menu has no %q:\n%s", want, cfg)
+		}
 	}
 }
