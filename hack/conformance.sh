@@ -6,10 +6,14 @@
 #   hack/conformance.sh [quick|full|build] [KUBECONFIG]
 #
 # quick (the default) runs the conformance tests that need no image from the internet (listed,
-# with how they were chosen, in hack/conformance-quick.txt); full runs all 424 (the nodes must
-# pull e2e's images from registry.k8s.io); build only builds. Without a kubeconfig it creates a
-# fresh cluster (root: 1 control plane and WORKERS workers, 1 unless set, on the container
-# provisioner, named conformance, on 10.5.90.0/24) and destroys it at the end; KEEP=1 keeps it.
+# with how they were chosen, in hack/conformance-quick.txt); full runs all 424, or those whose
+# name matches the regular expression FOCUS; build only builds. Without a kubeconfig it creates
+# a fresh cluster (root: 1 control plane and WORKERS workers, 1 unless set, on the container
+# provisioner, named conformance, on 10.5.90.0/24, its folder in _out/conformance/clusters) and
+# destroys it at the end; KEEP=1 keeps it. For full, the cluster has a registry
+# (--with-registry) that its nodes mirror every registry through, and hack/e2e-images.sh's
+# images (e2e's, built here) are pushed to it first: no test pulls from the internet. Against a
+# given kubeconfig, full needs the nodes to reach those images (hack/e2e-images.sh push).
 # Conformance wants two schedulable nodes ("should have at least two untainted nodes"):
 # WORKERS=2 gives them.
 set -euo pipefail
@@ -19,6 +23,7 @@ export PATH="/usr/local/go/bin:$PATH"
 MODE=${1:-quick}
 KUBECONFIG_FILE=${2:-}
 NAME=${NAME:-conformance}
+FOCUS=${FOCUS:-}
 WORKERS=${WORKERS:-1}
 CIDR=${CIDR:-10.5.90.0/24}
 KUBE_VERSION=v1.34.0
@@ -102,19 +107,37 @@ cluster() {
   fi
   # The cluster's client config goes to its own file: merged into ~/.talos/config, a second
   # run's context would be renamed (conformance-1) and --context would name the first one's.
-  tc=$OUT/talosconfig
+  tc=$OUT/talosconfig state=$OUT/clusters
   rm -f "$tc"
-  trap 'if [ "${KEEP:-0}" = 1 ]; then echo "kept the cluster: _out/talosctl --talosconfig $tc cluster destroy --name $NAME"; else _out/talosctl --talosconfig "$tc" cluster destroy --name "$NAME"; fi' EXIT
+  local extra=()
+  if [ "$MODE" = full ]; then
+    extra=(--with-registry)
+  fi
+  trap 'if [ "${KEEP:-0}" = 1 ]; then echo "kept the cluster: _out/talosctl --talosconfig $tc cluster destroy --state $state --name $NAME"; else _out/talosctl --talosconfig "$tc" cluster destroy --state "$state" --name "$NAME"; fi' EXIT
   echo "creating the cluster $NAME on $CIDR"
-  _out/talosctl --talosconfig "$tc" cluster create --provisioner container --name "$NAME" --cidr "$CIDR" --image "$PWD/_out/rootfs.sqsh" \
-    --controlplanes 1 --workers "$WORKERS" --skip-kubeconfig
+  _out/talosctl --talosconfig "$tc" cluster create --state "$state" --provisioner container --name "$NAME" --cidr "$CIDR" --image "$PWD/_out/rootfs.sqsh" \
+    --controlplanes 1 --workers "$WORKERS" --skip-kubeconfig "${extra[@]}"
   KUBECONFIG_FILE=$OUT/kubeconfig
   _out/talosctl --talosconfig "$tc" kubeconfig --merge=false --force "$KUBECONFIG_FILE"
+  if [ "$MODE" = full ]; then
+    # The registry's address as the cluster records it (the network's gateway, port 5000).
+    local host
+    host=$(awk '/^registry:/ { r = 1 } r && $1 == "host:" { print $2; exit }' "$state/$NAME/cluster.yaml")
+    echo "pushing e2e's images to the cluster's registry $host"
+    hack/e2e-images.sh push "$state/$NAME" "$host"
+  fi
 }
 
 mkdir -p "$OUT"
 build
 [ "$MODE" = build ] && exit 0
+if [ -n "$FOCUS" ] && [ "$MODE" != full ]; then
+  echo "FOCUS selects among all conformance tests: use it with full" >&2
+  exit 2
+fi
+if [ "$MODE" = full ] && [ -z "$KUBECONFIG_FILE" ]; then
+  hack/e2e-images.sh
+fi
 
 # The suite talks to the cluster only: its API server, and kubectl (built here) for the kubectl
 # tests; nothing is pulled by the suite itself.
@@ -126,6 +149,8 @@ if [ "$MODE" = quick ]; then
   focus=$(grep -v -e '^#' -e '^$' hack/conformance-quick.txt | sed 's/[][\.*^$()+?{}|]/\\&/g' | paste -sd'|')
   want=$(grep -c -v -e '^#' -e '^$' hack/conformance-quick.txt)
   args+=(--ginkgo.focus="$focus")
+elif [ -n "$FOCUS" ]; then
+  args+=(--ginkgo.focus="$FOCUS" --ginkgo.label-filter=Conformance)
 else
   args+=(--ginkgo.focus='\[Conformance\]')
 fi

@@ -7,12 +7,13 @@
 #   hack/e2e-images.sh push CLUSTER_DIR HOST:PORT
 #                                 # push them to a cluster's registry (cluster create --with-registry)
 #
-# agnhost is built from its Go source in the Kubernetes module (the module setup of
-# hack/conformance.sh), pause from this repository's cmd/pause (the node's pause), nonewprivs'
-# program from hack/e2eimages/nnp; busybox, nginx and httpd are Debian bookworm's packages
-# (apt-get download, dpkg-deb -x), with the shared libraries ldd finds. Every image but pause
-# has busybox (sh and its applets) as its first layer, as the tests exec shell commands in
-# them. docs/conformance.md lists which image is built from what.
+# agnhost and sample-apiserver are built from their Go source in the Kubernetes module (the
+# module setup of hack/conformance.sh), pause and etcd are this repository's cmd/pause and
+# cmd/etcd (the node's own), nonewprivs' program is hack/e2eimages/nnp; busybox, nginx, httpd
+# and the network tools (dig, getent, curl, nc: in agnhost and jessie-dnsutils) are Debian
+# bookworm's packages (apt-get download, dpkg-deb -x), with the shared libraries ldd finds.
+# Every image but pause has busybox (sh and its applets) as its first layer, as the tests exec
+# shell commands in them. docs/conformance.md lists which image is built from what.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -22,7 +23,9 @@ OUT=$PWD/_out/conformance/images
 CACHE=$PWD/_out/cache/e2e-images
 MODULE=$PWD/_out/cache/conformance/module # hack/conformance.sh's copy of build/kubernetes
 K8S=registry.k8s.io/e2e-test-images
-DEBS=(busybox-static nginx nginx-common apache2-bin libapr1 libaprutil1)
+DEBS=(busybox-static nginx nginx-common apache2-bin libapr1 libaprutil1
+  bind9-dnsutils bind9-libs libjemalloc2 libuv1 libmaxminddb0 libfstrm0 libprotobuf-c1 liblmdb0
+  libc-bin curl libcurl4 netcat-openbsd)
 ARCHIVE=$OUT/e2e-images.tar
 
 if [ "${1:-}" = push ]; then
@@ -35,7 +38,7 @@ mkdir -p "$OUT" "$CACHE"
 
 # The cache key: this script, the tool, the Kubernetes module, Go, the packages' versions.
 versions=$(apt-cache policy "${DEBS[@]}" | awk '/^[a-z]/ {p=$1} /Candidate/ {print p, $2}')
-key=$( (cat "$0" hack/e2eimages/*.go hack/e2eimages/nnp/*.go cmd/pause/*.go build/kubernetes/go.sum; go version; echo "$versions") | sha256sum | cut -c1-16)
+key=$( (cat "$0" hack/e2eimages/*.go hack/e2eimages/nnp/*.go cmd/pause/*.go cmd/etcd/*.go go.sum build/kubernetes/go.sum; go version; echo "$versions") | sha256sum | cut -c1-16)
 if [ -f "$ARCHIVE" ] && [ "$(cat "$OUT/key" 2>/dev/null)" = "$key" ]; then
   echo "e2e images: cached in $ARCHIVE"
   cat "$OUT/images.txt"
@@ -85,6 +88,20 @@ done
 printf 'root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$bb/etc/passwd"
 printf 'root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n' >"$bb/etc/group"
 
+# The network tools upstream's agnhost (Alpine's bind-tools, curl, netcat-openbsd) and
+# jessie-dnsutils (Debian's dnsutils) carry, which the DNS and Service tests run in them: dig,
+# getent (with nsswitch.conf: files, then DNS), curl, nc. With their libraries (dig's libxml2
+# brings ICU's 30 MB of data) they weigh 60 MB.
+nt=$stage/nettools
+mkdir -p "$nt/usr/bin" "$nt/etc"
+cp "$X/usr/bin/dig" "$X/usr/bin/getent" "$X/usr/bin/curl" "$nt/usr/bin/"
+cp "$X/bin/nc.openbsd" "$nt/usr/bin/nc"
+libs "$nt" "$nt"/usr/bin/*
+echo 'hosts: files dns' >"$nt/etc/nsswitch.conf"
+# busybox with them: the first layer of agnhost, nautilus and jessie-dnsutils, stored once.
+bn=$stage/busybox-nettools
+cp -a "$bb" "$bn" && cp -a --remove-destination "$nt/." "$bn/" # nc replaces the applet
+
 # agnhost: its Go source, built static in hack/conformance.sh's module (the same Kubernetes
 # sources as e2e.test); upstream's Dockerfile: /agnhost, the agnhost-2 link, /uploads, porter's
 # certificate, user-defined-in-image (1000) in group-defined-in-image (50000).
@@ -106,6 +123,24 @@ chmod 644 "$ag/localhost.crt" "$ag/localhost.key"
   cat "$bb/etc/group"
   printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n'
 } >"$ag/etc/group"
+
+# sample-apiserver and etcd, the Aggregator test's pair: Kubernetes' sample-apiserver from the
+# module (v0.34.0, the suite's own version; upstream's 1.29.2 serves the same wardle.example.com
+# API), and this repository's cmd/etcd (the node's etcd, v3.6 as upstream's 3.6.4) at
+# /usr/local/bin/etcd, where the test runs it.
+sa=$stage/sample-apiserver
+mkdir -p "$sa"
+(cd "$MODULE" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w -buildid=" -o "$sa/sample-apiserver" k8s.io/sample-apiserver)
+ed=$stage/etcd
+mkdir -p "$ed/usr/local/bin" "$ed/var/etcd"
+go build -trimpath -ldflags "-s -w -buildid=" -o "$ed/usr/local/bin/etcd" ./cmd/etcd
+
+# nautilus: agnhost serving / (test-webserver) with upstream's data.json naming nautilus.jpg,
+# what kubectl's Update Demo tests read through the API server's pod proxy. The picture is not
+# in the Kubernetes module: the image has none.
+na=$stage/nautilus
+cp -a "$ag" "$na"
+printf '{\n  "image": "nautilus.jpg"\n}\n' >"$na/data.json"
 
 # pause: this repository's cmd/pause, the node's own pause (3.10 in the node image), a static
 # program that waits for a signal, as upstream's pause.c.
@@ -213,12 +248,16 @@ cat >"$stage/spec.json" <<EOF
   {"ref": "$K8S/busybox:1.37.0-1", "root": "$bb", "cmd": ["sh"], "env": ["$path"]},
   {"ref": "$K8S/busybox:1.36.1-1", "root": "$bb", "cmd": ["sh"], "env": ["$path"]},
   {"ref": "$K8S/nonroot:1.4", "root": "$bb", "cmd": ["sh"], "env": ["$path"], "user": "1234"},
-  {"ref": "$K8S/agnhost:$agnhost_version", "base": "$bb", "root": "$ag", "entrypoint": ["/agnhost"], "cmd": ["pause"], "env": ["$path"]},
+  {"ref": "$K8S/agnhost:$agnhost_version", "base": "$bn", "root": "$ag", "entrypoint": ["/agnhost"], "cmd": ["pause"], "env": ["$path"]},
   {"ref": "$K8S/nonewprivs:1.3", "base": "$bb", "root": "$nn", "cmd": ["nnp"], "env": ["$path"]},
   {"ref": "$K8S/nginx:1.14-4", "base": "$bb", "root": "$ng", "cmd": ["nginx", "-g", "daemon off;"], "env": ["$path"]},
   {"ref": "$K8S/nginx:1.15-4", "base": "$bb", "root": "$ng", "cmd": ["nginx", "-g", "daemon off;"], "env": ["$path"]},
   {"ref": "$K8S/httpd:2.4.38-4", "base": "$bb", "root": "$hd", "cmd": ["httpd-foreground"], "env": ["$path"]},
   {"ref": "$K8S/httpd:2.4.39-4", "base": "$bb", "root": "$hd", "cmd": ["httpd-foreground"], "env": ["$path"]},
+  {"ref": "$K8S/nautilus:1.7", "base": "$bn", "root": "$na", "entrypoint": ["/agnhost"], "cmd": ["test-webserver"], "env": ["$path"]},
+  {"ref": "$K8S/jessie-dnsutils:1.7", "root": "$bn", "cmd": ["sh"], "env": ["$path"]},
+  {"ref": "$K8S/sample-apiserver:1.29.2", "base": "$bb", "root": "$sa", "entrypoint": ["/sample-apiserver"], "env": ["$path"]},
+  {"ref": "registry.k8s.io/etcd:3.6.4-0", "base": "$bb", "root": "$ed", "cmd": ["/usr/local/bin/etcd"], "env": ["$path"]},
   {"ref": "registry.k8s.io/pause:3.10.1", "root": "$pz", "entrypoint": ["/pause"]}
 ]
 EOF
