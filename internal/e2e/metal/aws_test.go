@@ -46,6 +46,7 @@ func TestAWSFromIMDS(t *testing.T) {
 		"/latest/meta-data/instance-life-cycle":                               "spot",
 		"/latest/meta-data/local-hostname":                                    "ip-10-0-2-15.eu-central-1.compute.internal",
 		"/latest/meta-data/local-ipv4":                                        "10.0.2.15",
+		"/latest/meta-data/public-ipv4":                                       "203.0.113.41",
 		"/latest/meta-data/placement/region":                                  "eu-central-1",
 		"/latest/meta-data/placement/availability-zone":                       "eu-central-1c",
 		"/latest/meta-data/network/interfaces/macs/":                          mac + "/",
@@ -124,6 +125,9 @@ func TestAWSFromIMDS(t *testing.T) {
 		t.Errorf("get addresses: no eth0/10.0.2.15/24:\n%s", out)
 	}
 
+	// The public IPv4 address (the VPC's NAT of the card's) is the node's external address.
+	assertExternalAddress(t, get, "203.0.113.41")
+
 	if out = get("machinetype"); !strings.Contains(out, "controlplane") {
 		t.Errorf("the user data is not the machine config: machinetype\n%s", out)
 	}
@@ -135,7 +139,7 @@ func TestAWSFromIMDS(t *testing.T) {
 		t.Errorf("%d tokens taken; asked without the token: %v", tokens, tokenless)
 	}
 
-	for _, path := range []string{"/latest/user-data", "/latest/meta-data/instance-id", "/latest/meta-data/placement/availability-zone", "/latest/meta-data/network/interfaces/macs/" + mac + "/local-ipv4s"} {
+	for _, path := range []string{"/latest/user-data", "/latest/meta-data/instance-id", "/latest/meta-data/placement/availability-zone", "/latest/meta-data/network/interfaces/macs/" + mac + "/local-ipv4s", "/latest/meta-data/public-ipv4"} {
 		if !strings.Contains(strings.Join(served, " "), path) {
 			t.Errorf("the node did not fetch %s (served %v)", path, served)
 		}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,28 @@ func assertPlatformMetadata(t *testing.T, get func(args ...string) string, want 
 		if !regexp.MustCompile(`(?m)^\s+` + key + `: ` + regexp.QuoteMeta(value) + `$`).MatchString(out) {
 			t.Errorf("platformmetadata has no %s: %s:\n%s", key, value, out)
 		}
+	}
+}
+
+// assertExternalAddress checks that the platform's external (public) address ip is published
+// as upstream does: an address of the link "external" in get addresses, among the node's
+// current addresses and not among its routed ones.
+func assertExternalAddress(t *testing.T, get func(args ...string) string, ip string) {
+	t.Helper()
+
+	prefix := regexp.QuoteMeta(ip + "/32")
+
+	if out := get("addresses"); !regexp.MustCompile(`(?m)external/` + prefix + `\s`).MatchString(out) {
+		t.Errorf("get addresses: no external/%s/32:\n%s", ip, out)
+	}
+
+	listed := regexp.MustCompile(`(?m)^\s+- ` + prefix + `$`)
+
+	if out := get("nodeaddresses", "current", "-o", "yaml"); !listed.MatchString(out) {
+		t.Errorf("the external address %s is not a current node address:\n%s", ip, out)
+	}
+
+	if out := get("nodeaddresses", "routed", "-o", "yaml"); listed.MatchString(out) || !strings.Contains(out, "10.0.2.15/24") {
+		t.Errorf("the routed node addresses are not the card's alone (%s is external):\n%s", ip, out)
 	}
 }
