@@ -22,6 +22,7 @@ import (
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/schematic"
 	"github.com/talos-go/talos/internal/slots"
 	"github.com/talos-go/talos/internal/testenv"
 	ukipkg "github.com/talos-go/talos/internal/uki"
@@ -560,11 +561,31 @@ func TestClusterCreateQEMUConfigISO(t *testing.T) {
 // upgradeAndRollBack upgrades an installed node to a second image of the boot assets, served
 // over HTTP on the cluster's bridge (gateway): the node downloads and verifies it, writes slot
 // B, GRUB boots B once, B reports a successful boot and becomes the active slot; then
-// `talosctl rollback` makes A active again and GRUB boots it.
+// `talosctl rollback` makes A active again and GRUB boots it. The image carries a schematic
+// (imager build --schematic): slot B boots with its extra kernel argument, its META value is
+// written, and the node lists it as upstream lists a factory image's schematic; slot A has none.
 func upgradeAndRollBack(t *testing.T, cli testenv.CLI, console, node, gateway string) {
 	t.Helper()
 
-	url := serveMetalImage(t, gateway)
+	const schematicYAML = "customization:\n  extraKernelArgs: [e2e.schematic=1]\n  meta:\n    - key: 0xa0\n      value: from-the-schematic\n"
+
+	sch, err := schematic.Unmarshal([]byte(schematicYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	schematicID, _ := sch.ID()
+	schematicFile := filepath.Join(t.TempDir(), "schematic.yaml")
+
+	if err = os.WriteFile(schematicFile, []byte(schematicYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	url := serveMetalImage(t, gateway, "--schematic", schematicFile)
+
+	if out := cli.Must(t, "-n", node, "get", "extensions", "-o", "yaml"); strings.Contains(out, "schematic") {
+		t.Errorf("the node lists a schematic before its upgrade to an image with one:\n%s", out)
+	}
 
 	// An image that is not there is refused before anything changes.
 	if _, errOut, code := cli.Run(t, "-n", node, "upgrade", "--image", url+".missing", "--wait=false"); code == 0 || !strings.Contains(errOut, "404") {
@@ -588,10 +609,30 @@ func upgradeAndRollBack(t *testing.T, cli testenv.CLI, console, node, gateway st
 		return nil
 	})
 
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); !strings.Contains(out, " e2e.schematic=1") {
+		t.Errorf("slot B booted without its schematic's kernel argument: /proc/cmdline %s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "get", "metakeys", "0xa0"); !strings.Contains(out, "from-the-schematic") {
+		t.Errorf("the schematic's META value was not written:\n%s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "get", "extensions", "-o", "yaml"); !strings.Contains(out, "name: schematic") || !strings.Contains(out, "version: "+schematicID) {
+		t.Errorf("the node does not list schematic %s:\n%s", schematicID, out)
+	}
+
 	start = time.Now()
 	cli.Must(t, "-n", node, "rollback")
 	bootedSlot("A")
 	t.Logf("rollback: the node runs slot A again %s after the request", time.Since(start).Round(100*time.Millisecond))
+
+	if out := cli.Must(t, "-n", node, "read", "/proc/cmdline"); strings.Contains(out, "e2e.schematic") {
+		t.Errorf("slot A booted with slot B's schematic argument: /proc/cmdline %s", out)
+	}
+
+	if out := cli.Must(t, "-n", node, "get", "extensions", "-o", "yaml"); strings.Contains(out, "schematic") {
+		t.Errorf("slot A, built without a schematic, lists one:\n%s", out)
+	}
 
 	b, _ := os.ReadFile(console)
 	for _, want := range []string{"boot slot B: trying slot B once", "rollback: slot is active again", "boot slot A: active slot"} {
