@@ -101,7 +101,7 @@ func (qemuProvisioner) DestroyNetwork(c *Cluster, progress io.Writer) error {
 		return err
 	}
 
-	return c.destroyNetwork(progress)
+	return c.RemoveNetwork(progress)
 }
 
 func (qemuProvisioner) Describe(c *Cluster, w io.Writer) {
@@ -167,6 +167,9 @@ type QEMURequest struct {
 	// network process, which writes them to json-logs.log in the cluster's folder.
 	JSONLogs bool
 }
+
+// geteuid is os.Geteuid, replaced in tests to check the refusal without root.
+var geteuid = os.Geteuid
 
 // The TPM versions of --with-tpm2 and --with-tpm1_2.
 const (
@@ -436,7 +439,7 @@ func (c *Cluster) createQEMUNetwork(req Request, progress io.Writer) error {
 
 	if req.NoIPv4 {
 		fmt.Fprintf(progress, "IPv6-only: the nodes reach the cluster network only (no IPv4, no NAT for IPv6)\n")
-	} else if err = masquerade(c.Bridge, req, progress); err != nil {
+	} else if err = Masquerade(c.Bridge, req, progress); err != nil {
 		return err
 	}
 
@@ -479,7 +482,7 @@ func (c *Cluster) networkSpec(req Request, gw netip.Prefix) (qemu.NetworkSpec, e
 		return qemu.NetworkSpec{}, err
 	}
 
-	c.MTU, c.Bridge = req.Container.MTU, "br-"+shortHash(c.Dir, 12)
+	c.MTU, c.Bridge = req.Container.MTU, "br-"+ShortHash(c.Dir, 12)
 
 	spec := qemu.NetworkSpec{Bridge: c.Bridge, Gateway: gw, NoHostname: req.QEMU.DisableDHCPHostname, IPXEBootScript: req.QEMU.IPXEBootScript}
 	if req.QEMU.JSONLogs {
@@ -509,7 +512,7 @@ func (c *Cluster) networkSpec(req Request, gw netip.Prefix) (qemu.NetworkSpec, e
 
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
-		n.Tap, n.MAC = "tap"+shortHash(n.State, 11), macFor(addrs4[i])
+		n.Tap, n.MAC = "tap"+ShortHash(n.State, 11), macFor(addrs4[i])
 		lease := qemu.NodeLease{Name: n.Name, MAC: n.MAC, Address: addrs4[i], Config: n.Config}
 
 		switch {

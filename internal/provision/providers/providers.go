@@ -4,5 +4,6 @@ package providers
 
 import (
 	// Each registers itself under its --provisioner name.
+	_ "github.com/talos-go/talos/internal/provision/container"
 	_ "github.com/talos-go/talos/internal/provision/process"
 )

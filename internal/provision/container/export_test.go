@@ -1,0 +1,7 @@
+package container
+
+// What the external tests use.
+var (
+	Geteuid     = &geteuid
+	NoteCgroups = noteCgroups
+)
