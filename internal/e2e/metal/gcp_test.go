@@ -109,6 +109,9 @@ func TestGCPFromMetadataServer(t *testing.T) {
 		t.Errorf("get addresses: no eth0/10.0.2.15/24:\n%s", out)
 	}
 
+	// The access config's one-to-one NAT address is the node's external address.
+	assertExternalAddress(t, get, "34.118.7.40")
+
 	if out = get("links", "eth0", "-o", "yaml"); !regexp.MustCompile(`(?m)^\s+mtu: 1460$`).MatchString(out) {
 		t.Errorf("eth0 has not the MTU 1460 of the metadata server:\n%s", out)
 	}
