@@ -1,10 +1,7 @@
 package provision
 
 import (
-	"context"
 	"net/netip"
-	"os"
-	"strings"
 	"testing"
 )
 
@@ -22,33 +19,5 @@ func TestGatewayAndLinkNames(t *testing.T) {
 	a, b := "br-"+ShortHash("/a", 12), "br-"+ShortHash("/b", 12)
 	if len(a) > 15 || a == b {
 		t.Fatalf("bridge names %q %q", a, b)
-	}
-}
-
-// assertRefused runs Create with req as the user euid and checks that it fails saying every
-// one of want, and makes nothing.
-func assertRefused(t *testing.T, req Request, euid int, want ...string) {
-	t.Helper()
-
-	orig := geteuid
-	geteuid = func() int { return euid }
-
-	t.Cleanup(func() { geteuid = orig })
-
-	req.StateRoot = t.TempDir()
-
-	_, _, err := Create(context.Background(), req)
-	if err == nil {
-		t.Fatal("create accepted the request")
-	}
-
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not say %q", err, w)
-		}
-	}
-
-	if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
-		t.Errorf("the refused create left %v", entries)
 	}
 }

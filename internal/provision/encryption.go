@@ -26,7 +26,8 @@ type EncryptionRequest struct {
 
 func (e EncryptionRequest) enabled() bool { return e.State || e.Ephemeral || e.UserVolumes }
 
-func (e EncryptionRequest) usesKMS() bool {
+// UsesKMS tells whether a key is sealed by the cluster's KMS.
+func (e EncryptionRequest) UsesKMS() bool {
 	return e.enabled() && slices.Contains(e.KeyTypes, KeyTypeKMS)
 }
 

@@ -54,13 +54,13 @@ func ParseUserVolumes(values []string) ([][]UserVolume, error) {
 	return disks, nil
 }
 
-// userVolumeSerial names user volume disk i (0-based): its serial, and so its
+// UserVolumeSerial names user volume disk i (0-based): its serial, and so its
 // /dev/disk/by-id/virtio-<serial> link the volumes' disk selector names.
-func userVolumeSerial(i int) string { return fmt.Sprintf("uservol-%d", i+1) }
+func UserVolumeSerial(i int) string { return fmt.Sprintf("uservol-%d", i+1) }
 
-// userVolumeDiskMiB is the disk for the volumes: theirs, the first MiB, a MiB of alignment
+// UserVolumeDiskMiB is the disk for the volumes: theirs, the first MiB, a MiB of alignment
 // each and one for the backup table.
-func userVolumeDiskMiB(disk []UserVolume) int64 {
+func UserVolumeDiskMiB(disk []UserVolume) int64 {
 	n := int64(2 + len(disk))
 	for _, v := range disk {
 		n += int64(v.MiB)
@@ -77,7 +77,7 @@ func userVolumesPatch(disks [][]UserVolume, encrypt bool, e EncryptionRequest, k
 	for i, disk := range disks {
 		for _, v := range disk {
 			doc := fmt.Sprintf("apiVersion: v1alpha1\nkind: UserVolumeConfig\nname: %s\nprovisioning:\n  diskSelector:\n    match: \"'/dev/disk/by-id/virtio-%s' in disk.symlinks\"\n  minSize: %s\n  maxSize: %s\n",
-				v.Name, userVolumeSerial(i), v.Size, v.Size)
+				v.Name, UserVolumeSerial(i), v.Size, v.Size)
 
 			if encrypt {
 				doc += "encryption:\n  provider: luks2\n  keys:\n" + e.keysYAML(kmsEndpoint, false)

@@ -32,8 +32,8 @@ func (c *Cluster) Client(ctx context.Context, cfg *clientconfig.Config) (*client
 	return client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(eps...), client.WithDefaultGRPCDialOptions())
 }
 
-// step retries fn every interval until it succeeds or ctx ends, printing what it waits for.
-func step(ctx context.Context, progress io.Writer, what string, fn func(ctx context.Context) error) error {
+// Step retries fn every interval until it succeeds or ctx ends, printing what it waits for.
+func Step(ctx context.Context, progress io.Writer, what string, fn func(ctx context.Context) error) error {
 	start := time.Now()
 	fmt.Fprintf(progress, "waiting for %s\n", what)
 
@@ -85,7 +85,7 @@ func Bootstrap(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progre
 	}
 	defer cl.Close()
 
-	if err = step(ctx, progress, "apid on "+cps[0].Name, func(ctx context.Context) error {
+	if err = Step(ctx, progress, "apid on "+cps[0].Name, func(ctx context.Context) error {
 		_, err := cl.Version(client.WithNode(ctx, cps[0].Address))
 
 		return err
@@ -101,7 +101,7 @@ func Bootstrap(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progre
 		return etcd, nil
 	}
 
-	err = step(ctx, progress, "etcd bootstrap on "+cps[0].Name, func(ctx context.Context) error {
+	err = Step(ctx, progress, "etcd bootstrap on "+cps[0].Name, func(ctx context.Context) error {
 		err := cl.Bootstrap(client.WithNode(ctx, cps[0].Address), &machine.BootstrapRequest{})
 
 		switch status.Code(err) {
@@ -153,7 +153,7 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 			continue // Bootstrap waited for it
 		}
 
-		if err = step(ctx, progress, "apid on "+n.Name, func(ctx context.Context) error {
+		if err = Step(ctx, progress, "apid on "+n.Name, func(ctx context.Context) error {
 			_, err := cl.Version(client.WithNode(ctx, n.Address))
 
 			return err
@@ -164,7 +164,7 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 
 	if !etcd {
 		fmt.Fprintln(progress, "  etcd is not served by this build: skipping bootstrap")
-	} else if err = step(ctx, progress, fmt.Sprintf("%d voting etcd members", len(cps)), func(ctx context.Context) error {
+	} else if err = Step(ctx, progress, fmt.Sprintf("%d voting etcd members", len(cps)), func(ctx context.Context) error {
 		resp, err := cl.EtcdMemberList(client.WithNode(ctx, cps[0].Address), &machine.EtcdMemberListRequest{})
 		if err != nil {
 			return err
@@ -192,7 +192,7 @@ func Wait(ctx context.Context, c *Cluster, cfg *clientconfig.Config, progress io
 	kubelet := false
 
 	for _, n := range c.Nodes {
-		if err = step(ctx, progress, "services on "+n.Name, func(ctx context.Context) error {
+		if err = Step(ctx, progress, "services on "+n.Name, func(ctx context.Context) error {
 			resp, err := cl.MachineClient.ServiceList(client.WithNode(ctx, n.Address), &emptypb.Empty{})
 			if err != nil {
 				return err
@@ -226,7 +226,7 @@ func waitKubernetes(ctx context.Context, c *Cluster, cl *client.Client, progress
 		nodes health.Nodes
 	)
 
-	if err := step(ctx, progress, "the kubeconfig from "+cps[0].Name, func(ctx context.Context) (err error) {
+	if err := Step(ctx, progress, "the kubeconfig from "+cps[0].Name, func(ctx context.Context) (err error) {
 		data, err = cl.Kubeconfig(client.WithNode(ctx, cps[0].Address))
 
 		return err

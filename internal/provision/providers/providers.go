@@ -6,4 +6,5 @@ import (
 	// Each registers itself under its --provisioner name.
 	_ "github.com/talos-go/talos/internal/provision/container"
 	_ "github.com/talos-go/talos/internal/provision/process"
+	_ "github.com/talos-go/talos/internal/provision/qemu"
 )

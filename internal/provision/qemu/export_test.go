@@ -1,0 +1,4 @@
+package qemu
+
+// What the external tests use.
+var Geteuid = &geteuid
