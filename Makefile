@@ -20,6 +20,8 @@ rootfs-repro:
 
 # The metal boot assets, _out/boot/vmlinuz and _out/boot/initramfs.img (Debian's cloud kernel;
 # machined as /init with the node image): boots under QEMU (see internal/e2e/metal).
+# BOOT_PLATFORMS=all adds every platform's disk image; BOOT_COMPRESS=1 also writes them
+# compressed as upstream ships them (<name>.zst; see docs/platforms.md).
 boot:
 	OUT=$(OUT) ./hack/boot.sh
 

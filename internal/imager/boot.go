@@ -33,7 +33,10 @@ type BootOptions struct {
 	// Platforms are the platforms (besides metal) whose disk images are built too, each with
 	// its kernel arguments in its format (ParsePlatforms).
 	Platforms []string
-	Out       string // folder for vmlinuz and initramfs.img
+	// Compress also writes each disk image but GCP's tarball (gzip already) compressed as
+	// upstream ships them, <name>.zst beside it; the uncompressed ones stay, for QEMU.
+	Compress bool
+	Out      string // folder for vmlinuz and initramfs.img
 }
 
 // Where Debian's grub-pc-bin and grub-efi-amd64-bin put GRUB's BIOS and UEFI modules.
@@ -58,7 +61,9 @@ type BootAssets struct {
 	DiskImageSize       int64 // its size (a sparse file: most of it takes no space)
 	// PlatformImages are the other platforms' disk images, by platform: path and size.
 	PlatformImages map[string]PlatformImageFile
-	Modules        []string
+	// Compressed are the disk images compressed (BootOptions.Compress), metal's first.
+	Compressed []PlatformImageFile
+	Modules    []string
 }
 
 // PlatformImageFile is one platform's disk image as written.
@@ -306,6 +311,24 @@ func (a *BootAssets) buildImages(opts BootOptions, grubDir, core, efi string) er
 		}
 
 		a.PlatformImages[name] = PlatformImageFile{Path: p, Size: fi.Size()}
+	}
+
+	if opts.Compress {
+		images := []string{a.DiskImage}
+		for _, name := range opts.Platforms {
+			if p := a.PlatformImages[name].Path; !strings.HasSuffix(p, ".gz") {
+				images = append(images, p)
+			}
+		}
+
+		for _, p := range images {
+			out, size, err := compressZstd(p)
+			if err != nil {
+				return err
+			}
+
+			a.Compressed = append(a.Compressed, PlatformImageFile{Path: out, Size: size})
+		}
 	}
 
 	for p, n := range map[string]*int64{a.Kernel: &a.KernelSize, a.Initramfs: &a.InitrdN, a.ISO: &a.ISOSize, a.UKI: &a.UKISize, a.DiskImage: &a.DiskImageSize} {
@@ -571,6 +594,7 @@ func bootMain(args []string, stdout io.Writer) error {
 	fs.StringVar(&opts.Keys, "keys", "", "PEM public keys an installed node trusts for upgrade images (imager keygen's .pub)")
 	fs.StringVar(&opts.PCRKey, "pcr-key", "", "PEM RSA key signing the UKI's PCR 11 values (imager pcr-keygen, or talosctl gen secureboot pcr)")
 	fs.StringVar(&opts.Out, "out", "", "output folder")
+	fs.BoolVar(&opts.Compress, "compress", false, "also write the disk images compressed as upstream ships them (<name>.zst beside each; GCP's tarball is gzip already)")
 
 	var platforms []string
 
@@ -585,7 +609,7 @@ func bootMain(args []string, stdout io.Writer) error {
 	}
 
 	if opts.KernelRoot == "" || opts.Rootfs == "" || opts.Out == "" {
-		return errors.New("usage: imager boot --kernel DIR --rootfs FILE.sqsh [--keys FILE.pub] [--pcr-key FILE.pem] [--platform NAME,...] --out DIR")
+		return errors.New("usage: imager boot --kernel DIR --rootfs FILE.sqsh [--keys FILE.pub] [--pcr-key FILE.pem] [--platform NAME,...] [--compress] --out DIR")
 	}
 
 	var err error
@@ -605,6 +629,10 @@ func bootMain(args []string, stdout io.Writer) error {
 	for _, name := range opts.Platforms {
 		img := a.PlatformImages[name]
 		fmt.Fprintf(stdout, "%s disk image %s: %.1f MB (%s)\n", name, img.Path, float64(img.Size)/1e6, strings.Join(metal.PlatformKernelArgs(name), " "))
+	}
+
+	for _, c := range a.Compressed {
+		fmt.Fprintf(stdout, "compressed %s: %.1f MB\n", c.Path, float64(c.Size)/1e6)
 	}
 
 	return nil

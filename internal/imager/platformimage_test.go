@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 func TestParsePlatforms(t *testing.T) {
@@ -182,5 +184,40 @@ func TestTarGZHoldsDiskRaw(t *testing.T) {
 
 	if !bytes.Equal(first, read()) {
 		t.Errorf("the tarball changed between two runs on the same disk")
+	}
+}
+
+// A compressed disk image is zstd's (upstream's .zst), decompresses to the image's bytes, holes
+// included, and leaves the image where it was.
+func TestCompressZstd(t *testing.T) {
+	raw, want := smallRaw(t)
+
+	out, size, err := compressZstd(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if out != raw+".zst" || int64(len(b)) != size || size >= int64(len(want)) {
+		t.Errorf("wrote %s, %d bytes (said %d) for %d", out, len(b), size, len(want))
+	}
+
+	zr, err := zstd.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+
+	got, err := io.ReadAll(zr)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("decompressed %d bytes (%v), not the image's %d", len(got), err, len(want))
+	}
+
+	if _, err = os.Stat(raw); err != nil {
+		t.Errorf("the image is gone: %v", err)
 	}
 }
