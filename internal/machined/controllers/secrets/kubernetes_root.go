@@ -7,6 +7,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/controller/generic/transform"
+	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/gen/xerrors"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
@@ -55,7 +56,8 @@ func NewKubernetesRootController() *KubernetesRootController {
 				spec.APIServerIPs = apiIPs
 				spec.DNSDomain = cluster.Network().DNSDomain()
 				spec.IssuingCA = cluster.IssuingCA()
-				spec.AcceptedCAs = cluster.AcceptedCAs()
+				// As upstream, the issuing CA is one of the accepted CAs.
+				spec.AcceptedCAs = append(cluster.AcceptedCAs(), &x509.PEMEncodedCertificate{Crt: spec.IssuingCA.Crt})
 				spec.AggregatorCA = cluster.AggregatorCA()
 				spec.ServiceAccount = cluster.ServiceAccount()
 				spec.AESCBCEncryptionSecret = cluster.AESCBCEncryptionSecret()

@@ -55,6 +55,12 @@ func NewRootController() *RootController {
 					}
 				}
 
+				// As upstream, the issuing CA is accepted too: readers of AcceptedCAs alone
+				// (a worker's, whose config carries the CA's certificate only) trust it.
+				if spec.IssuingCA != nil && len(spec.IssuingCA.Crt) > 0 {
+					spec.AcceptedCAs = append(spec.AcceptedCAs, &x509.PEMEncodedCertificate{Crt: spec.IssuingCA.Crt})
+				}
+
 				spec.CertSANIPs, spec.CertSANDNSNames = nil, nil
 				for _, san := range sec.CertSANs() {
 					if ip, err := netip.ParseAddr(san); err == nil {

@@ -36,10 +36,13 @@ func TestOSRoot(t *testing.T) {
 		a.Equal([]string{"api.example.org"}, spec.CertSANDNSNames)
 		a.Equal(sec.Token(), spec.Token)
 		a.NotEmpty(spec.Token)
-		a.Empty(spec.AcceptedCAs)
+		// As upstream: the issuing CA's certificate is one of the accepted CAs.
+		if a.Len(spec.AcceptedCAs, 1) {
+			a.Equal(sec.IssuingCA().Crt, spec.AcceptedCAs[0].Crt)
+		}
 	})
 
-	// machine.acceptedCAs are carried over, empty entries dropped.
+	// machine.acceptedCAs are carried over, empty entries dropped, the issuing CA last.
 	other, err := cx509.NewSelfSignedCertificateAuthority()
 	require.NoError(t, err)
 
@@ -48,8 +51,9 @@ func TestOSRoot(t *testing.T) {
 	}))
 
 	ctest.AssertResource(env, secrets.OSRootID, func(r *secrets.OSRoot, a *assert.Assertions) {
-		if a.Len(r.TypedSpec().AcceptedCAs, 1) {
+		if a.Len(r.TypedSpec().AcceptedCAs, 2) {
 			a.Equal(other.CrtPEM, r.TypedSpec().AcceptedCAs[0].Crt)
+			a.Equal(sec.IssuingCA().Crt, r.TypedSpec().AcceptedCAs[1].Crt)
 		}
 
 		a.Empty(r.TypedSpec().CertSANIPs, "certSANs removed from the config")
@@ -62,6 +66,10 @@ func TestOSRoot(t *testing.T) {
 		if a.NotNil(r.TypedSpec().IssuingCA) {
 			a.Equal(sec.IssuingCA().Crt, r.TypedSpec().IssuingCA.Crt)
 			a.Empty(r.TypedSpec().IssuingCA.Key)
+		}
+
+		if a.Len(r.TypedSpec().AcceptedCAs, 1) {
+			a.Equal(sec.IssuingCA().Crt, r.TypedSpec().AcceptedCAs[0].Crt)
 		}
 	})
 }
