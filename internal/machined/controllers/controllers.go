@@ -94,7 +94,8 @@ type Options struct {
 	DNSLog *zap.Logger
 	// RegistryHostsDir is containerd's registry hosts folder (its config_path).
 	RegistryHostsDir string
-	// Events is the node's event bus, which an EventSinkConfig sends on; nil: none is sent.
+	// Events is the node's event bus: MachineStatus changes are published on it, and an
+	// EventSinkConfig sends on it; nil: neither.
 	Events *events.Bus
 	// Platform is what the platform the node booted on said (internal/platform): its
 	// PlatformMetadata, and the hostname, name servers and time servers under the config's.
@@ -228,7 +229,7 @@ func modeControllers(opts Options, p platform.Network) []controller.Controller {
 	var list []controller.Controller
 
 	if opts.Events != nil {
-		list = append(list, &runtimectrl.EventsSinkController{Events: opts.Events})
+		list = append(list, &runtimectrl.EventsSinkController{Events: opts.Events}, &runtimectrl.MachineStatusPublisherController{Events: opts.Events})
 	}
 
 	if opts.Platform != nil {
