@@ -25,7 +25,7 @@ MODULE=$PWD/_out/cache/conformance/module # hack/conformance.sh's copy of build/
 K8S=registry.k8s.io/e2e-test-images
 DEBS=(busybox-static nginx nginx-common apache2-bin libapr1 libaprutil1
   bind9-dnsutils bind9-libs libjemalloc2 libuv1 libmaxminddb0 libfstrm0 libprotobuf-c1 liblmdb0
-  libc-bin curl libcurl4 netcat-openbsd)
+  libc-bin curl libcurl4 netcat-openbsd dash)
 ARCHIVE=$OUT/e2e-images.tar
 
 if [ "${1:-}" = push ]; then
@@ -90,17 +90,20 @@ printf 'root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n' >"$bb/etc/group"
 
 # The network tools upstream's agnhost (Alpine's bind-tools, curl, netcat-openbsd) and
 # jessie-dnsutils (Debian's dnsutils) carry, which the DNS and Service tests run in them: dig,
-# getent (with nsswitch.conf: files, then DNS), curl, nc. With their libraries (dig's libxml2
+# getent (with nsswitch.conf: files, then DNS), curl, nc; and dash as /bin/sh: Debian's
+# busybox shell runs its own applets before PATH (its nc has no -v, which the Services tests
+# pass), as upstream's Alpine sh does not. With their libraries (dig's libxml2
 # brings ICU's 30 MB of data) they weigh 60 MB.
 nt=$stage/nettools
 mkdir -p "$nt/usr/bin" "$nt/etc"
 cp "$X/usr/bin/dig" "$X/usr/bin/getent" "$X/usr/bin/curl" "$nt/usr/bin/"
 cp "$X/bin/nc.openbsd" "$nt/usr/bin/nc"
-libs "$nt" "$nt"/usr/bin/*
+mkdir -p "$nt/bin" && cp "$X/bin/dash" "$nt/bin/dash" && ln -s dash "$nt/bin/sh"
+libs "$nt" "$nt"/usr/bin/* "$nt/bin/dash"
 echo 'hosts: files dns' >"$nt/etc/nsswitch.conf"
 # busybox with them: the first layer of agnhost, nautilus and jessie-dnsutils, stored once.
 bn=$stage/busybox-nettools
-cp -a "$bb" "$bn" && cp -a --remove-destination "$nt/." "$bn/" # nc replaces the applet
+cp -a "$bb" "$bn" && cp -a --remove-destination "$nt/." "$bn/" # nc and sh replace the applets
 
 # agnhost: its Go source, built static in hack/conformance.sh's module (the same Kubernetes
 # sources as e2e.test); upstream's Dockerfile: /agnhost, the agnhost-2 link, /uploads, porter's
