@@ -396,7 +396,7 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 
 	c := &Cluster{Name: req.Name, Dir: dir, CIDR: req.NetworkCIDR().String(), Binary: req.Binary, Provisioner: req.Provisioner}
 
-	cfgs, err := c.writeConfigs(p, &req, addrs)
+	cfgs, err := c.writeNodeConfigs(p, &req, addrs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -441,9 +441,9 @@ func Create(ctx context.Context, req Request) (*Cluster, *Configs, error) {
 	return c, cfgs, p.Started(ctx, c, &req, progress)
 }
 
-// writeConfigs generates the cluster's configs with the request's patches and writes each node's
-// own (its hostname and the kind's defaults added), recording the nodes in c.
-func (c *Cluster) writeConfigs(p Provisioner, req *Request, addrs []netip.Addr) (*Configs, error) {
+// writeNodeConfigs generates the cluster's configs with the request's patches and writes each
+// node's own (its hostname and the kind's defaults added), recording the nodes in c.
+func (c *Cluster) writeNodeConfigs(p Provisioner, req *Request, addrs []netip.Addr) (*Configs, error) {
 	progress := req.Progress
 
 	fmt.Fprintf(progress, "generating PKI and tokens\n")

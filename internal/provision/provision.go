@@ -3,6 +3,11 @@
 // provisioner (root) runs each node as PID 1 in its own namespaces with the node image as its
 // root, on a bridge; the qemu provisioner (root) runs each node as a QEMU guest booting the
 // metal boot assets, on a bridge. Nodes are started detached so they outlive the CLI.
+//
+// This package holds what every kind shares (the request, the configs and secrets, the
+// discovery service, the registry, the cluster's state, waiting for health) and the Provisioner
+// interface; each kind is a package of its own (process, container, qemu) that registers itself,
+// and package providers imports them all.
 package provision
 
 import (
