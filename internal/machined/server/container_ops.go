@@ -54,10 +54,8 @@ func (s *Machine) Stats(ctx context.Context, req *machine.StatsRequest) (*machin
 
 		st := &machine.Stat{Namespace: ns, Id: c.ID(), Name: c.ID()}
 
-		if pod := info.Labels[labelPodName]; pod != "" {
-			st.PodId = info.Labels[labelPodNamespace] + "/" + pod
-			st.Name = info.Labels[labelContainer]
-			st.Id = st.PodId + ":" + st.Name
+		if podID, name, id, _, ok := criNames(info.Labels); ok {
+			st.PodId, st.Name, st.Id = podID, name, id
 		}
 
 		// The working set, as upstream and kubelet count it: usage less inactive file pages.
@@ -138,7 +136,7 @@ func (s *Machine) findContainer(ctx context.Context, client *containerd.Client, 
 		}
 
 		labels, err := c.Labels(ctx)
-		if err == nil && labels[labelPodName] != "" && labels[labelPodNamespace]+"/"+labels[labelPodName]+":"+labels[labelContainer] == id {
+		if _, _, cid, _, ok := criNames(labels); err == nil && ok && cid == id {
 			return c, nil
 		}
 	}

@@ -31,7 +31,25 @@ const (
 	labelPodNamespace = "io.kubernetes.pod.namespace"
 	labelPodUID       = "io.kubernetes.pod.uid"
 	labelContainer    = "io.kubernetes.container.name"
+	labelCRIKind      = "io.cri-containerd.kind" // "sandbox" on a pod's sandbox (pause) container
 )
+
+// criNames are how the API names a pod's container, as upstream's CRI inspector: the pod ID
+// is "namespace/name"; a sandbox is listed under the pod ID itself (tools find pods by it), a
+// container as "<pod ID>:<container name>". ok is false for a container of no pod.
+func criNames(labels map[string]string) (podID, name, id string, sandbox, ok bool) {
+	if labels[labelPodName] == "" {
+		return "", "", "", false, false
+	}
+
+	podID = labels[labelPodNamespace] + "/" + labels[labelPodName]
+
+	if labels[labelCRIKind] == "sandbox" {
+		return podID, podID, podID, true, true
+	}
+
+	return podID, labels[labelContainer], podID + ":" + labels[labelContainer], false, true
+}
 
 // containerdClient connects to the node's containerd in a namespace; a node without one (process
 // mode, or before containerd runs) answers Unavailable.
@@ -88,11 +106,9 @@ func (s *Machine) Containers(ctx context.Context, req *machine.ContainersRequest
 
 		ci := &machine.ContainerInfo{Namespace: ns, Id: c.ID(), InternalId: c.ID(), Image: info.Image, Status: "STOPPED", Name: c.ID()}
 
-		if pod := info.Labels[labelPodName]; pod != "" {
-			ci.PodId = info.Labels[labelPodNamespace] + "/" + pod
-			ci.Uid = info.Labels[labelPodUID]
-			ci.Name = info.Labels[labelContainer]
-			ci.Id = ci.PodId + ":" + ci.Name
+		podID, name, id, sandbox, inPod := criNames(info.Labels)
+		if inPod {
+			ci.PodId, ci.Uid, ci.Name, ci.Id = podID, info.Labels[labelPodUID], name, id
 		}
 
 		if task, err := c.Task(ctx, nil); err == nil {
@@ -100,6 +116,15 @@ func (s *Machine) Containers(ctx context.Context, req *machine.ContainersRequest
 
 			if st, err := task.Status(ctx); err == nil {
 				ci.Status = strings.ToUpper(string(st.Status))
+			}
+		}
+
+		// A sandbox's state in CRI's words, as upstream lists it.
+		if sandbox {
+			if ci.Status == "RUNNING" {
+				ci.Status = "SANDBOX_READY"
+			} else {
+				ci.Status = "SANDBOX_NOTREADY"
 			}
 		}
 
