@@ -13,7 +13,7 @@ import (
 
 	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/dhcp6"
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 )
 
 // The tests make a veth pair: as root they run in a network namespace of their own.
@@ -55,10 +55,10 @@ func TestLeaseFromQEMUNetwork(t *testing.T) {
 	vethPair(t, "srv1", "stranger0", "52:54:00:05:00:09")
 
 	node := netip.MustParseAddr("fd74:616c:a05::2")
-	spec := qemu.NetworkSpec{
+	spec := vm.NetworkSpec{
 		Bridge: "srv0", Nameservers: []netip.Addr{netip.MustParseAddr("10.5.0.1"), netip.MustParseAddr("fd74:616c:a05::1")},
 		IPv6: netip.MustParsePrefix("fd74:616c:a05::/64"), LeaseTime: time.Hour,
-		Nodes: []qemu.NodeLease{{Name: "n1", MAC: "52:54:00:05:00:02", Address6: node}},
+		Nodes: []vm.NodeLease{{Name: "n1", MAC: "52:54:00:05:00:02", Address6: node}},
 	}
 
 	for _, link := range []string{"srv0", "srv1"} {

@@ -9,7 +9,7 @@ import (
 	"github.com/talos-go/talos/internal/machined"
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/portforward"
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 	"github.com/talos-go/talos/internal/registry"
 	"github.com/talos-go/talos/internal/trustd"
 )
@@ -28,8 +28,8 @@ var Commands = map[string]func(args []string) error{
 	"metal-init": metal.InitMain,
 	// qemu runs a metal node under QEMU (host side); qemu-network is its cluster's DHCP and
 	// config server.
-	"qemu":         qemu.Main,
-	"qemu-network": qemu.NetworkMain,
+	"qemu":         vm.Main,
+	"qemu-network": vm.NetworkMain,
 	"trustd":       trustd.Main,
 	// port-forward publishes a container cluster's ports on the host (-p).
 	"port-forward": portforward.Main,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 )
 
 // DiscoveryPort is the port of the cluster's discovery service on a container or qemu cluster's
@@ -40,9 +40,9 @@ func (r Request) discoveryAddr(caps Capabilities) netip.AddrPort {
 
 // listenDiscovery takes the discovery service's port before anything of the cluster is made, so
 // a port in use is refused at once. The bridge of a container or qemu cluster is made later: the
-// listener binds its address ahead (qemu.ListenOnBridge).
+// listener binds its address ahead (vm.ListenOnBridge).
 func listenDiscovery(addr netip.AddrPort) (*net.TCPListener, error) {
-	ln, err := qemu.ListenOnBridge(addr)
+	ln, err := vm.ListenOnBridge(addr)
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's discovery service on %s: %w (is another cluster's discovery service using port %d? destroy that cluster, "+
 			"use its service with --discovery-endpoint, or start none with --with-cluster-discovery=false)", addr, err, addr.Port())

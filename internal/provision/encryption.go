@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 )
 
 // The key types of --disk-encryption-key-types, as upstream's.
@@ -63,7 +63,7 @@ func (e EncryptionRequest) check(ownKernel bool, tpm string) error {
 
 // kmsEndpoint is where the network process's KMS listens: the gateway, upstream's port.
 func kmsEndpoint(cidr netip.Prefix) string {
-	return "grpc://" + netip.AddrPortFrom(Gateway(cidr).Addr(), qemu.KMSPort).String()
+	return "grpc://" + netip.AddrPortFrom(Gateway(cidr).Addr(), vm.KMSPort).String()
 }
 
 // patch is the system volumes' encryption as upstream's cluster create writes it: a

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 )
 
 // ProvisionerQEMU runs each node as a QEMU guest booting the metal boot assets (`make boot`).
@@ -57,7 +57,7 @@ type QEMURequest struct {
 	ConfigInjection string
 	// UUIDHostnames names each node machine-<its SMBIOS UUID> (upstream's --with-uuid-hostnames).
 	UUIDHostnames bool
-	// TPM gives each node a TPM emulated by swtpm: qemu.TPM2 or qemu.TPM12 ("" for none).
+	// TPM gives each node a TPM emulated by swtpm: vm.TPM2 or vm.TPM12 ("" for none).
 	TPM string
 	// IOMMU gives each node an Intel IOMMU (the q35 machine).
 	IOMMU bool
@@ -71,8 +71,8 @@ type QEMURequest struct {
 
 // The TPM versions of --with-tpm2 and --with-tpm1_2.
 const (
-	TPM2  = qemu.TPM2
-	TPM12 = qemu.TPM12
+	TPM2  = vm.TPM2
+	TPM12 = vm.TPM12
 )
 
 // KMSKeyFile is the cluster's KMS sealing key, in its folder: without it the nodes' KMS-sealed

@@ -21,7 +21,7 @@ import (
 
 	"github.com/talos-go/talos/internal/container/netnstest"
 	"github.com/talos-go/talos/internal/metal"
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -61,7 +61,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 
-	kvm = qemu.KVMWorks(kernel)
+	kvm = vm.KVMWorks(kernel)
 	fmt.Fprintf(os.Stderr, "metal e2e: QEMU with KVM: %v\n", kvm)
 
 	return m.Run()

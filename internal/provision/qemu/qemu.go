@@ -1,5 +1,5 @@
 // Package qemu is the qemu provisioner: each node is a QEMU guest booting the metal boot assets
-// (`make boot`), on a bridge of the cluster's where a network process of its own (internal/qemu)
+// (`make boot`), on a bridge of the cluster's where a network process of its own (package vm)
 // serves DHCP, DNS and the nodes' configs (root).
 package qemu
 
@@ -29,7 +29,7 @@ import (
 	"github.com/talos-go/talos/internal/metal"
 	"github.com/talos-go/talos/internal/partition"
 	"github.com/talos-go/talos/internal/provision"
-	vm "github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 )
 
 // Provisioner is the qemu provisioner.

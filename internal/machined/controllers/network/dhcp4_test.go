@@ -24,7 +24,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -36,7 +36,7 @@ type dhcpServer struct {
 	renewals atomic.Int32
 }
 
-func startDHCPServer(t *testing.T, link string, spec qemu.NetworkSpec) *dhcpServer {
+func startDHCPServer(t *testing.T, link string, spec vm.NetworkSpec) *dhcpServer {
 	t.Helper()
 
 	s := &dhcpServer{}
@@ -169,9 +169,9 @@ func clientLink(t *testing.T, client, server string) net.HardwareAddr {
 func TestDHCP4KeepsTheLease(t *testing.T) {
 	mac := clientLink(t, "dhcp0", "dhcp1")
 
-	server := startDHCPServer(t, "dhcp1", qemu.NetworkSpec{
+	server := startDHCPServer(t, "dhcp1", vm.NetworkSpec{
 		Bridge: "dhcp1", Gateway: netip.MustParsePrefix("10.9.5.1/24"), Nameservers: []netip.Addr{netip.MustParseAddr("10.9.5.53")},
-		Nodes:     []qemu.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.5.2")}},
+		Nodes:     []vm.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.5.2")}},
 		LeaseTime: 6 * time.Second,
 	})
 
@@ -234,9 +234,9 @@ func TestDHCP4KeepsTheLease(t *testing.T) {
 func TestDHCP4FromTheConfig(t *testing.T) {
 	mac := clientLink(t, "cdhcp0", "cdhcp1")
 
-	startDHCPServer(t, "cdhcp1", qemu.NetworkSpec{
+	startDHCPServer(t, "cdhcp1", vm.NetworkSpec{
 		Bridge: "cdhcp1", Gateway: netip.MustParsePrefix("10.9.4.1/24"),
-		Nodes: []qemu.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.4.2")}},
+		Nodes: []vm.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.4.2")}},
 	})
 
 	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.DHCP4Controller{Retry: time.Second}, &networkctrl.SpecController{})

@@ -15,7 +15,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -28,10 +28,10 @@ func TestDHCP6FromTheConfig(t *testing.T) {
 
 	const addr = "fd74:616c:a09:600::2"
 
-	server := startDHCPServer(t, "dhcp61", qemu.NetworkSpec{
+	server := startDHCPServer(t, "dhcp61", vm.NetworkSpec{
 		Bridge: "dhcp61", IPv6: netip.MustParsePrefix("fd74:616c:a09:600::/64"), LeaseTime: 6 * time.Second,
 		Nameservers: []netip.Addr{netip.MustParseAddr("fd74:616c:a09:600::53")},
-		Nodes:       []qemu.NodeLease{{Name: "node-1", MAC: mac.String(), Address6: netip.MustParseAddr(addr)}},
+		Nodes:       []vm.NodeLease{{Name: "node-1", MAC: mac.String(), Address6: netip.MustParseAddr(addr)}},
 	})
 
 	env := ctest.Start(t, &networkctrl.ConfigSpecController{}, &networkctrl.DHCP4Controller{Retry: time.Second},

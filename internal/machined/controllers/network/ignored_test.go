@@ -14,7 +14,7 @@ import (
 
 	"github.com/talos-go/talos/internal/machined/controllers/ctest"
 	networkctrl "github.com/talos-go/talos/internal/machined/controllers/network"
-	"github.com/talos-go/talos/internal/qemu"
+	"github.com/talos-go/talos/internal/provision/qemu/vm"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -25,9 +25,9 @@ import (
 func TestDHCP4IgnoredLink(t *testing.T) {
 	mac := clientLink(t, "ign0", "ign1")
 
-	startDHCPServer(t, "ign1", qemu.NetworkSpec{
+	startDHCPServer(t, "ign1", vm.NetworkSpec{
 		Bridge: "ign1", Gateway: netip.MustParsePrefix("10.9.13.1/24"),
-		Nodes: []qemu.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.13.2")}},
+		Nodes: []vm.NodeLease{{Name: "node-1", MAC: mac.String(), Address: netip.MustParseAddr("10.9.13.2")}},
 	})
 
 	// The boot's lease, as internal/metal applies it.

@@ -1,4 +1,4 @@
-package qemu
+package vm
 
 import (
 	"net"

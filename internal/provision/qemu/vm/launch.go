@@ -1,7 +1,7 @@
-// Package qemu runs the qemu provisioner's nodes on the host: a launcher per node puts the
+// Package vm runs the qemu provisioner's nodes on the host: a launcher per node puts the
 // node's tap on the cluster bridge and runs QEMU on the metal boot assets as its child; a
 // network process per cluster answers the nodes' DHCP and serves their configs over HTTP.
-package qemu
+package vm
 
 import (
 	"bytes"
