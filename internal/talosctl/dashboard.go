@@ -14,7 +14,9 @@ import (
 	"github.com/rivo/tview"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -53,6 +55,7 @@ const historyLen = 60
 // nodeView is what the dashboard knows of one node.
 type nodeView struct {
 	hostname, version, err string
+	stage, machineType     string // MachineStatus (stage, readiness, unmet conditions), MachineType
 	uptime                 time.Duration
 	memTotal, memUsed      uint64
 	processes              int
@@ -197,6 +200,14 @@ func readNode(ctx context.Context, c *client.Client, v *nodeView) error {
 
 	if hs, err := safe.StateGetByID[*network.HostnameStatus](ctx, c.COSI, network.HostnameID); err == nil {
 		v.hostname = hs.TypedSpec().FQDN()
+	}
+
+	if ms, err := safe.StateGetByID[*runtimeres.MachineStatus](ctx, c.COSI, runtimeres.MachineStatusID); err == nil {
+		v.stage = stageText(ms.TypedSpec())
+	}
+
+	if mt, err := safe.StateGetByID[*config.MachineType](ctx, c.COSI, config.MachineTypeID); err == nil {
+		v.machineType = mt.MachineType().String()
 	}
 
 	if stat, err := c.MachineClient.SystemStat(ctx, &emptypb.Empty{}); err == nil && len(stat.GetMessages()) > 0 {
@@ -347,6 +358,7 @@ func (d *dashboard) render() {
 	var b strings.Builder
 
 	fmt.Fprintf(&b, "Node:      %s\nHost:      %s\nVersion:   %s\nUptime:    %s\n", node, v.hostname, v.version, v.uptime)
+	fmt.Fprintf(&b, "Type:      %s\nStage:     %s\n", v.machineType, tview.Escape(v.stage))
 	fmt.Fprintf(&b, "CPU:       %s\nMemory:    %d MiB / %d MiB\nProcesses: %d\n", percent(v.cpu), v.memUsed>>20, v.memTotal>>20, v.processes)
 	if r := v.ioRate; r != nil {
 		fmt.Fprintf(&b, "Network:   rx %s/s, tx %s/s\nDisk:      read %s/s, write %s/s\n", bytesText(r.netRx), bytesText(r.netTx), bytesText(r.diskRead), bytesText(r.diskWrite))
@@ -363,6 +375,26 @@ func (d *dashboard) render() {
 	d.summary.SetText(b.String())
 	d.graphs.SetText(fmt.Sprintf("CPU %s\n%s\n\nMemory %s\n%s", percent(v.cpu), sparkline(v.cpu), percent(v.mem), sparkline(v.mem)))
 	d.logBox.SetText(tview.Escape(v.logs)).ScrollToEnd()
+}
+
+// stageText is the machine's stage and readiness as upstream's dashboard shows them:
+// "running, ready", or "booting, not ready (services: etcd not running)".
+func stageText(s *runtimeres.MachineStatusSpec) string {
+	if s.Status.Ready {
+		return strings.ToLower(s.Stage.String()) + ", ready"
+	}
+
+	var unmet []string
+	for _, c := range s.Status.UnmetConditions {
+		unmet = append(unmet, c.Name+": "+c.Reason)
+	}
+
+	text := strings.ToLower(s.Stage.String()) + ", not ready"
+	if len(unmet) > 0 {
+		text += " (" + strings.Join(unmet, "; ") + ")"
+	}
+
+	return text
 }
 
 // bytesText is n bytes in binary units: "512 B", "1.5 KiB".

@@ -89,12 +89,12 @@ func TestIntegrationDashboardTmux(t *testing.T) {
 		})
 	}
 
-	screen("Host:      "+hostnames[0], "Version:   "+tag, "apid", "Node:      "+nodes[0], "CPU")
+	screen("Host:      "+hostnames[0], "Version:   "+tag, "apid", "Node:      "+nodes[0], "CPU", "Type:      controlplane", "Stage:     running, ready")
 	// From the second sample on: rates from NetworkDeviceStats and DiskStats.
 	screen("Network:   rx ", "/s, tx ", "Disk:      read ", "/s, write ")
 
 	tmux("send-keys", "-t", "dash", "Right")
-	screen("Host:      "+hostnames[1], "Node:      "+nodes[1])
+	screen("Host:      "+hostnames[1], "Node:      "+nodes[1], "Type:      worker", "Stage:     running, ready")
 
 	tmux("send-keys", "-t", "dash", "h")
 	screen("Host:      " + hostnames[0])
