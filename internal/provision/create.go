@@ -697,6 +697,10 @@ func Destroy(root, name string, progress io.Writer) error {
 		return fmt.Errorf("some nodes did not stop, state kept in %s: %w", c.Dir, errors.Join(errs...))
 	}
 
+	if err = p.StopServices(c, progress); err != nil {
+		return fmt.Errorf("%w (state kept in %s: destroy again)", err, c.Dir)
+	}
+
 	if c.Discovery != nil && c.Discovery.PID != 0 {
 		fmt.Fprintf(progress, "stopping the discovery service\n")
 

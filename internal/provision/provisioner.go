@@ -37,8 +37,11 @@ type Provisioner interface {
 	// Started runs once every node is launched (e.g. giving maintenance-mode nodes their
 	// configs).
 	Started(ctx context.Context, c *Cluster, r *Request, progress io.Writer) error
+	// StopServices stops the kind's own processes on the host (a network process, a port
+	// forwarder) once the nodes are stopped, before the cluster's shared services.
+	StopServices(c *Cluster, progress io.Writer) error
 	// DestroyNetwork removes what CreateNetwork and the nodes left on the host, once the nodes
-	// and the cluster's services are stopped.
+	// and every service are stopped.
 	DestroyNetwork(c *Cluster, progress io.Writer) error
 	// Describe writes the kind's lines of `cluster show` (after the network CIDR).
 	Describe(c *Cluster, w io.Writer)

@@ -128,17 +128,19 @@ func (Provisioner) Started(context.Context, *provision.Cluster, *provision.Reque
 	return nil
 }
 
-// DestroyNetwork stops the port forwarder, then removes the nodes' cgroups and links and the
-// bridge.
-func (Provisioner) DestroyNetwork(c *provision.Cluster, progress io.Writer) error {
-	if c.PortsPID != 0 {
-		fmt.Fprintf(progress, "stopping the port forwarder\n")
-
-		if err := provision.StopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second); err != nil {
-			return err
-		}
+// StopServices stops the port forwarder of -p.
+func (Provisioner) StopServices(c *provision.Cluster, progress io.Writer) error {
+	if c.PortsPID == 0 {
+		return nil
 	}
 
+	fmt.Fprintf(progress, "stopping the port forwarder\n")
+
+	return provision.StopProcess("the port forwarder", c.PortsPID, c.Dir, 10*time.Second)
+}
+
+// DestroyNetwork removes the nodes' cgroups and links and the bridge.
+func (Provisioner) DestroyNetwork(c *provision.Cluster, progress io.Writer) error {
 	return c.RemoveNetwork(progress)
 }
 

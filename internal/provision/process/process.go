@@ -65,6 +65,9 @@ func (Provisioner) Started(context.Context, *provision.Cluster, *provision.Reque
 	return nil
 }
 
+// StopServices stops nothing: the kind starts no process of its own.
+func (Provisioner) StopServices(*provision.Cluster, io.Writer) error { return nil }
+
 // DestroyNetwork removes nothing: the nodes made nothing on the host.
 func (Provisioner) DestroyNetwork(*provision.Cluster, io.Writer) error { return nil }
 

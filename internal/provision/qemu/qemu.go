@@ -105,12 +105,13 @@ func (Provisioner) Started(ctx context.Context, c *provision.Cluster, r *provisi
 	return nil
 }
 
-// DestroyNetwork stops the network process, then removes the taps and the bridge.
-func (Provisioner) DestroyNetwork(c *provision.Cluster, progress io.Writer) error {
-	if err := stopNetwork(c, progress); err != nil {
-		return err
-	}
+// StopServices stops the network process (after the nodes: a rebooting node asks it again).
+func (Provisioner) StopServices(c *provision.Cluster, progress io.Writer) error {
+	return stopNetwork(c, progress)
+}
 
+// DestroyNetwork removes the taps and the bridge.
+func (Provisioner) DestroyNetwork(c *provision.Cluster, progress io.Writer) error {
 	return c.RemoveNetwork(progress)
 }
 
