@@ -144,8 +144,12 @@ func (Provisioner) DestroyNetwork(c *provision.Cluster, progress io.Writer) erro
 	return c.RemoveNetwork(progress)
 }
 
-// Describe adds the bridge, its MTU and the node image.
+// Describe adds the bridge, its MTU and the node image, once recorded.
 func (Provisioner) Describe(c *provision.Cluster, w io.Writer) {
+	if c.Bridge == "" {
+		return // the create failed before
+	}
+
 	fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nIMAGE             %s\n", c.Bridge, c.MTU, c.Image)
 }
 

@@ -115,8 +115,12 @@ func (Provisioner) DestroyNetwork(c *provision.Cluster, progress io.Writer) erro
 	return c.RemoveNetwork(progress)
 }
 
-// Describe adds the bridge, its MTU, the boot assets, KVM and the config server.
+// Describe adds the bridge, its MTU, the boot assets, KVM and the config server, once recorded.
 func (Provisioner) Describe(c *provision.Cluster, w io.Writer) {
+	if c.Kernel == "" {
+		return // the create failed before
+	}
+
 	fmt.Fprintf(w, "BRIDGE            %s\nMTU               %d\nKERNEL            %s\nINITRAMFS         %s\nKVM               %v\nCONFIGS           %s\n",
 		c.Bridge, c.MTU, c.Kernel, c.Initrd, c.KVM, c.ConfigServer)
 }
