@@ -4,18 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cri"
 	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talos-go/talos/internal/configsupport"
 	"github.com/talos-go/talos/internal/machined/resources"
@@ -77,6 +83,8 @@ func TestIntegrationResourceParity(t *testing.T) {
 		return err
 	})
 
+	apiAnswersShaped(t, c)
+
 	defs := resources.For(configsupport.Process)
 
 	counts := testenv.ResourceParity{
@@ -128,4 +136,128 @@ func machineStatusEventSeen(t *testing.T, c *client.Client) {
 			}
 		}
 	}
+}
+
+// apiAnswersShaped checks the answers upstream's talosctl and health checks read, in
+// upstream's shape: each message names its node (metadata.hostname), Version says RBAC,
+// every service reports its health with apid, trustd and etcd healthy, EtcdStatus the member,
+// Logs exactly the tail asked for, and the stats calls answer per node.
+func apiAnswersShaped(t *testing.T, c *client.Client) {
+	t.Helper()
+
+	ctx := t.Context()
+
+	hs, err := safe.StateGetByID[*network.HostnameStatus](ctx, c.COSI, network.HostnameID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	host := hs.TypedSpec().FQDN()
+	named := func(call string, md interface{ GetHostname() string }) {
+		t.Helper()
+
+		if md.GetHostname() != host {
+			t.Errorf("%s: metadata.hostname %q, want %q", call, md.GetHostname(), host)
+		}
+	}
+
+	ver, err := c.Version(ctx)
+	if err != nil || len(ver.GetMessages()) != 1 {
+		t.Fatalf("version: %v (%d messages)", err, len(ver.GetMessages()))
+	}
+
+	named("version", ver.GetMessages()[0].GetMetadata())
+
+	if m := ver.GetMessages()[0]; m.GetVersion().GetTag() == "" || !m.GetFeatures().GetRbac() {
+		t.Errorf("version: tag %q, features %v: want a tag and RBAC", m.GetVersion().GetTag(), m.GetFeatures())
+	}
+
+	testenv.WaitFor(t, "apid, trustd and etcd healthy in ServiceList", 90*time.Second, func() error {
+		sl, err := c.ServiceList(ctx)
+		if err != nil {
+			return fmt.Errorf("service list: %w", err)
+		}
+
+		if len(sl.GetMessages()) != 1 {
+			return fmt.Errorf("service list: %d messages, want one", len(sl.GetMessages()))
+		}
+
+		named("service list", sl.GetMessages()[0].GetMetadata())
+
+		healthy := map[string]bool{}
+		for _, svc := range sl.GetMessages()[0].GetServices() {
+			if svc.GetId() == "" || svc.GetState() == "" || svc.GetHealth() == nil || len(svc.GetEvents().GetEvents()) == 0 {
+				t.Fatalf("service %v: want an ID, a state, health and events", svc)
+			}
+
+			healthy[svc.GetId()] = svc.GetState() == "Running" && svc.GetHealth().GetHealthy() && svc.GetHealth().GetLastChange() != nil
+		}
+
+		for _, id := range []string{"apid", "trustd", "etcd"} {
+			if !healthy[id] {
+				return fmt.Errorf("%s not running healthy (with its last change): %v", id, sl.GetMessages()[0].GetServices())
+			}
+		}
+
+		return nil
+	})
+
+	es, err := c.EtcdStatus(ctx)
+	if err != nil || len(es.GetMessages()) != 1 {
+		t.Fatalf("etcd status: %v", err)
+	}
+
+	named("etcd status", es.GetMessages()[0].GetMetadata())
+
+	if ms := es.GetMessages()[0].GetMemberStatus(); ms.GetMemberId() == 0 || ms.GetLeader() == 0 || ms.GetProtocolVersion() == "" || ms.GetDbSize() == 0 {
+		t.Errorf("etcd status %v: want the member ID, the leader, the protocol version and the database size", ms)
+	}
+
+	stream, err := c.Logs(ctx, "system", common.ContainerDriver_CONTAINERD, "machined", false, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := client.ReadStream(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	logs, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if lines := strings.Split(strings.TrimSuffix(string(logs), "\n"), "\n"); len(lines) != 10 {
+		t.Errorf("logs machined --tail 10: %d lines:\n%s", len(lines), logs)
+	}
+
+	nds, err := c.MachineClient.NetworkDeviceStats(ctx, &emptypb.Empty{})
+	if err != nil || len(nds.GetMessages()) != 1 {
+		t.Fatalf("network device stats: %v", err)
+	}
+
+	named("network device stats", nds.GetMessages()[0].GetMetadata())
+
+	if len(nds.GetMessages()[0].GetDevices()) == 0 || nds.GetMessages()[0].GetTotal() == nil {
+		t.Errorf("network device stats: no devices or no total: %v", nds.GetMessages()[0])
+	}
+
+	ds, err := c.MachineClient.DiskStats(ctx, &emptypb.Empty{})
+	if err != nil || len(ds.GetMessages()) != 1 {
+		t.Fatalf("disk stats: %v", err)
+	}
+
+	named("disk stats", ds.GetMessages()[0].GetMetadata())
+
+	if ds.GetMessages()[0].GetTotal() == nil {
+		t.Errorf("disk stats: no total: %v", ds.GetMessages()[0])
+	}
+
+	cf, err := c.MachineClient.CPUFreqStats(ctx, &emptypb.Empty{})
+	if err != nil || len(cf.GetMessages()) != 1 {
+		t.Fatalf("cpu freq stats: %v", err)
+	}
+
+	named("cpu freq stats", cf.GetMessages()[0].GetMetadata())
 }
