@@ -41,7 +41,10 @@ type Options struct {
 	NodeUUID   string // the machine's SMBIOS UUID, for nodeID and KMS keys
 	// Wipe zeroes the whole disk before it is partitioned (machine.install.wipe).
 	Wipe bool
-	Log  func(format string, args ...any)
+	// Ephemeral bounds EPHEMERAL's size (VolumeConfig EPHEMERAL's provisioning); by default it
+	// takes the rest of the disk.
+	Ephemeral EphemeralSize
+	Log       func(format string, args ...any)
 }
 
 // UEFIBootPath is GRUB's UEFI program on the EFI partition: the removable-media path, which
@@ -177,6 +180,10 @@ func (o Options) planPartitions(f *os.File) (size int64, ss int, parts []partiti
 	}
 
 	parts, err = partition.PlanSectors(partition.Layout, size, int64(ss))
+	if err == nil {
+		err = o.Ephemeral.apply(parts)
+	}
+
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("machine.install.disk %s: %w", o.Disk, err)
 	}

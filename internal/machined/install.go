@@ -76,6 +76,11 @@ func (n *node) InstallToDisk(ctx context.Context) error {
 		}
 	}
 
+	ephemeral, err := install.EphemeralSizeFromConfig(cfg)
+	if err != nil {
+		return err
+	}
+
 	disks, err := blockctrl.ReadDisks("/")
 	if err != nil {
 		return err
@@ -97,6 +102,7 @@ func (n *node) InstallToDisk(ctx context.Context) error {
 		State:      n.r.Paths.State(),
 		Cmdline:    install.Cmdline(string(cmdline), cfg.Machine().Install().ExtraKernelArgs()),
 		Encryption: enc,
+		Ephemeral:  ephemeral,
 		NodeUUID:   metal.SystemUUID(),
 		Log:        func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
 	})

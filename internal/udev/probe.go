@@ -30,7 +30,7 @@ type Volume struct {
 	PartitionUUID  string
 	PartitionType  string
 
-	Filesystem          string // xfs, vfat, ext4, luks, squashfs, iso9660, gpt; empty when unknown
+	Filesystem          string // xfs, vfat, ext4, luks, swap, squashfs, iso9660, gpt; empty when unknown
 	Label, UUID         string
 	FilesystemBlockSize uint32
 	ProbedSize          uint64
@@ -108,8 +108,8 @@ func readTable(path string) []partition.Placed {
 	return parts
 }
 
-// probe reads what the device's first blocks hold: a GPT, or XFS, ext4, FAT, LUKS, squashfs or
-// ISO 9660.
+// probe reads what the device's first blocks hold: a GPT, or XFS, ext4, FAT, LUKS, swap,
+// squashfs or ISO 9660.
 func probe(r io.ReaderAt, v *Volume) {
 	b := make([]byte, 4096)
 	if n, _ := r.ReadAt(b, 0); n < len(b) {
@@ -146,6 +146,11 @@ func probe(r io.ReaderAt, v *Volume) {
 		v.Filesystem = "luks"
 		v.Label = cString(b[24:72])
 		v.UUID = cString(b[168:208])
+	case string(b[4086:4096]) == "SWAPSPACE2":
+		// Swap space (version 1): its UUID and label follow the boot block's 1024 bytes.
+		v.Filesystem = "swap"
+		v.UUID = uuid.UUID(b[1036:1052]).String()
+		v.Label = cString(b[1052:1068])
 	case string(b[0:4]) == "hsqs":
 		v.Filesystem = "squashfs"
 		v.FilesystemBlockSize = binary.LittleEndian.Uint32(b[12:])

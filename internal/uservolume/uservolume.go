@@ -1,7 +1,10 @@
-// Package uservolume provisions upstream's user volumes (UserVolumeConfig) on a metal node: a
-// GPT partition named u-<name> on the first disk the volume's disk selector (CEL) matches, XFS
-// on it (in a LUKS2 volume when the document encrypts it), mounted at /var/mnt/<name>. A volume
-// found on a disk is used as it is: its data is never formatted again.
+// Package uservolume provisions upstream's user-defined volumes on a metal node. User, swap and
+// raw volumes (UserVolumeConfig, SwapVolumeConfig, RawVolumeConfig) are a GPT partition named
+// u-, s- or r-<name> on the first disk the volume's disk selector (CEL) matches, in a LUKS2
+// volume when the document encrypts it: XFS mounted at /var/mnt/<name>, swap space enabled, or
+// left as it is. An existing volume (ExistingVolumeConfig) is a filesystem found by its volume
+// selector, mounted at /var/mnt/<name>. A volume found on a disk is used as it is: its data is
+// never formatted again.
 package uservolume
 
 import (
@@ -16,13 +19,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/siderolabs/protoenc"
 	blockpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/block"
 	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/talos-go/talos/internal/encryption"
 	"github.com/talos-go/talos/internal/partition"
@@ -32,8 +33,65 @@ import (
 // MountRoot is where user volumes are mounted, each in the folder of its name.
 const MountRoot = "/var/mnt"
 
-// PartitionName is a user volume's GPT partition name.
-func PartitionName(volume string) string { return "u-" + volume }
+// mbrBootCode is the MBR's boot code and disk signature: the bytes before its partition entries.
+const mbrBootCode = 446
+
+// Use is what a provisioned volume's partition holds.
+type Use int
+
+// The uses of the three documents that provision a partition.
+const (
+	UseXFS  Use = iota // UserVolumeConfig: XFS mounted at /var/mnt/<name>
+	UseSwap            // SwapVolumeConfig: swap space, enabled
+	UseRaw             // RawVolumeConfig: nothing, the partition is the workloads'
+)
+
+// Volume is a document that provisions a partition.
+type Volume struct {
+	Kind, Name   string // the document's kind and name, for messages
+	Prefix       string // of its partition's name: u-, s-, r- (upstream's)
+	Use          Use
+	Filesystem   block.FilesystemType // a user volume's filesystem.type
+	Provisioning config.VolumeProvisioningConfig
+	Encryption   config.EncryptionConfig
+}
+
+// User, Swap and Raw are the documents' volumes.
+func User(v config.UserVolumeConfig) Volume {
+	return Volume{Kind: "UserVolumeConfig", Name: v.Name(), Prefix: "u-", Use: UseXFS, Filesystem: v.Filesystem().Type(), Provisioning: v.Provisioning(), Encryption: v.Encryption()}
+}
+
+func Swap(v config.SwapVolumeConfig) Volume {
+	return Volume{Kind: "SwapVolumeConfig", Name: v.Name(), Prefix: "s-", Use: UseSwap, Provisioning: v.Provisioning(), Encryption: v.Encryption()}
+}
+
+func Raw(v config.RawVolumeConfig) Volume {
+	return Volume{Kind: "RawVolumeConfig", Name: v.Name(), Prefix: "r-", Use: UseRaw, Provisioning: v.Provisioning(), Encryption: v.Encryption()}
+}
+
+// Volumes are the config's user, swap and raw volumes, in that order.
+func Volumes(cfg config.Config) []Volume {
+	var vs []Volume
+
+	for _, v := range cfg.UserVolumeConfigs() {
+		vs = append(vs, User(v))
+	}
+
+	for _, v := range cfg.SwapVolumeConfigs() {
+		vs = append(vs, Swap(v))
+	}
+
+	for _, v := range cfg.RawVolumeConfigs() {
+		vs = append(vs, Raw(v))
+	}
+
+	return vs
+}
+
+// PartitionName is the volume's GPT partition name, and its VolumeStatus's ID.
+func (v Volume) PartitionName() string { return v.Prefix + v.Name }
+
+func (v Volume) field() string { return v.Kind + " " + v.Name }
 
 // Disk is a disk the selector is evaluated on.
 type Disk struct {
@@ -48,6 +106,25 @@ type Env struct {
 	MountRoot  string // MountRoot, or a test's folder
 	Encryption encryption.Env
 	Log        func(format string, args ...any)
+	// LoadModule loads a kernel module (the kernel cannot: it has no modprobe to call), nil
+	// where none are needed; EncryptionModules are what an encrypted volume needs loaded.
+	LoadModule        func(name string) error
+	EncryptionModules []string
+}
+
+// load loads the modules through env.LoadModule, when there is one.
+func (env Env) load(names ...string) error {
+	if env.LoadModule == nil {
+		return nil
+	}
+
+	for _, m := range names {
+		if err := env.LoadModule(m); err != nil {
+			return fmt.Errorf("loading module %s: %w", m, err)
+		}
+	}
+
+	return nil
 }
 
 // Result is a provisioned volume.
@@ -62,56 +139,52 @@ type Result struct {
 	UUID       string // the filesystem's: a volume formatted again gets another
 }
 
-// Check refuses what this node cannot provision, naming the field: a filesystem other than
-// XFS, a volume without a disk selector, encryption it cannot do.
-func Check(v config.UserVolumeConfig) error {
-	field := "UserVolumeConfig " + v.Name()
+// Check refuses what this node cannot provision, naming the field: a user volume's filesystem
+// other than XFS, a volume without a disk selector, encryption it cannot do.
+func Check(v Volume) error {
+	field := v.field()
 
-	if _, ok := v.Provisioning().DiskSelector().Get(); !ok {
+	if _, ok := v.Provisioning.DiskSelector().Get(); !ok {
 		return fmt.Errorf("%s: provisioning.diskSelector.match is required: name the disk, e.g. disk.transport == \"virtio\" && !system_disk", field)
 	}
 
-	if t := v.Filesystem().Type(); t != block.FilesystemTypeXFS && t != block.FilesystemTypeNone {
+	if t := v.Filesystem; v.Use == UseXFS && t != block.FilesystemTypeXFS && t != block.FilesystemTypeNone {
 		return fmt.Errorf("%s: filesystem.type %s: only xfs is supported", field, t)
 	}
 
-	_, err := encryption.FromEncryption(field+": encryption", v.Encryption())
+	_, err := encryption.FromEncryption(field+": encryption", v.Encryption)
 
 	return err
 }
 
 // Matches tells whether the volume's selector picks the disk.
-func Matches(v config.UserVolumeConfig, d Disk) (bool, error) {
-	expr, ok := v.Provisioning().DiskSelector().Get()
+func Matches(v Volume, d Disk) (bool, error) {
+	expr, ok := v.Provisioning.DiskSelector().Get()
 	if !ok {
 		return false, nil
 	}
 
 	// The selector is over the disk resource's protobuf form, as upstream's.
-	raw, err := protoenc.Marshal(&d.Spec)
+	pb, err := toProto[blockpb.DiskSpec](&d.Spec)
 	if err != nil {
 		return false, err
 	}
 
-	var pb blockpb.DiskSpec
-	if err = proto.Unmarshal(raw, &pb); err != nil {
-		return false, err
-	}
-
-	return expr.EvalBool(celenv.DiskLocator(), map[string]any{"disk": &pb, "system_disk": d.System})
+	return expr.EvalBool(celenv.DiskLocator(), map[string]any{"disk": pb, "system_disk": d.System})
 }
 
 // Provision makes the volume ready: its partition found on a matching disk or made in the first
-// one's free space, formatted when new, opened when encrypted, and mounted.
-func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env Env) (Result, error) {
-	name := PartitionName(v.Name())
+// one's free space, opened when encrypted, then as its use asks: formatted XFS when new and
+// mounted, made swap space when new and enabled, or left as it is.
+func Provision(ctx context.Context, v Volume, disks []Disk, env Env) (Result, error) {
+	name := v.PartitionName()
 
 	candidates, err := candidateDisks(v, disks)
 	if err != nil {
 		return Result{}, err
 	}
 
-	spec, err := encryption.FromEncryption("UserVolumeConfig "+v.Name()+": encryption", v.Encryption())
+	spec, err := encryption.FromEncryption(v.field()+": encryption", v.Encryption)
 	if err != nil {
 		return Result{}, err
 	}
@@ -122,7 +195,7 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 	)
 
 	for _, d := range candidates {
-		res, err = ensurePartition(d, name, v.Provisioning(), env)
+		res, err = ensurePartition(d, name, v.Provisioning, env)
 		if err == nil {
 			break
 		}
@@ -131,7 +204,7 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 	}
 
 	if res.Partition == "" {
-		return Result{}, fmt.Errorf("UserVolumeConfig %s: %w", v.Name(), errors.Join(errs...))
+		return Result{}, fmt.Errorf("%s: %w", v.field(), errors.Join(errs...))
 	}
 
 	res.Device = res.Partition
@@ -139,9 +212,21 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 	if spec != nil {
 		res.Encrypted = true
 
-		if res.Device, err = openEncrypted(ctx, v.Name(), name, res.Partition, spec, env); err != nil {
+		if err = env.load(env.EncryptionModules...); err != nil {
+			return Result{}, fmt.Errorf("%s: encryption: %w", v.field(), err)
+		}
+
+		if res.Device, err = openEncrypted(ctx, v.field(), name, res.Partition, spec, env); err != nil {
 			return Result{}, err
 		}
+	}
+
+	switch v.Use {
+	case UseRaw:
+		return res, nil
+	case UseSwap:
+		return res, swap(res.Device, name, &res, env)
+	case UseXFS:
 	}
 
 	probed, err := udev.Probe(res.Device)
@@ -163,11 +248,11 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 			return Result{}, err
 		}
 	case probed.Filesystem != "xfs":
-		return Result{}, fmt.Errorf("UserVolumeConfig %s: partition %s holds %q, not XFS: it is left alone (wipe it to have it formatted)", v.Name(), res.Partition, probed.Filesystem)
+		return Result{}, fmt.Errorf("%s: partition %s holds %q, not XFS: it is left alone (wipe it to have it formatted)", v.field(), res.Partition, probed.Filesystem)
 	}
 
 	res.UUID = probed.UUID
-	res.MountPoint = filepath.Join(env.MountRoot, v.Name())
+	res.MountPoint = filepath.Join(env.MountRoot, v.Name)
 	if err = os.MkdirAll(res.MountPoint, 0o755); err != nil {
 		return Result{}, err
 	}
@@ -180,13 +265,13 @@ func Provision(ctx context.Context, v config.UserVolumeConfig, disks []Disk, env
 }
 
 // candidateDisks are the writable disks the volume's diskSelector matches.
-func candidateDisks(v config.UserVolumeConfig, disks []Disk) ([]Disk, error) {
+func candidateDisks(v Volume, disks []Disk) ([]Disk, error) {
 	var candidates []Disk
 
 	for _, d := range disks {
 		ok, err := Matches(v, d)
 		if err != nil {
-			return nil, fmt.Errorf("UserVolumeConfig %s: provisioning.diskSelector.match: %w", v.Name(), err)
+			return nil, fmt.Errorf("%s: provisioning.diskSelector.match: %w", v.field(), err)
 		}
 
 		if ok && !d.Spec.Readonly && !d.Spec.CDROM {
@@ -195,7 +280,7 @@ func candidateDisks(v config.UserVolumeConfig, disks []Disk) ([]Disk, error) {
 	}
 
 	if len(candidates) == 0 {
-		return nil, fmt.Errorf("UserVolumeConfig %s: no disk matches provisioning.diskSelector.match (%d disks seen)", v.Name(), len(disks))
+		return nil, fmt.Errorf("%s: no disk matches provisioning.diskSelector.match (%d disks seen)", v.field(), len(disks))
 	}
 
 	return candidates, nil
@@ -229,7 +314,7 @@ func openEncrypted(ctx context.Context, volume, name, part string, spec *encrypt
 	}
 
 	if err != nil {
-		return "", fmt.Errorf("UserVolumeConfig %s: %w", volume, err)
+		return "", fmt.Errorf("%s: %w", volume, err)
 	}
 
 	return dev, nil
@@ -283,7 +368,18 @@ func ensurePartition(d Disk, name string, p config.VolumeProvisioningConfig, env
 		return Result{}, err
 	}
 
+	// The table is written anew; the MBR's boot code (GRUB's, on a system disk) is kept, or the
+	// disk would not boot by BIOS again.
+	boot := make([]byte, mbrBootCode)
+	if _, err = f.ReadAt(boot, 0); err != nil {
+		return Result{}, err
+	}
+
 	if err = partition.Write(f, size, append(parts, placed)); err != nil {
+		return Result{}, err
+	}
+
+	if _, err = f.WriteAt(boot, 0); err != nil {
 		return Result{}, err
 	}
 

@@ -21,9 +21,12 @@ import (
 	"github.com/talos-go/talos/internal/uservolume"
 )
 
-// UserVolumesController provisions the config's user volumes (UserVolumeConfig) on an
-// installed metal node and reports each as a VolumeStatus u-<name>: ready and mounted at
-// /var/mnt/<name>, or failed with why. A ready volume stays as it is until the next boot.
+// UserVolumesController provisions the config's user-defined volumes on an installed metal
+// node and reports each as a VolumeStatus: user volumes (UserVolumeConfig) u-<name> mounted at
+// /var/mnt/<name>, swap volumes (SwapVolumeConfig) s-<name> swapped on, raw volumes
+// (RawVolumeConfig) r-<name> made, existing volumes (ExistingVolumeConfig) e-<name> mounted at
+// /var/mnt/<name>; each ready, or failed with why. A ready volume stays as it is until the next
+// boot.
 type UserVolumesController struct {
 	StateDir string // the node's STATE (its salt, for keys locked to STATE)
 }
@@ -38,6 +41,7 @@ func (ctrl *UserVolumesController) Inputs() []controller.Input {
 		{Namespace: block.NamespaceName, Type: block.DiskType, Kind: controller.InputWeak},
 		// The disks' /dev/disk links (what selectors name) come after the disks.
 		{Namespace: block.NamespaceName, Type: block.SymlinkType, Kind: controller.InputWeak},
+		{Namespace: block.NamespaceName, Type: block.DiscoveredVolumeType, Kind: controller.InputWeak},
 	}
 }
 
@@ -51,7 +55,7 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 	ready := map[string]uservolume.Result{}
 
 	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
-		if cfg == nil || len(cfg.Config().UserVolumeConfigs()) == 0 {
+		if cfg == nil || len(uservolume.Volumes(cfg.Config()))+len(cfg.Config().ExistingVolumeConfigs()) == 0 {
 			return nil
 		}
 
@@ -91,22 +95,23 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 
 		salt, _ := os.ReadFile(filepath.Join(ctrl.StateDir, encryption.SaltFile))
 
-		for _, v := range cfg.Config().UserVolumeConfigs() {
-			id := uservolume.PartitionName(v.Name())
+		for _, v := range uservolume.Volumes(cfg.Config()) {
+			id := v.PartitionName()
 			if _, ok := ready[id]; ok {
 				continue
 			}
 
 			env := uservolume.Env{Sysfs: "/sys", Dev: "/dev", MountRoot: uservolume.MountRoot,
 				Encryption: encryption.Env{NodeUUID: metal.SystemUUID(), Salt: salt},
-				Log:        func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }}
+				Log:        func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
+				LoadModule: metal.LoadModule, EncryptionModules: metal.EncryptionModules}
 
 			res, provErr := uservolume.Provision(ctx, v, list, env)
 
 			failure := ""
 			if provErr != nil {
 				failure = provErr.Error()
-				log.Warn("user volume", zap.String("volume", v.Name()), zap.Error(provErr))
+				log.Warn("volume", zap.String("volume", id), zap.Error(provErr))
 			}
 
 			if err = safe.WriterModify(ctx, r, block.NewVolumeStatus(block.NamespaceName, id), func(s *block.VolumeStatus) error {
@@ -123,9 +128,16 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 
 				spec.Location, spec.ParentLocation, spec.PartitionIndex = res.Partition, res.Disk, res.Index
 				spec.MountLocation, spec.UUID = res.Device, res.UUID
-				spec.MountSpec = block.MountSpec{TargetPath: res.MountPoint}
-				spec.Filesystem = block.FilesystemTypeXFS
 				spec.SetSize(res.Size)
+
+				switch v.Use {
+				case uservolume.UseXFS:
+					spec.Filesystem = block.FilesystemTypeXFS
+					spec.MountSpec = block.MountSpec{TargetPath: res.MountPoint}
+				case uservolume.UseSwap:
+					spec.Filesystem = block.FilesystemTypeSwap
+				case uservolume.UseRaw:
+				}
 
 				if res.Encrypted {
 					spec.EncryptionProvider = block.EncryptionProviderLUKS2
@@ -139,6 +151,82 @@ func (ctrl *UserVolumesController) Run(ctx context.Context, r controller.Runtime
 			}
 		}
 
-		return nil
+		return ctrl.existing(ctx, r, cfg, ready, log)
 	})
+}
+
+// existing mounts the config's existing volumes, each the first discovered volume its
+// selector matches (in the devices' order), as it is.
+func (ctrl *UserVolumesController) existing(ctx context.Context, r controller.Runtime, cfg *config.MachineConfig, ready map[string]uservolume.Result, log *zap.Logger) error {
+	if len(cfg.Config().ExistingVolumeConfigs()) == 0 {
+		return nil
+	}
+
+	vols, err := safe.ReaderListAll[*block.DiscoveredVolume](ctx, r)
+	if err != nil {
+		return err
+	}
+
+	var found []uservolume.Found
+
+	for vol := range vols.All() {
+		f := uservolume.Found{Volume: *vol.TypedSpec()}
+
+		disk := vol.Metadata().ID()
+		if p := f.Volume.ParentDevPath; p != "" {
+			disk = filepath.Base(p)
+		}
+
+		if d, err := safe.ReaderGetByID[*block.Disk](ctx, r, disk); err == nil {
+			f.Disk = *d.TypedSpec()
+		}
+
+		found = append(found, f)
+	}
+
+	for _, v := range cfg.Config().ExistingVolumeConfigs() {
+		id := uservolume.ExistingPrefix + v.Name()
+		if _, ok := ready[id]; ok {
+			continue
+		}
+
+		f, err := uservolume.MatchExisting(v, found)
+
+		target := ""
+		if err == nil {
+			target, err = uservolume.MountExisting(v, f, uservolume.Env{MountRoot: uservolume.MountRoot, LoadModule: metal.LoadModule})
+		}
+
+		failure := ""
+		if err != nil {
+			failure = err.Error()
+			log.Warn("volume", zap.String("volume", id), zap.Error(err))
+		}
+
+		if err = safe.WriterModify(ctx, r, block.NewVolumeStatus(block.NamespaceName, id), func(s *block.VolumeStatus) error {
+			spec := s.TypedSpec()
+			spec.Type = block.VolumeTypePartition
+			spec.Phase, spec.ErrorMessage = block.VolumePhaseReady, ""
+
+			if failure != "" {
+				spec.Phase, spec.ErrorMessage = block.VolumePhaseFailed, failure
+
+				return nil
+			}
+
+			spec.Location, spec.ParentLocation, spec.PartitionIndex = f.Volume.DevPath, f.Volume.ParentDevPath, int(f.Volume.PartitionIndex)
+			spec.MountLocation, spec.UUID, spec.PartitionUUID = f.Volume.DevPath, f.Volume.UUID, f.Volume.PartitionUUID
+			spec.MountSpec = block.MountSpec{TargetPath: target}
+			spec.Filesystem, _ = block.FilesystemTypeString(f.Volume.Name)
+			spec.SetSize(f.Volume.Size)
+
+			ready[id] = uservolume.Result{MountPoint: target}
+
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+
+	return nil
 }
