@@ -33,12 +33,14 @@ func TestCheckNamesTheRefusedField(t *testing.T) {
 			[]string{"machine.sysfs: a process or container node shares the host's kernel and /sys", "(on a process node)"}},
 		{"watchdog document", base + "---\napiVersion: v1alpha1\nkind: WatchdogTimerConfig\ndevice: /dev/watchdog0\n", configsupport.Container,
 			[]string{"WatchdogTimerConfig: a watchdog device belongs to the machine's own kernel", "(on a container node)"}},
-		{"swap volume", base + "---\napiVersion: v1alpha1\nkind: SwapVolumeConfig\nname: swap1\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 2GiB\n", configsupport.Metal,
-			[]string{"SwapVolumeConfig(swap1): swap volumes are not implemented"}},
+		{"swap volume", base + "---\napiVersion: v1alpha1\nkind: SwapVolumeConfig\nname: swap1\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 2GiB\n", configsupport.Container,
+			[]string{"SwapVolumeConfig(swap1): swap volumes are partitions of the node's own disks", "(on a container node)"}},
 		{"base runtime spec", base + "  baseRuntimeSpecOverrides:\n    process:\n      rlimits: []\n", configsupport.Process,
 			[]string{"machine.baseRuntimeSpecOverrides: a process node runs no containerd", "(on a process node)"}},
-		{"system volume provisioning", base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  maxSize: 40GiB\n", configsupport.Metal,
-			[]string{"VolumeConfig(EPHEMERAL).provisioning: the system volumes' sizes"}},
+		{"system volume disk", base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 40GiB\n", configsupport.Metal,
+			[]string{"VolumeConfig(EPHEMERAL).provisioning.diskSelector: EPHEMERAL is made on the install disk"}},
+		{"system volume size", base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  maxSize: 40GiB\n", configsupport.Process,
+			[]string{"VolumeConfig(EPHEMERAL).provisioning: EPHEMERAL is a folder", "(on a process node)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := configloader.NewFromBytes([]byte(tc.yaml))

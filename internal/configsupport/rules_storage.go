@@ -7,22 +7,35 @@ var storageRules = []Rule{
 
 	{Path: "VolumeConfig.name", Test: "internal/encryption.TestFromConfig"},
 	{Path: "VolumeConfig.encryption", Test: "internal/encryption.TestFromConfig"},
+	// EPHEMERAL's size is set by the installer (internal/install.EphemeralSize); grow: true and
+	// an EPHEMERAL below 1 GiB are refused by value (internal/install.TestEphemeralSize).
 	{
-		Path: "VolumeConfig.provisioning", Refused: "the system volumes' sizes and disks are fixed by the installer",
+		Path: "VolumeConfig.provisioning", Test: "internal/e2e/metal.TestClusterCreateQEMUVolumes",
+		Refused: "EPHEMERAL is a folder of the node's state folder, with no partition to size", On: []Node{Process, Container},
 		Fix: "remove provisioning from the VolumeConfig (encryption is honoured)",
 	},
+	{
+		Path: "VolumeConfig.provisioning.diskSelector", Refused: "EPHEMERAL is made on the install disk, next to STATE",
+		Fix: "remove the diskSelector; choose the disk with machine.install.disk or machine.install.diskSelector",
+	},
 
+	// Swap and raw volumes are partitions made as user volumes are (internal/uservolume),
+	// encryption included: the e2e test encrypts both (nodeID keys; the other key kinds are the
+	// user volumes' code).
 	{
-		Path: "RawVolumeConfig", Refused: "raw volumes are not implemented",
-		Fix: "remove the document, or use a UserVolumeConfig (an xfs volume)",
+		Path: "SwapVolumeConfig", Test: "internal/e2e/metal.TestClusterCreateQEMUVolumes",
+		Refused: "swap volumes are partitions of the node's own disks, and swap is the host kernel's", On: []Node{Process, Container},
+		Fix: "remove the document (swap is for nodes on their own kernel and disks)",
 	},
 	{
-		Path: "ExistingVolumeConfig", Refused: "mounting existing volumes is not implemented",
-		Fix: "remove the document, or use a UserVolumeConfig",
+		Path: "RawVolumeConfig", Test: "internal/e2e/metal.TestClusterCreateQEMUVolumes",
+		Refused: "raw volumes are partitions of the node's own disks", On: []Node{Process, Container},
+		Fix: "remove the document (raw volumes are for nodes on their own disks)",
 	},
 	{
-		Path: "SwapVolumeConfig", Refused: "swap volumes are not implemented",
-		Fix: "remove the document",
+		Path: "ExistingVolumeConfig", Test: "internal/e2e/metal.TestClusterCreateQEMUVolumes",
+		Refused: "existing volumes are found on the node's own disks", On: []Node{Process, Container},
+		Fix: "remove the document (existing volumes are for nodes on their own disks)",
 	},
 	{
 		Path: "ZswapConfig", Refused: "zswap is not configured by this node",
