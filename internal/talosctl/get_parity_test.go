@@ -14,8 +14,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
-	"github.com/siderolabs/talos/pkg/machinery/resources/cri"
 	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -31,14 +31,22 @@ import (
 // processEmpty are the types a ready process control plane registers and leaves empty.
 var processEmpty = map[resource.Type]string{
 	runtimeres.ExtensionStatusType: "no system extensions",
-	runtimeres.MetaKeyType:         "no META key written (upstream's nodes too until one is)",
-	runtimeres.KmsgLogConfigType:   "only with a KmsgLogConfig document or talos.logging.kernel",
-	runtimeres.EventSinkConfigType: "only with talos.events.sink",
-	k8s.NodeAnnotationSpecType:     "only with machine.nodeAnnotations",
+	runtimeres.KmsgLogConfigType:   "only with a KmsgLogConfig document, which would send the host's kernel log",
+	runtimeres.EventSinkConfigType: "only with an EventSinkConfig document, whose sink the node would dial without end",
 	k8s.NodeCordonedSpecType:       "only while the node is cordoned (an upgrade)",
-	k8s.NodeTaintSpecType:          "only with machine.nodeTaints: unlike upstream, whose control planes publish their NoSchedule taint here, ours is applied by NodeRoleController",
-	cri.SeccompProfileType:         "only with machine.seccompProfiles",
 }
+
+// parityPatch fills the types a node publishes only when configured.
+const parityPatch = `machine:
+  nodeAnnotations:
+    example.com/parity: "yes"
+  nodeTaints:
+    example.com/parity: "yes:NoSchedule"
+  seccompProfiles:
+    - name: parity.json
+      value:
+        defaultAction: SCMP_ACT_LOG
+`
 
 // TestIntegrationResourceParity reads every resource a ready process control plane publishes
 // through the State API and through `talosctl get -o yaml`, and checks each against machinery
@@ -49,11 +57,31 @@ func TestIntegrationResourceParity(t *testing.T) {
 	testenv.EtcdNextToMachined(t)
 
 	addr := "127.5.23.5"
-	n := testenv.StartNode(t, addr, testenv.Config(t, machine.TypeControlPlane, addr))
+	patches, err := configpatcher.LoadPatches([]string{parityPatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	patched, err := configpatcher.Apply(configpatcher.WithBytes(testenv.Config(t, machine.TypeControlPlane, addr)), patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := patched.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n := testenv.StartNode(t, addr, cfg)
 	c := n.Client(t)
 	n.WaitConfigured(t, c)
 
 	ctx := t.Context()
+
+	// A META key, as an install or `talosctl meta write` leaves.
+	if err = c.MetaWrite(ctx, 0x0c, []byte("parity")); err != nil {
+		t.Fatal(err)
+	}
 
 	testenv.WaitFor(t, "machine status running and ready", 90*time.Second, func() error {
 		ms, err := safe.StateGetByID[*runtimeres.MachineStatus](ctx, c.COSI, runtimeres.MachineStatusID)
