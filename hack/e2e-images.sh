@@ -228,7 +228,7 @@ chmod 755 "$hd/usr/local/bin/httpd-foreground"
 
 # Checks that the servers start in their staged trees (as root, in a network namespace of their
 # own, so port 80 is theirs, /dev and /proc mounted as a container has them): each one's page
-# is served.
+# is served. In a PID namespace too: the server ends with the check's shell, its first process.
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
   for t in nginx:/usr/sbin/nginx:-g:daemon\ off\; httpd:/usr/local/bin/httpd-foreground; do
     img=${t%%:*}
@@ -236,7 +236,7 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
     rm -rf "$root" && mkdir -p "$root" && cp -a "$bb/." "$root/" && cp -a "$stage/$img/." "$root/"
     IFS=: read -r -a argv <<<"${t#*:}"
     mkdir -p "$root/dev" "$root/proc"
-    page=$(unshare -n -m --propagation private sh -c 'mount --rbind /dev "$0/dev" && mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$root" /bin/sh -c 'ip link set lo up; "$@" >/tmp/out 2>&1 & for i in $(seq 50); do wget -q -O - http://127.0.0.1/ 2>/dev/null && exit 0; sleep 0.1; done; cat /tmp/out; exit 1' sh "${argv[@]}") || {
+    page=$(unshare -n -m -p --fork --propagation private sh -c 'mount --rbind /dev "$0/dev" && mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$root" /bin/sh -c 'ip link set lo up; "$@" >/tmp/out 2>&1 & for i in $(seq 50); do wget -q -O - http://127.0.0.1/ 2>/dev/null && exit 0; sleep 0.1; done; cat /tmp/out; exit 1' sh "${argv[@]}") || {
       echo "$img does not serve in its staged tree: $page" >&2
       exit 1
     }
