@@ -49,7 +49,7 @@ stage=$CACHE/stage
 rm -rf "$stage" && mkdir -p "$stage/debs" "$stage/x"
 
 echo "downloading ${DEBS[*]} (apt-get download)"
-(cd "$stage/debs" && apt-get download "${DEBS[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+(cd "$stage/debs" && apt-get download -q "${DEBS[@]}")
 for d in "$stage"/debs/*.deb; do dpkg-deb -x "$d" "$stage/x"; done
 X=$stage/x
 
@@ -236,6 +236,7 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
     rm -rf "$root" && mkdir -p "$root" && cp -a "$bb/." "$root/" && cp -a "$stage/$img/." "$root/"
     IFS=: read -r -a argv <<<"${t#*:}"
     mkdir -p "$root/dev" "$root/proc"
+    # shellcheck disable=SC2016 # the $0, $@ and $(...) are the inner shells'
     page=$(unshare -n -m -p --fork --propagation private sh -c 'mount --rbind /dev "$0/dev" && mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$root" /bin/sh -c 'ip link set lo up; "$@" >/tmp/out 2>&1 & for i in $(seq 50); do wget -q -O - http://127.0.0.1/ 2>/dev/null && exit 0; sleep 0.1; done; cat /tmp/out; exit 1' sh "${argv[@]}") || {
       echo "$img does not serve in its staged tree: $page" >&2
       exit 1
