@@ -467,6 +467,9 @@ func bondSpec(b platform.Bond) (network.BondMasterSpec, error) {
 }
 
 // linkName is the kernel's name of a platform's link: its name, or the card's with its MAC.
+// A bond's member has the bond's MAC once it joined (made before the cards are configured), so
+// a member is known by its permanent MAC, and the bond, which has a member's or its own, is
+// passed over.
 func linkName(l platform.Link) (string, error) {
 	if l.MAC == "" {
 		return l.Name, nil
@@ -478,7 +481,17 @@ func linkName(l platform.Link) (string, error) {
 	}
 
 	for _, i := range ifaces {
-		if strings.EqualFold(i.HardwareAddr.String(), l.MAC) {
+		sys := filepath.Join("/sys/class/net", i.Name)
+		if _, err := os.Stat(filepath.Join(sys, "bonding")); err == nil {
+			continue
+		}
+
+		mac := i.HardwareAddr.String()
+		if b, err := os.ReadFile(filepath.Join(sys, "bonding_slave", "perm_hwaddr")); err == nil {
+			mac = strings.TrimSpace(string(b))
+		}
+
+		if strings.EqualFold(mac, l.MAC) {
 			return i.Name, nil
 		}
 	}
