@@ -9,6 +9,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+
+	"github.com/talos-go/talos/internal/udev"
 )
 
 // Check refuses a config that sets a field or document the node refuses: one error per field,
@@ -58,7 +60,28 @@ func Check(cfg config.Provider, node Node) error {
 		})
 	}
 
+	errs = append(errs, checkUdevRules(cfg, node)...)
+
 	return errors.Join(errs...)
+}
+
+// checkUdevRules refuses, where the node runs the rules, a udev rule its udevd does not know
+// (a key it does not match or assign, a syntax error), naming the rule.
+func checkUdevRules(cfg config.Provider, node Node) []error {
+	if r, ok := Lookup("machine.udev.rules"); !ok || r.StatusOn(node) == RefusedField ||
+		cfg.Machine() == nil || cfg.Machine().Udev() == nil {
+		return nil
+	}
+
+	var errs []error
+
+	for i, text := range cfg.Machine().Udev().Rules() {
+		if _, err := udev.ParseText(text); err != nil {
+			errs = append(errs, fmt.Errorf("machine.udev.rules[%d]: %w; write it with the keys this node's udevd knows, or remove it", i, err))
+		}
+	}
+
+	return errs
 }
 
 // cut shortens a value path (machine.kernel.modules[0].name, as segments) to the refused rule's

@@ -63,9 +63,12 @@ var machineRules = []Rule{
 
 	{Path: "machine.logging", Test: "internal/e2e.TestClusterCreateWithDebugAndEndpoint"},
 
+	// Run by the metal node's udevd (internal/udev) on every device when they change and on
+	// each uevent after; Check refuses the keys it does not know, naming the rule.
 	{
-		Path: "machine.udev.rules", Refused: "udev rules from the config are not implemented",
-		Fix: "remove them",
+		Path: "machine.udev.rules", Test: udevEthernetTest, On: []Node{Process, Container},
+		Refused: "a process or container node runs no udevd: its devices are the host's",
+		Fix:     "remove them, and add the rules to the host's udev, or run a metal node",
 	},
 
 	// Merged into containerd's default spec as CRI's runc base_runtime_spec at containerd's start.

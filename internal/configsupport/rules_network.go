@@ -6,6 +6,10 @@ const (
 	ksCtrl   = "internal/machined/controllers/kubespan."
 	metalE2E = "internal/e2e/metal."
 	ownTest  = "internal/configsupport."
+
+	// udevEthernetTest boots one metal node with udev rules (a disk's link, a sysfs write) and
+	// an EthernetConfig (channels and a feature of its virtio-net NIC).
+	udevEthernetTest = metalE2E + "TestUdevRulesAndEthernetConfig"
 )
 
 // ownKernel is a field only a node on its own kernel (metal) honours: process and container
@@ -120,8 +124,8 @@ var networkRules = append([]Rule{
 		Fix:     "remove it, or run the node as a container or on its own kernel",
 	},
 
-	notYet("EthernetConfig", "this node does not set a link's ethtool features, rings or channels",
-		"remove the EthernetConfig document; the driver's defaults stay"),
+	// ethtool settings of the machine's NICs (network.EthernetController).
+	ownKernel("EthernetConfig", udevEthernetTest),
 }, bondOptionRules()...)
 
 // bondOptions are the bonding options a node on its own kernel passes on when it makes the bond:

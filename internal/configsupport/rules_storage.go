@@ -38,7 +38,9 @@ var storageRules = []Rule{
 		Fix: "remove the document (existing volumes are for nodes on their own disks)",
 	},
 	{
-		Path: "ZswapConfig", Refused: "zswap is not configured by this node",
+		// Upstream writes /sys/module/zswap/parameters/{enabled,max_pool_percent,shrinker_enabled}.
+		Path: "ZswapConfig", Refused: "no zswap: the metal node's kernel (Debian's cloud kernel 6.1) is built without it " +
+			"(CONFIG_ZSWAP is not set, no /sys/module/zswap), and process and container nodes share the host's kernel",
 		Fix: "remove the document",
 	},
 }
