@@ -387,7 +387,7 @@ func serviceAction(st system.State) machine.ServiceStateEvent_Action {
 	return machine.ServiceStateEvent_INITIALIZED
 }
 
-// writeServiceResources mirrors service states into Service resources (runtime namespace).
+// writeServiceResources mirrors running services into Service resources (runtime namespace).
 // The services' states also make MachineStatus's services condition.
 func (n *node) writeServiceResources(ctx context.Context) error {
 	states := map[string]system.Info{}
@@ -400,9 +400,19 @@ func (n *node) writeServiceResources(ctx context.Context) error {
 			states[info.ID] = info
 			n.setServicesCondition(ctx, states)
 
+			// As upstream's: a Service resource exists while its service runs, and is
+			// removed on any other state (waiting, finished, failed, skipped).
+			if info.State != system.StateRunning {
+				if err := n.r.State.Destroy(ctx, v1alpha1.NewService(info.ID).Metadata()); err != nil && !state.IsNotFoundError(err) && ctx.Err() == nil {
+					n.r.Log.Warn("removing service resource", zap.String("service", info.ID), zap.Error(err))
+				}
+
+				continue
+			}
+
 			if err := safe.StateModify(ctx, n.r.State, v1alpha1.NewService(info.ID), func(res *v1alpha1.Service) error {
 				spec := res.TypedSpec()
-				spec.Running = info.State == system.StateRunning
+				spec.Running = true
 				spec.Healthy = info.Health.Healthy
 				spec.Unknown = info.Health.Unknown
 
