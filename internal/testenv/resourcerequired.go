@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"reflect"
+
 	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
@@ -114,3 +117,16 @@ var OwnTypes = map[resource.Type]string{
 }
 
 const joinWhy = "join approval (talosctl join), our addition"
+
+// NotOnTheWire are the machinery types machinery registers no protobuf decoder for: upstream's
+// clients, as ours, receive them as generic resources (their YAML form), not as the type.
+var NotOnTheWire = map[resource.Type]string{
+	network.DNSUpstreamType: "its spec holds the live connection to the upstream resolver; machinery does not register it for protobuf",
+}
+
+// rawKernelFlags are machinery flag sets that upstream fills with the kernel's flags as they
+// come, bits machinery gives no name included: their text form drops those bits, in upstream's
+// answers too.
+var rawKernelFlags = map[reflect.Type]string{
+	reflect.TypeFor[nethelpers.RouteFlags](): "upstream copies rtm_flags, where a route's next-hop flags (RTNH_F_ONLINK = 4 on flannel's routes) sit unnamed",
+}
