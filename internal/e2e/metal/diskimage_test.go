@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,13 +19,15 @@ import (
 // OpenStack's disk image (make boot BOOT_PLATFORMS=openstack: qcow2) booted as the machine's
 // only disk, with a config drive: GRUB boots slot A with talos.platform=openstack and the
 // platform's consoles, the node takes its config, hostname and address from the drive and runs
-// from its disk without installing.
+// from its disk without installing. The drive's network_data.json bonds the card (bond0, with
+// the bond's own ethernet_mac_address, as Nova writes a bonded port): the address is on the
+// bond, which has that MAC, as upstream sets it.
 func TestOpenStackDiskImage(t *testing.T) {
 	image := platformImage(t, platform.OpenStack)
 
 	cli := testenv.CLI{Binary: filepath.Join(binDir, "talosctl"), Home: t.TempDir(), Timeout: 30 * time.Second}
 	config, talosconfig := nocloudConfig(t, cli)
-	iso := openstackConfigDrive(t, config)
+	iso := openstackConfigDriveWith(t, config, openstackBondNetworkData())
 
 	start := time.Now()
 	m := bootWith(t, qemuOptions{disk: image, args: []string{"-drive", "file=" + iso + ",media=cdrom,if=ide,readonly=on"}})
@@ -35,9 +38,20 @@ func TestOpenStackDiskImage(t *testing.T) {
 	took := waitAPID(t, m, cli, ep, start)
 	t.Logf("openstack disk image with a config drive: apid answered with the user data's certificates %s after QEMU started (KVM %v)", took.Round(100*time.Millisecond), kvm)
 
-	assertNocloudNode(t, cli, ep, "openstack-1", `(?m)10\.0\.97\.0/24\s+10\.0\.2\.2\s+eth0\s+1024`, map[string]string{
-		"platform": "openstack", "hostname": "openstack-1", "instanceId": "3f9e8d7c-6b5a-4e3d-9c2b-1a0f9e8d7c6b",
-	})
+	get := guestGet(t, cli, ep)
+	assertPlatformMetadata(t, get, map[string]string{"platform": "openstack", "hostname": "openstack-1", "instanceId": "3f9e8d7c-6b5a-4e3d-9c2b-1a0f9e8d7c6b"})
+
+	for _, c := range []struct{ args, want, what string }{
+		{"hostnamestatus -o yaml", `(?m)^\s+hostname: openstack-1$`, "the hostname openstack-1"},
+		{"addresses", `(?m)bond0/10\.0\.2\.15/24\s`, "the address on bond0"},
+		{"routes", `(?m)10\.0\.97\.0/24\s+10\.0\.2\.2\s+bond0\s+1024`, "the route through bond0"},
+		{"links bond0 -o yaml", `(?m)^\s+hardwareAddr: ` + openstackBondMAC + `$`, "the bond's ethernet_mac_address " + openstackBondMAC},
+		{"machinetype", `controlplane`, "the user data as the machine config"},
+	} {
+		if out := get(strings.Fields(c.args)...); !regexp.MustCompile(c.want).MatchString(out) {
+			t.Errorf("get %s: not %s:\n%s", c.args, c.what, out)
+		}
+	}
 
 	// GRUB booted the disk's slot A with the image's arguments, not the metal defaults.
 	cmdline := cli.Must(t, "-e", ep, "-n", "10.0.2.15", "read", "/proc/cmdline")

@@ -32,6 +32,30 @@ func openstackNetworkData(extra string) string {
 }`
 }
 
+// openstackBondMAC is the MAC network_data.json gives the bond of openstackBondNetworkData,
+// which is not its member card's.
+const openstackBondMAC = "fa:16:3e:4d:2c:01"
+
+// openstackBondNetworkData is a network_data.json as Nova writes one for a bonded port: QEMU's
+// card (by its MAC) the only member of bond0 (active-backup), the bond with its own
+// ethernet_mac_address and QEMU's address, a route to 10.0.97.0/24 and a resolver on it.
+func openstackBondNetworkData() string {
+	return `{
+  "links": [
+    {"id": "port0", "type": "phy", "ethernet_mac_address": "52:54:00:12:34:56", "mtu": 1500},
+    {"id": "bond-a", "type": "bond", "ethernet_mac_address": "` + openstackBondMAC + `", "bond_links": ["port0"], "bond_mode": "active-backup", "bond_miimon": 100, "mtu": 1500}
+  ],
+  "networks": [{
+    "id": "network0", "type": "ipv4", "link": "bond-a", "ip_address": "10.0.2.15", "netmask": "255.255.255.0",
+    "routes": [
+      {"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "10.0.2.2"},
+      {"network": "10.0.97.0", "netmask": "255.255.255.0", "gateway": "10.0.2.2"}
+    ]
+  }],
+  "services": [{"type": "dns", "address": "10.0.2.3"}]
+}`
+}
+
 // openstackConfigDrive writes a config drive (ISO 9660 labelled config-2) and returns its path:
 // meta_data.json names the host openstack-1, the instance, its zone nova-az1 and type m1.tcg,
 // network_data.json gives QEMU's card 10.0.2.15/24 and a route to 10.0.97.0/24, and user_data
@@ -39,11 +63,18 @@ func openstackNetworkData(extra string) string {
 func openstackConfigDrive(t *testing.T, config []byte) string {
 	t.Helper()
 
+	return openstackConfigDriveWith(t, config, openstackNetworkData("10.0.97.0"))
+}
+
+// openstackConfigDriveWith is openstackConfigDrive with networkData as network_data.json.
+func openstackConfigDriveWith(t *testing.T, config []byte, networkData string) string {
+	t.Helper()
+
 	dir := t.TempDir()
 	files := map[string]string{
 		"openstack/latest/meta_data.json": `{"uuid": "3f9e8d7c-6b5a-4e3d-9c2b-1a0f9e8d7c6b", "hostname": "openstack-1", "name": "openstack-1",
   "availability_zone": "nova-az1", "instance_type": "m1.tcg", "project_id": "4e5f6a7b8c9d4e0f", "launch_index": 0, "devices": [], "public_keys": {}}`,
-		"openstack/latest/network_data.json": openstackNetworkData("10.0.97.0"),
+		"openstack/latest/network_data.json": networkData,
 		"openstack/latest/user_data":         string(config),
 	}
 
@@ -106,7 +137,8 @@ func TestOpenStackFromConfigDrive(t *testing.T) {
 
 // talos.platform=openstack without a config drive: the node brings its network up by DHCP and
 // asks the metadata service at 169.254.169.254 for meta_data.json (without instance_type: the
-// EC2-style instance-type is asked for, as upstream), network_data.json and user_data. The
+// EC2-style instance-type is asked for, as upstream), network_data.json, user_data and the
+// EC2-style public-ipv4 (the floating IP, published as the node's external address). The
 // test's server at that address, on the loopback of the test's own network namespace (QEMU's
 // user network makes the guest's connections from it), stands in for Nova's metadata service;
 // nothing leaves the namespace.
@@ -119,6 +151,7 @@ func TestOpenStackFromMetadataService(t *testing.T) {
 		"/openstack/latest/network_data.json": openstackNetworkData("10.0.96.0"),
 		"/openstack/latest/user_data":         string(config),
 		"/latest/meta-data/instance-type":     "m1.small",
+		"/latest/meta-data/public-ipv4":       "198.51.100.77", // the floating IP
 	}
 
 	var (
@@ -156,6 +189,9 @@ func TestOpenStackFromMetadataService(t *testing.T) {
 		"platform": "openstack", "hostname": "openstack-md-1", "instanceId": "8c7b6a59-4e3d-4c2b-a19f-8e7d6c5b4a39", "instanceType": "m1.small",
 		"zone": "nova", "providerId": "openstack:///8c7b6a59-4e3d-4c2b-a19f-8e7d6c5b4a39",
 	})
+
+	// The floating IP is the node's external address.
+	assertExternalAddress(t, guestGet(t, cli, ep), "198.51.100.77")
 
 	mu.Lock()
 	defer mu.Unlock()
