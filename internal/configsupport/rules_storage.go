@@ -2,7 +2,11 @@ package configsupport
 
 // The volume documents.
 var storageRules = []Rule{
-	{Path: "UserVolumeConfig", Test: "internal/e2e/metal.TestClusterCreateQEMUEncrypted"},
+	{
+		Path: "UserVolumeConfig", Test: "internal/e2e/metal.TestClusterCreateQEMUEncrypted",
+		Refused: "user volumes are partitions of the node's own disks", On: []Node{Process, Container},
+		Fix: "remove the document (user volumes are for nodes on their own disks: talosctl cluster create --provisioner qemu --user-volumes)",
+	},
 	{Path: "UserVolumeConfig.encryption.keys[].tpm", Test: "internal/e2e/metal.TestClusterCreateQEMUFromUKI"},
 
 	{Path: "VolumeConfig.name", Test: "internal/encryption.TestFromConfig"},
