@@ -217,15 +217,19 @@ func TestValidateReportsErrors(t *testing.T) {
 	}
 }
 
-// validate names a field our nodes refuse, with the fix, though machinery's schema allows it.
+// validate names a field our nodes refuse, with the fix, though machinery's schema allows it: a
+// field refused everywhere (etcd's image) and a udev rule the metal node's udevd cannot run.
 func TestValidateNamesRefusedFields(t *testing.T) {
 	dir := t.TempDir()
-	run(t, "gen", "config", "demo", "https://10.5.0.2:6443", "-o", dir, "--config-patch", `{"machine": {"udev": {"rules": ["SUBSYSTEM==\"drm\", GROUP=\"video\""]}}}`)
+	run(t, "gen", "config", "demo", "https://10.5.0.2:6443", "-o", dir, "--config-patch",
+		`{"machine": {"udev": {"rules": ["SUBSYSTEM==\"drm\", GROUP=\"video\""]}}, "cluster": {"etcd": {"image": "registry.k8s.io/etcd:v3.6.4"}}}`)
 
-	code, _, stderr := run(t, "validate", "-c", filepath.Join(dir, "worker.yaml"), "-m", "metal")
+	code, _, stderr := run(t, "validate", "-c", filepath.Join(dir, "controlplane.yaml"), "-m", "metal")
 	if code == 0 {
-		t.Fatal("a config with udev rules validated")
+		t.Fatal("a config with etcd's image and a GROUP= udev rule validated")
 	}
 
-	mustContain(t, stderr, "machine.udev.rules[0]: udev rules from the config are not implemented; remove them")
+	mustContain(t, stderr, "cluster.etcd.image: etcd runs from the node image's own etcd binary")
+	mustContain(t, stderr, "machine.udev.rules[0]:")
+	mustContain(t, stderr, "GROUP= is not supported by this node's udevd")
 }
