@@ -25,6 +25,13 @@ func TestCheckEnums(t *testing.T) {
 		t.Errorf("family 99 and flag bit 30: got errors %v, want two", errs)
 	}
 
+	// A route's flags as the kernel gives them (RTNH_F_ONLINK, unnamed in machinery) pass,
+	// as upstream copies them.
+	route := network.RouteStatusSpec{Family: nethelpers.FamilyInet4, Flags: 4}
+	if _, errs := checkEnums(reflect.ValueOf(&route), "spec"); len(errs) != 0 {
+		t.Errorf("route flags 4: %v", errs)
+	}
+
 	ms := runtimeres.MachineStatusSpec{Stage: runtimeres.MachineStage(42)}
 	if _, errs := checkEnums(reflect.ValueOf(&ms), "spec"); len(errs) != 1 {
 		t.Errorf("stage 42: got errors %v, want one", errs)
