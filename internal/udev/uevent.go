@@ -5,6 +5,7 @@ package udev
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 
@@ -58,6 +59,34 @@ func (c *Conn) Read() (Event, error) {
 
 // Close ends Read with an error.
 func (c *Conn) Close() error { return unix.Close(c.fd) }
+
+// Subscribe listens for uevents and sends each on the channel it returns until ctx ends or stop
+// is called (stop closes the socket). Each controller that follows devices holds its own.
+func Subscribe(ctx context.Context) (events <-chan Event, stop func(), err error) {
+	conn, err := Listen()
+	if err != nil {
+		return nil, func() {}, err
+	}
+
+	ch := make(chan Event, 64)
+
+	go func() {
+		for {
+			ev, err := conn.Read()
+			if err != nil {
+				return
+			}
+
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	return ch, func() { _ = conn.Close() }, nil
+}
 
 // ParseEvent reads a kernel uevent message: "ACTION@DEVPATH", then KEY=VALUE, NUL-separated.
 // Messages of udevd's own format ("libudev" header) are not the kernel's and are skipped.

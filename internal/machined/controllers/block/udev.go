@@ -38,29 +38,13 @@ func (ctrl *UdevController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *UdevController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	events := make(chan udev.Event, 64)
-
-	conn, err := udev.Listen()
+	// Without uevents (a nil channel) the devices are read once.
+	events, stop, err := udev.Subscribe(ctx)
 	if err != nil {
 		log.Warn("no uevents: block devices are read once", zap.Error(err))
-	} else {
-		defer conn.Close()
-
-		go func() {
-			for {
-				ev, err := conn.Read()
-				if err != nil {
-					return
-				}
-
-				select {
-				case events <- ev:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
 	}
+
+	defer stop()
 
 	generations := map[string]int{}
 

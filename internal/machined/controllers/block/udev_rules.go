@@ -42,28 +42,13 @@ func (ctrl *UdevRulesController) Outputs() []controller.Output { return nil }
 
 // Run implements controller.Controller.
 func (ctrl *UdevRulesController) Run(ctx context.Context, r controller.Runtime, log *zap.Logger) error {
-	events := make(chan udev.Event, 64)
-
-	if conn, err := udev.Listen(); err != nil {
+	// Without uevents (a nil channel) the rules run when they change only.
+	events, stop, err := udev.Subscribe(ctx)
+	if err != nil {
 		log.Warn("no uevents: the config's udev rules run when they change only", zap.Error(err))
-	} else {
-		defer conn.Close()
-
-		go func() {
-			for {
-				ev, err := conn.Read()
-				if err != nil {
-					return
-				}
-
-				select {
-				case events <- ev:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
 	}
+
+	defer stop()
 
 	var (
 		rules   udev.Rules
