@@ -79,10 +79,13 @@ type PlatformImageFile struct {
 // firewall, XFS for an installed disk's partitions, FAT for its EFI partition, dm-crypt and
 // its crypto for encrypted ones (metal.EncryptionModules), ISO 9660 for
 // talos.config=metal-iso, UDF for Azure's provisioning disc, and the IDE controller and CD-ROM driver nocloud's cidata drive sits
-// on under Proxmox (ata_piix, sr_mod), each with what it depends on.
+// on under Proxmox (ata_piix, sr_mod), and the clouds' own devices: Hyper-V's bus, disk and
+// network (Azure), ENA (AWS's Nitro network) and gVNIC (GCP's), each with what it depends on.
+// A module loads only when the machine has its device (by modalias).
 var bootModules = append(append(slices.Clone(metal.BootModules),
 	"virtio_net", "virtio_blk", "virtio_scsi", "virtio_console", "virtio_rng", "e1000", "e1000e", "ahci", "nvme", "sd_mod", "ata_piix", "sr_mod",
-	"bonding", "8021q", "bridge", "wireguard", "dummy", "softdog", "nf_tables", "nft_ct", "xfs", "vfat", "nls_cp437", "nls_ascii", "isofs", "udf"), metal.EncryptionModules...)
+	"bonding", "8021q", "bridge", "wireguard", "dummy", "softdog", "nf_tables", "nft_ct", "xfs", "vfat", "nls_cp437", "nls_ascii", "isofs", "udf",
+	"hv_vmbus", "hv_storvsc", "hv_netvsc", "hv_utils", "ena", "gve"), metal.EncryptionModules...)
 
 // BuildBoot writes the kernel and an initramfs (uncompressed newc cpio: the node image in it
 // is compressed already, and the kernel unpacks it fastest so) with machined as /init, the node

@@ -444,3 +444,32 @@ func checkDiskImage(t *testing.T, a BootAssets) {
 		}
 	}
 }
+
+// The initramfs built from Debian's cloud kernel (make boot's, in _out/cache/kernel) carries the
+// clouds' own drivers with what they depend on: Hyper-V's bus, disk and network for Azure, ENA
+// for AWS and gVNIC for GCP, which QEMU cannot show.
+func TestCloudDriversFromTheRealKernel(t *testing.T) {
+	deps, _ := filepath.Glob("../../_out/cache/kernel/*/lib/modules/*/modules.dep")
+	if len(deps) == 0 {
+		t.Skip("no kernel package in _out/cache/kernel: run make boot")
+	}
+
+	d, err := readModulesDep(deps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	files, modules := bootModuleFiles(d)
+	for _, m := range []string{"hv_vmbus", "hv_storvsc", "hv_netvsc", "hv_utils", "ena", "gve"} {
+		if !slices.Contains(modules, m) {
+			t.Errorf("the initramfs does not carry %s (modules: %v)", m, modules)
+			continue
+		}
+
+		for _, dep := range d.deps[m] {
+			if !slices.Contains(files, dep) {
+				t.Errorf("%s's dependency %s is not carried", m, dep)
+			}
+		}
+	}
+}
