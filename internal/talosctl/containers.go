@@ -54,11 +54,21 @@ func renderContainers(w io.Writer, resp *machineapi.ContainersResponse, defaultN
 		node := nodeOf(msg.GetMetadata().GetHostname(), defaultNode)
 
 		for _, c := range msg.GetContainers() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", node, c.GetNamespace(), c.GetId(), c.GetImage(), c.GetPid(), c.GetStatus())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", node, c.GetNamespace(), podTreeID(c.GetId(), c.GetPodId()), c.GetImage(), c.GetPid(), c.GetStatus())
 		}
 	}
 
 	return tw.Flush()
+}
+
+// podTreeID is how upstream's tables show a pod's container: under its pod's sandbox, as
+// "└─ <ID>" (a sandbox's ID is its pod's, and containers of no pod have none).
+func podTreeID(id, podID string) string {
+	if podID != "" && id != podID {
+		return "└─ " + id
+	}
+
+	return id
 }
 
 func imageCmd(g *Global) *cobra.Command {

@@ -50,7 +50,7 @@ func renderStats(w io.Writer, resp *machineapi.StatsResponse, defaultNode string
 		node := nodeOf(msg.GetMetadata().GetHostname(), defaultNode)
 
 		for _, s := range msg.GetStats() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%d\n", node, s.GetNamespace(), s.GetId(), float64(s.GetMemoryUsage())*1e-6, s.GetCpuUsage())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%d\n", node, s.GetNamespace(), podTreeID(s.GetId(), s.GetPodId()), float64(s.GetMemoryUsage())*1e-6, s.GetCpuUsage())
 		}
 	}
 

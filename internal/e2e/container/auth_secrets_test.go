@@ -118,7 +118,7 @@ func TestNoSecretReachesReaderOrOperator(t *testing.T) {
 				}
 			}
 
-			for _, id := range column(c.Must(t, "-e", cp, "-n", node, "containers", "-k"), 2) {
+			for _, id := range containerIDs(c.Must(t, "-e", cp, "-n", node, "containers", "-k")) {
 				out, errOut, _ := run("-n", node, "logs", "-k", id)
 				scan(r+" "+node+" logs -k "+id, out+errOut)
 			}
@@ -299,6 +299,25 @@ func clusterSecrets(t *testing.T, admin testenv.CLI, types []rdSpec) map[string]
 
 		if !found {
 			t.Fatalf("no secret %q among the %d collected: the collection is broken\n%s", want, len(out), strings.Join(slices.Sorted(maps.Keys(out)), "\n"))
+		}
+	}
+
+	return out
+}
+
+// containerIDs are the IDs of `containers -k`'s rows: a pod's containers are shown under its
+// sandbox as "└─ <ID>", as upstream's talosctl shows them.
+func containerIDs(table string) []string {
+	var out []string
+
+	for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[2] == "└─" {
+			f = slices.Delete(f, 2, 3)
+		}
+
+		if len(f) > 2 {
+			out = append(out, f[2])
 		}
 	}
 

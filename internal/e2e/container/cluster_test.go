@@ -308,7 +308,31 @@ func TestEtcdIsASystemContainer(t *testing.T) {
 		return nil
 	})
 
-	must(t, "-n", cp, "containers", "-k")
+	// CRI's containers in upstream's shape: a pod's ready sandbox under the pod ID, its
+	// containers under it as "<pod ID>:<name>:<ID's first 12>", in CRI's state names; logs take
+	// that ID back.
+	var apiserver string
+
+	testenv.WaitFor(t, "kube-apiserver's sandbox and container in CRI's words", time.Minute, func() error {
+		out := must(t, "-n", cp, "containers", "-k")
+
+		if !regexp.MustCompile(`(?m)\sk8s\.io\s+kube-system/kube-apiserver-\S+\s+\S+\s+\d+\s+SANDBOX_READY$`).MatchString(out) {
+			return fmt.Errorf("no ready kube-apiserver sandbox:\n%s", out)
+		}
+
+		m := regexp.MustCompile(`(?m)\sk8s\.io\s+└─ (kube-system/kube-apiserver-\S+:kube-apiserver:[0-9a-f]{12})\s+.*CONTAINER_RUNNING$`).FindStringSubmatch(out)
+		if m == nil {
+			return fmt.Errorf("no running kube-apiserver container named <pod>:<name>:<id>:\n%s", out)
+		}
+
+		apiserver = m[1]
+
+		return nil
+	})
+
+	if out := must(t, "-n", cp, "logs", "-k", "--tail", "5", apiserver); strings.TrimSpace(out) == "" {
+		t.Errorf("logs -k %s: empty", apiserver)
+	}
 }
 
 // The node has its own writable cgroups in upstream's layout: runc made etcd's and kubelet's

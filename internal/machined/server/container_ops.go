@@ -54,7 +54,7 @@ func (s *Machine) Stats(ctx context.Context, req *machine.StatsRequest) (*machin
 
 		st := &machine.Stat{Namespace: ns, Id: c.ID(), Name: c.ID()}
 
-		if podID, name, id, _, ok := criNames(info.Labels); ok {
+		if podID, name, id, _, ok := criNames(info.Labels, c.ID()); ok {
 			st.PodId, st.Name, st.Id = podID, name, id
 		}
 
@@ -136,7 +136,7 @@ func (s *Machine) findContainer(ctx context.Context, client *containerd.Client, 
 		}
 
 		labels, err := c.Labels(ctx)
-		if _, _, cid, _, ok := criNames(labels); err == nil && ok && cid == id {
+		if err == nil && criDisplayMatches(id, labels, c.ID()) {
 			return c, nil
 		}
 	}

@@ -36,8 +36,9 @@ const (
 
 // criNames are how the API names a pod's container, as upstream's CRI inspector: the pod ID
 // is "namespace/name"; a sandbox is listed under the pod ID itself (tools find pods by it), a
-// container as "<pod ID>:<container name>". ok is false for a container of no pod.
-func criNames(labels map[string]string) (podID, name, id string, sandbox, ok bool) {
+// container as "<pod ID>:<container name>:<its ID's first 12 characters>" (restarts of one
+// container differ by the last part). ok is false for a container of no pod.
+func criNames(labels map[string]string, containerID string) (podID, name, id string, sandbox, ok bool) {
 	if labels[labelPodName] == "" {
 		return "", "", "", false, false
 	}
@@ -48,7 +49,50 @@ func criNames(labels map[string]string) (podID, name, id string, sandbox, ok boo
 		return podID, podID, podID, true, true
 	}
 
-	return podID, labels[labelContainer], podID + ":" + labels[labelContainer], false, true
+	short := containerID
+	if len(short) > 12 {
+		short = short[:12]
+	}
+
+	return podID, labels[labelContainer], podID + ":" + labels[labelContainer] + ":" + short, false, true
+}
+
+// criDisplayMatches says whether id, as the API names CRI containers (a pod ID, "<pod
+// ID>:<name>" or "<pod ID>:<name>:<part of its ID>", as upstream's inspector takes them), names
+// the container with these labels and containerd ID.
+func criDisplayMatches(id string, labels map[string]string, containerID string) bool {
+	podID, name, _, sandbox, ok := criNames(labels, containerID)
+	if !ok {
+		return false
+	}
+
+	pod, rest, hasName := strings.Cut(id, ":")
+	if pod != podID {
+		return false
+	}
+
+	if !hasName {
+		return sandbox
+	}
+
+	wantName, part, hasPart := strings.Cut(rest, ":")
+
+	return !sandbox && wantName == name && (!hasPart || (part != "" && strings.Contains(containerID, part)))
+}
+
+// criContainerStatus is a pod container's task state in CRI's words (ContainerState), as
+// upstream lists them: a container without a task has exited (CRI deletes an exited task).
+func criContainerStatus(task string) string {
+	switch task {
+	case "RUNNING", "PAUSED", "PAUSING":
+		return "CONTAINER_RUNNING"
+	case "CREATED":
+		return "CONTAINER_CREATED"
+	case "STOPPED":
+		return "CONTAINER_EXITED"
+	default:
+		return "CONTAINER_UNKNOWN"
+	}
 }
 
 // containerdClient connects to the node's containerd in a namespace; a node without one (process
@@ -97,6 +141,7 @@ func (s *Machine) Containers(ctx context.Context, req *machine.ContainersRequest
 	}
 
 	infos := make([]*machine.ContainerInfo, 0, len(ctrs))
+	ready := map[string]bool{} // the pod UIDs whose sandbox is ready
 
 	for _, c := range ctrs {
 		info, err := c.Info(ctx)
@@ -106,7 +151,7 @@ func (s *Machine) Containers(ctx context.Context, req *machine.ContainersRequest
 
 		ci := &machine.ContainerInfo{Namespace: ns, Id: c.ID(), InternalId: c.ID(), Image: info.Image, Status: "STOPPED", Name: c.ID()}
 
-		podID, name, id, sandbox, inPod := criNames(info.Labels)
+		podID, name, id, sandbox, inPod := criNames(info.Labels, c.ID())
 		if inPod {
 			ci.PodId, ci.Uid, ci.Name, ci.Id = podID, info.Labels[labelPodUID], name, id
 		}
@@ -119,16 +164,25 @@ func (s *Machine) Containers(ctx context.Context, req *machine.ContainersRequest
 			}
 		}
 
-		// A sandbox's state in CRI's words, as upstream lists it.
-		if sandbox {
-			if ci.Status == "RUNNING" {
-				ci.Status = "SANDBOX_READY"
-			} else {
-				ci.Status = "SANDBOX_NOTREADY"
-			}
+		// A pod's containers in CRI's words, as upstream lists them.
+		switch {
+		case sandbox && ci.Status == "RUNNING":
+			ci.Status = "SANDBOX_READY"
+			ready[ci.Uid] = true
+		case sandbox:
+			ci.Status = "SANDBOX_NOTREADY"
+		case inPod:
+			ci.Status = criContainerStatus(ci.Status)
 		}
 
 		infos = append(infos, ci)
+	}
+
+	// Upstream's CRI inspector lists the ready sandboxes only, and the containers of their pods.
+	if ns == criNamespace {
+		infos = slices.DeleteFunc(infos, func(ci *machine.ContainerInfo) bool {
+			return ci.PodId != "" && !ready[ci.Uid]
+		})
 	}
 
 	slices.SortFunc(infos, func(a, b *machine.ContainerInfo) int {
