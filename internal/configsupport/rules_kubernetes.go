@@ -48,8 +48,8 @@ var kubernetesRules = []Rule{
 	{Path: "cluster.extraManifestHeaders", Test: "internal/machined/controllers/controlplane.TestExtraManifests"},
 	{Path: "cluster.inlineManifests", Test: "internal/machined/controllers/controlplane.TestManifestsDisabled"},
 	{Path: "cluster.externalCloudProvider", Refused: "no cloud controller manager is built into this node image", Fix: "remove cluster.externalCloudProvider"},
-	{Path: "cluster.allowSchedulingOnControlPlanes", Test: "internal/machined/controllers/k8s.TestMarkControlPlane"},
-	{Path: "cluster.allowSchedulingOnMasters", Test: "internal/machined/controllers/k8s.TestMarkControlPlane"},
+	{Path: "cluster.allowSchedulingOnControlPlanes", Test: "internal/machined/controllers/k8s.TestNodeSpecsOfAControlPlane"},
+	{Path: "cluster.allowSchedulingOnMasters", Test: "internal/machined/controllers/k8s.TestNodeSpecsOfAControlPlane"},
 
 	// Secrets and CAs.
 	{Path: "cluster.token", Test: "internal/machined/controllers/secrets.TestKubernetesSecrets"},

@@ -31,7 +31,7 @@ var containerMayBeEmpty = map[resource.Type]string{
 	runtimeres.EventSinkConfigType: "only with talos.events.sink",
 	k8s.NodeAnnotationSpecType:     "only with machine.nodeAnnotations",
 	k8s.NodeCordonedSpecType:       "only while the node is cordoned (an upgrade)",
-	k8s.NodeTaintSpecType:          "only with machine.nodeTaints: unlike upstream, whose control planes publish their NoSchedule taint here, ours is applied by NodeRoleController",
+	k8s.NodeTaintSpecType:          "only with machine.nodeTaints, or a control plane's NoSchedule taint (none with cluster.allowSchedulingOnControlPlanes)",
 	cri.SeccompProfileType:         "only with machine.seccompProfiles (TestSeccompProfileFromConfig, on the worker)",
 	network.NfTablesChainType:      "only with a firewall config (NetworkDefaultActionConfig, NetworkRuleConfig), as upstream's",
 }

@@ -282,7 +282,7 @@ func modeControllers(opts Options, p platform.Network) []controller.Controller {
 	}
 
 	if opts.Mode.RunsKubernetes() {
-		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{}, &k8sctrl.NodeRoleController{},
+		list = append(list, &k8sctrl.ManifestApplyController{}, &k8sctrl.StaticPodServerController{},
 			&k8sctrl.NodeApplyController{}, &k8sctrl.TalosAPIAccessController{},
 			&k8sctrl.StaticPodStatusController{}, &k8sctrl.KubePrismController{},
 			&clusterk8sctrl.KubernetesPushController{KubeletCert: k8sctrl.KubeletClientCert}, &clusterk8sctrl.KubernetesPullController{KubeletCert: k8sctrl.KubeletClientCert})

@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -11,13 +12,20 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
+// ControlPlaneRole is the label and taint key of a control plane node.
+const ControlPlaneRole = "node-role.kubernetes.io/control-plane"
+
 // NodeSpecController publishes machine.nodeLabels, machine.nodeAnnotations and
 // machine.nodeTaints as upstream's NodeLabelSpec, NodeAnnotationSpec and NodeTaintSpec
-// resources, one per key (the key is the ID); NodeApplyController puts them on the Node.
+// resources, one per key (the key is the ID); NodeApplyController puts them on the Node. As
+// upstream's, a control plane also gets the node-role.kubernetes.io/control-plane label and,
+// unless cluster.allowSchedulingOnControlPlanes, that key's NoSchedule taint (the kubelet may
+// not set node-role labels itself; NodeApplyController writes with the admin credentials there).
 type NodeSpecController struct{}
 
 // Name implements controller.Controller.
@@ -48,7 +56,15 @@ func (ctrl *NodeSpecController) Run(ctx context.Context, r controller.Runtime, _
 
 		if cfg != nil && cfg.Config().Machine() != nil {
 			m := cfg.Config().Machine()
-			labels, annotations, taints = m.NodeLabels(), m.NodeAnnotations(), m.NodeTaints()
+			labels, annotations, taints = maps.Clone(m.NodeLabels()), m.NodeAnnotations(), maps.Clone(m.NodeTaints())
+
+			if m.Type().IsControlPlane() {
+				labels = withDefault(labels, ControlPlaneRole, "")
+
+				if c := cfg.Config().Cluster(); c == nil || !c.ScheduleOnControlPlanes() {
+					taints = withDefault(taints, ControlPlaneRole, string(corev1.TaintEffectNoSchedule))
+				}
+			}
 		}
 
 		r.StartTrackingOutputs()
@@ -92,6 +108,19 @@ func (ctrl *NodeSpecController) Run(ctx context.Context, r controller.Runtime, _
 
 		return nil
 	})
+}
+
+// withDefault sets key in m unless the config set it already (the user's value wins).
+func withDefault(m map[string]string, key, value string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+
+	if _, ok := m[key]; !ok {
+		m[key] = value
+	}
+
+	return m
 }
 
 // ParseTaint reads a machine.nodeTaints entry: "value:Effect", or "Effect" alone (machinery's

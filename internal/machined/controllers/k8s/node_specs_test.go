@@ -3,6 +3,7 @@ package k8s_test
 import (
 	"testing"
 
+	"github.com/siderolabs/go-pointer"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
@@ -47,6 +48,45 @@ func TestNodeSpecs(t *testing.T) {
 	ctest.AssertResource(env, "tier", func(r *k8s.NodeLabelSpec, a *assert.Assertions) { a.Equal("db", r.TypedSpec().Value) })
 	ctest.AssertIDs[*k8s.NodeAnnotationSpec](env)
 	ctest.AssertIDs[*k8s.NodeTaintSpec](env)
+}
+
+// TestNodeSpecsOfAControlPlane: as upstream's, a control plane's specs hold the
+// node-role.kubernetes.io/control-plane label and, unless cluster.allowSchedulingOnControlPlanes,
+// that key's NoSchedule taint (NodeApplyController puts them on the Node); the config's own
+// value for those keys wins.
+func TestNodeSpecsOfAControlPlane(t *testing.T) {
+	env := ctest.Start(t, &k8sctrl.NodeSpecController{})
+
+	env.Create(ctest.MachineConfig(t, machine.TypeControlPlane, func(c *v1alpha1.Config) {
+		c.MachineConfig.MachineNodeLabels = map[string]string{"tier": "web"}
+	}))
+
+	ctest.AssertIDs[*k8s.NodeLabelSpec](env, k8sctrl.ControlPlaneRole, "tier")
+	ctest.AssertResource(env, k8sctrl.ControlPlaneRole, func(r *k8s.NodeLabelSpec, a *assert.Assertions) {
+		a.Equal(k8s.NodeLabelSpecSpec{Key: k8sctrl.ControlPlaneRole}, *r.TypedSpec())
+	})
+	ctest.AssertIDs[*k8s.NodeTaintSpec](env, k8sctrl.ControlPlaneRole)
+	ctest.AssertResource(env, k8sctrl.ControlPlaneRole, func(r *k8s.NodeTaintSpec, a *assert.Assertions) {
+		a.Equal(k8s.NodeTaintSpecSpec{Key: k8sctrl.ControlPlaneRole, Effect: "NoSchedule"}, *r.TypedSpec())
+	})
+
+	// Scheduling allowed: the taint goes, the label stays.
+	env.Put(ctest.MachineConfig(t, machine.TypeControlPlane, func(c *v1alpha1.Config) {
+		c.ClusterConfig.AllowSchedulingOnControlPlanes = pointer.To(true)
+		c.MachineConfig.MachineNodeLabels = nil // gen's exclude-from-external-load-balancers label
+	}))
+
+	ctest.AssertIDs[*k8s.NodeTaintSpec](env)
+	ctest.AssertIDs[*k8s.NodeLabelSpec](env, k8sctrl.ControlPlaneRole)
+
+	// The config's own taint of that key wins.
+	env.Put(ctest.MachineConfig(t, machine.TypeControlPlane, func(c *v1alpha1.Config) {
+		c.MachineConfig.MachineNodeTaints = map[string]string{k8sctrl.ControlPlaneRole: "PreferNoSchedule"}
+	}))
+
+	ctest.AssertResource(env, k8sctrl.ControlPlaneRole, func(r *k8s.NodeTaintSpec, a *assert.Assertions) {
+		a.Equal("PreferNoSchedule", r.TypedSpec().Effect)
+	})
 }
 
 // TestNodeCordonedSpec: Talos wants its Node cordoned while it shuts down, upgrades or resets,
