@@ -21,8 +21,10 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// dashboardCmd is the live terminal UI: one node at a time (switched with keys), its summary,
-// CPU and memory graphs and machined's log, refreshed every --update-interval.
+// dashboardCmd is the live terminal UI: one node at a time (switched with keys) on three
+// screens as upstream's (F1 Summary: summary, graphs and machined's log; F2 Monitor: the
+// process table and the CPU, memory, network and disk figures; F3 Network Config: the node's
+// links, addresses, routes and resolvers), refreshed every --update-interval.
 func dashboardCmd(g *Global) *cobra.Command {
 	var interval time.Duration
 
@@ -31,7 +33,18 @@ func dashboardCmd(g *Global) *cobra.Command {
 		Short: "Cluster dashboard with node overview, logs and real-time metrics",
 		Long: `Cluster dashboard with node overview, logs and real-time metrics.
 
-Keys: ←/→ (or h/l) switch between the nodes, q quits.`,
+Keyboard shortcuts:
+
+ - F1, F2, F3: the Summary, Monitor and Network Config screens
+ - h, <Left>: switch one node to the left
+ - l, <Right>: switch one node to the right
+ - j, <Down>: scroll the process list (Monitor) down
+ - k, <Up>: scroll the process list up
+ - <C-d>: scroll the process list half a page down
+ - <C-u>: scroll the process list half a page up
+ - <C-f>, <PgDn>: scroll the process list one page down
+ - <C-b>, <PgUp>: scroll the process list one page up
+ - q, <C-c>: quit`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval <= 0 {
@@ -66,6 +79,8 @@ type nodeView struct {
 	lastBusy, lastTotal    uint64
 	io                     ioCounters  // network and disk bytes at the last sample
 	ioRate                 *ioCounters // bytes per second between the last two samples
+	monitor                monitorView
+	network                networkView
 }
 
 // ioCounters are a node's network bytes (every device but lo: a process-mode node's own API
@@ -82,9 +97,13 @@ type dashboard struct {
 	mu       sync.Mutex
 	nodes    map[string]*nodeView
 	selected int
+	screen   int // index in screens
+	procTop  int // the first process row shown on the Monitor screen
 
-	app                             *tview.Application
-	header, summary, graphs, logBox *tview.TextView
+	app                                     *tview.Application
+	pages                                   *tview.Pages
+	header, summary, graphs, logBox, footer *tview.TextView
+	monInfo, monGraphs, procBox, netBox     *tview.TextView
 }
 
 func newDashboard(s *session, interval time.Duration) *dashboard {
@@ -100,40 +119,65 @@ func newDashboard(s *session, interval time.Duration) *dashboard {
 	d.header = tview.NewTextView().SetDynamicColors(true)
 	d.summary, d.graphs, d.logBox = box("Summary"), box("CPU / Memory"), box("machined logs")
 	d.logBox.SetScrollable(true)
-
-	footer := tview.NewTextView().SetText("[←/→ h/l] switch node   [q] quit")
+	d.monInfo, d.monGraphs, d.procBox = box("CPU / Memory / Processes"), box("Graphs / Network / Disk"), box("Processes")
+	d.procBox.SetWrap(false) // one process a line, its command cut at the edge as upstream's
+	d.netBox = box("Network Config")
+	d.footer = tview.NewTextView().SetDynamicColors(true)
 
 	top := tview.NewFlex().AddItem(d.summary, 0, 1, false).AddItem(d.graphs, 0, 1, false)
+	summary := tview.NewFlex().SetDirection(tview.FlexRow).AddItem(top, 16, 0, false).AddItem(d.logBox, 0, 1, false)
+
+	monTop := tview.NewFlex().AddItem(d.monInfo, 0, 1, false).AddItem(d.monGraphs, 0, 1, false)
+	monitor := tview.NewFlex().SetDirection(tview.FlexRow).AddItem(monTop, 12, 0, false).AddItem(d.procBox, 0, 1, false)
+
+	d.pages = tview.NewPages()
+	for i, page := range []tview.Primitive{summary, monitor, d.netBox} {
+		d.pages.AddPage(screens[i], page, true, i == 0)
+	}
+
 	layout := tview.NewFlex().SetDirection(tview.FlexRow).
 		AddItem(d.header, 1, 0, false).
-		AddItem(top, 16, 0, false).
-		AddItem(d.logBox, 0, 1, false).
-		AddItem(footer, 1, 0, false)
+		AddItem(d.pages, 0, 1, false).
+		AddItem(d.footer, 1, 0, false)
 
 	d.app.SetRoot(layout, true).SetInputCapture(d.key)
 
 	return d
 }
 
+// key handles upstream's shortcuts: F1..F3 pick the screen, h/l and the arrows move between
+// the nodes (stopping at the ends, as upstream's), j/k and the paging keys scroll the
+// process list, q quits.
 func (d *dashboard) key(ev *tcell.EventKey) *tcell.EventKey {
-	step := 0
-
-	switch {
-	case ev.Key() == tcell.KeyRight || ev.Rune() == 'l':
-		step = 1
-	case ev.Key() == tcell.KeyLeft || ev.Rune() == 'h':
-		step = -1
-	case ev.Rune() == 'q' || ev.Key() == tcell.KeyCtrlC:
+	if ev.Rune() == 'q' || ev.Key() == tcell.KeyCtrlC {
 		d.app.Stop()
 
 		return nil
-	default:
-		return ev
 	}
 
 	d.mu.Lock()
-	d.selected = (d.selected + step + len(d.s.nodes)) % len(d.s.nodes)
+
+	handled := true
+
+	switch k := ev.Key(); {
+	case k >= tcell.KeyF1 && k < tcell.KeyF1+tcell.Key(len(screens)):
+		d.screen, d.procTop = int(k-tcell.KeyF1), 0
+		d.pages.SwitchToPage(screens[d.screen])
+	case k == tcell.KeyRight || ev.Rune() == 'l':
+		d.selected = min(d.selected+1, len(d.s.nodes)-1)
+	case k == tcell.KeyLeft || ev.Rune() == 'h':
+		d.selected = max(d.selected-1, 0)
+	case d.screen == screenMonitor:
+		handled = d.scrollKey(ev)
+	default:
+		handled = false
+	}
+
 	d.mu.Unlock()
+
+	if !handled {
+		return ev
+	}
 
 	d.render()
 
@@ -214,6 +258,8 @@ func readNode(ctx context.Context, c *client.Client, v *nodeView) error {
 		m := stat.GetMessages()[0]
 		v.uptime = time.Since(time.Unix(int64(m.GetBootTime()), 0)).Truncate(time.Second)
 
+		v.monitor.readStat(m)
+
 		t := m.GetCpuTotal()
 		busy := uint64(t.GetUser() + t.GetNice() + t.GetSystem() + t.GetIrq() + t.GetSoftIrq() + t.GetSteal())
 		total := busy + uint64(t.GetIdle()+t.GetIowait())
@@ -227,7 +273,9 @@ func readNode(ctx context.Context, c *client.Client, v *nodeView) error {
 
 	if mem, err := c.Memory(ctx); err == nil && len(mem.GetMessages()) > 0 {
 		mi := mem.GetMessages()[0].GetMeminfo()
-		v.memTotal, v.memUsed = mi.GetMemtotal(), mi.GetMemtotal()-mi.GetMemavailable()
+		// /proc/meminfo's figures are KiB.
+		v.memTotal, v.memUsed = mi.GetMemtotal()<<10, (mi.GetMemtotal()-mi.GetMemavailable())<<10
+		v.monitor.mem = mi
 
 		if v.memTotal > 0 {
 			v.mem = appendSample(v.mem, 100*float64(v.memUsed)/float64(v.memTotal))
@@ -236,7 +284,11 @@ func readNode(ctx context.Context, c *client.Client, v *nodeView) error {
 
 	if ps, err := c.Processes(ctx); err == nil && len(ps.GetMessages()) > 0 {
 		v.processes = len(ps.GetMessages()[0].GetProcesses())
+		v.monitor.readProcesses(ps.GetMessages()[0].GetProcesses(), time.Now())
 	}
+
+	v.monitor.readLoad(ctx, c)
+	v.network.read(ctx, c)
 
 	if sl, err := c.ServiceList(ctx); err == nil && len(sl.GetMessages()) > 0 {
 		v.services = v.services[:0:0]
@@ -345,12 +397,26 @@ func (d *dashboard) render() {
 	}
 
 	d.header.SetText("Talos dashboard  nodes: " + strings.Join(tabs, "  "))
+	d.footer.SetText(d.footerText())
 
 	node := d.s.nodes[d.selected]
 
 	v := d.nodes[node]
 	if v == nil {
-		d.summary.SetText("connecting to " + node + "…")
+		for _, box := range []*tview.TextView{d.summary, d.monInfo, d.procBox, d.netBox} {
+			box.SetText("connecting to " + node + "…")
+		}
+
+		return
+	}
+
+	switch d.screen {
+	case screenMonitor:
+		d.renderMonitor(v)
+
+		return
+	case screenNetwork:
+		d.netBox.SetText(v.network.text(node))
 
 		return
 	}

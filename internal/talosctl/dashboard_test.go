@@ -2,8 +2,10 @@ package talosctl
 
 import (
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,9 @@ import (
 
 // TestIntegrationDashboardTmux drives the dashboard in a real terminal (tmux) against a
 // process-mode cluster of two nodes: the first node's hostname, version and a service show,
-// → switches to the second node, q quits. On the same cluster, support collects both nodes
+// → switches to the second node; F2 shows the Monitor screen with the node's machined in the
+// process table (j scrolls it), F3 the Network Config screen with the node's address and
+// hostname; F1 returns to the summary and q quits. On the same cluster, support collects both nodes
 // and records a third, unreachable one without stopping.
 func TestIntegrationDashboardTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
@@ -45,10 +49,25 @@ func TestIntegrationDashboardTmux(t *testing.T) {
 
 	nodes := []string{prefix + "2", prefix + "3"}
 
-	var hostnames []string
+	var hostnames, addresses []string
 
 	for _, n := range nodes {
 		hostnames = append(hostnames, strings.TrimSpace(cli.Must(t, "-n", n, "get", "hostnamestatus", "-o", "jsonpath={.spec.hostname}")))
+
+		// The node's own global address (its network namespace's, not the API's loopback one).
+		addr := ""
+
+		for _, a := range strings.Fields(cli.Must(t, "-n", n, "get", "addressstatuses", "-o", "jsonpath={.spec.address}")) {
+			if p, err := netip.ParsePrefix(a); err == nil && p.Addr().IsGlobalUnicast() && addr == "" {
+				addr = a
+			}
+		}
+
+		if addr == "" {
+			t.Fatalf("%s has no global address", n)
+		}
+
+		addresses = append(addresses, addr)
 	}
 
 	tag := ""
@@ -57,6 +76,19 @@ func TestIntegrationDashboardTmux(t *testing.T) {
 		if f := strings.Fields(line); len(f) == 2 && f[0] == "Tag:" {
 			tag = f[1] // the server's, printed last
 		}
+	}
+
+	machinedPID := ""
+
+	for _, line := range strings.Split(cli.Must(t, "-n", nodes[0], "processes"), "\n") {
+		// NODE PID STATE THREADS CPU-TIME VIRTMEM RESMEM LABEL COMMAND: machined's command is its path.
+		if f := strings.Fields(line); len(f) > 2 && strings.Contains(line, "/machined") {
+			machinedPID = f[1]
+		}
+	}
+
+	if machinedPID == "" {
+		t.Fatalf("no machined in %s's processes", nodes[0])
 	}
 
 	tmux := func(args ...string) string {
@@ -90,6 +122,8 @@ func TestIntegrationDashboardTmux(t *testing.T) {
 	}
 
 	screen("Host:      "+hostnames[0], "Version:   "+tag, "apid", "Node:      "+nodes[0], "CPU", "Type:      controlplane", "Stage:     running, ready")
+	// Memory in MiB (meminfo's figures are KiB): no node here has less than 1000 MiB.
+	screenLine(t, tmux, `Memory:    \d+ MiB / \d{4,} MiB`)
 	// From the second sample on: rates from NetworkDeviceStats and DiskStats.
 	screen("Network:   rx ", "/s, tx ", "Disk:      read ", "/s, write ")
 
@@ -99,10 +133,48 @@ func TestIntegrationDashboardTmux(t *testing.T) {
 	tmux("send-keys", "-t", "dash", "h")
 	screen("Host:      " + hostnames[0])
 
+	// Monitor: upstream's process table, machined's row by its PID, and the system figures.
+	tmux("send-keys", "-t", "dash", "F2")
+	screen("F1: Summary", "F2: Monitor", "F3: Network Config", "PID  S    CPU%    MEM%", "Procs:   ", "Memory:  total ", "Load:    ", "Network: rx ")
+	screenLine(t, tmux, `^\s*`+machinedPID+`\s+[RSD]\s+[0-9.]+\s+[0-9.]+\s+.*\s/\S*machined`)
+	screen("Processes (1-")
+	tmux("send-keys", "-t", "dash", "j")
+	screen("Processes (2-")
+
+	// Network Config: the node's links, its own address and hostname, from its resources.
+	tmux("send-keys", "-t", "dash", "F3")
+	screen("Read-only view", "Hostname:      "+hostnames[0], "Links", "Routes")
+	screenLine(t, tmux, `^`+regexp.QuoteMeta(addresses[0])+`\s+\S+\s+inet`)
+
+	tmux("send-keys", "-t", "dash", "Right")
+	screen("Hostname:      " + hostnames[1])
+	screenLine(t, tmux, `^`+regexp.QuoteMeta(addresses[1])+`\s+\S+\s+inet`)
+
+	tmux("send-keys", "-t", "dash", "F1")
+	screen("Host:      "+hostnames[1], "Stage:     ")
+
 	tmux("send-keys", "-t", "dash", "q")
 	screen("DASHBOARD-EXITED 0")
 
 	supportAcrossNodes(t, cli, append(nodes, prefix+"9"))
+}
+
+// screenLine waits for a line of the tmux pane (inside its box borders) that matches re.
+func screenLine(t *testing.T, tmux func(...string) string, re string) {
+	t.Helper()
+
+	rx := regexp.MustCompile(re)
+
+	testenv.WaitFor(t, fmt.Sprintf("a line matching %q", re), 30*time.Second, func() error {
+		pane := tmux("capture-pane", "-p", "-t", "dash")
+		for _, line := range strings.Split(pane, "\n") {
+			if rx.MatchString(strings.Trim(line, "│ ")) {
+				return nil
+			}
+		}
+
+		return fmt.Errorf("no line matches on screen:\n%s", pane)
+	})
 }
 
 // supportAcrossNodes collects a support archive from the nodes, the last of which does not
