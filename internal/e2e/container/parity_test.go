@@ -75,7 +75,9 @@ func TestResourceParityOnKubernetes(t *testing.T) {
 
 // TestDashboardOnKubernetes drives talosctl dashboard in a real terminal (tmux) against both
 // nodes of the Kubernetes cluster: every panel shows the node's data (summary figures with
-// rates, the CPU and memory graphs, machined's log), kubelet among the running services.
+// rates, the CPU and memory graphs, machined's log), kubelet among the running services; on the
+// worker, F2 (Monitor) shows its kubelet in the process table and F3 (Network Config) its
+// address, with no error.
 func TestDashboardOnKubernetes(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is not installed (.ci/run installs it): apt-get install tmux")
@@ -131,20 +133,7 @@ func TestDashboardOnKubernetes(t *testing.T) {
 			regexp.MustCompile(`machined logs[^\n]*\n(?:[^\n]*\n){0,40}?[│|]\s*\S.{20,}`),
 		}
 
-		testenv.WaitFor(t, "dashboard panels of "+node, 60*time.Second, func() error {
-			pane := tmux("capture-pane", "-p", "-t", "dash")
-			for _, re := range want {
-				if !re.MatchString(pane) {
-					return fmt.Errorf("no %s on screen:\n%s", re, pane)
-				}
-			}
-
-			if strings.Contains(pane, "error:") {
-				return fmt.Errorf("an error on screen:\n%s", pane)
-			}
-
-			return nil
-		})
+		showing(t, tmux, "dashboard panels of "+node, want)
 	}
 
 	panels(nodes[0], hostnames[0])
@@ -152,10 +141,45 @@ func TestDashboardOnKubernetes(t *testing.T) {
 	tmux("send-keys", "-t", "dash", "Right")
 	panels(nodes[1], hostnames[1])
 
+	tmux("send-keys", "-t", "dash", "F2")
+	showing(t, tmux, "Monitor screen of "+nodes[1], []*regexp.Regexp{
+		regexp.MustCompile(`PID\s+S\s+CPU%\s+MEM%\s+VIRT\s+RES\s+TIME\+\s+THR\s+COMMAND`),
+		regexp.MustCompile(`(?m)^│\s*\d+\s+[A-Z]\s+\d+\.\d\s+\d+\.\d\s.*kubelet`),
+		regexp.MustCompile(`Load:\s+\d+\.\d\d`),
+		regexp.MustCompile(`Memory:\s+total \d`),
+	})
+
+	tmux("send-keys", "-t", "dash", "F3")
+	showing(t, tmux, "Network Config screen of "+nodes[1], []*regexp.Regexp{
+		regexp.MustCompile(`Hostname:\s+` + regexp.QuoteMeta(hostnames[1])),
+		regexp.MustCompile(`(?m)^│` + regexp.QuoteMeta(nodes[1]) + `/\d+\s+\S+\s+inet4`),
+		regexp.MustCompile(`(?m)^│default\s+\S+\s+\S+\s+main`),
+	})
+
 	tmux("send-keys", "-t", "dash", "q")
 	testenv.WaitFor(t, "dashboard exited", 30*time.Second, func() error {
 		if pane := tmux("capture-pane", "-p", "-t", "dash"); !strings.Contains(pane, "DASHBOARD-EXITED 0") {
 			return fmt.Errorf("still running:\n%s", pane)
+		}
+
+		return nil
+	})
+}
+
+// showing waits until the dashboard's pane matches every pattern and shows no error.
+func showing(t *testing.T, tmux func(...string) string, what string, want []*regexp.Regexp) {
+	t.Helper()
+
+	testenv.WaitFor(t, what, 60*time.Second, func() error {
+		pane := tmux("capture-pane", "-p", "-t", "dash")
+		for _, re := range want {
+			if !re.MatchString(pane) {
+				return fmt.Errorf("no %s on screen:\n%s", re, pane)
+			}
+		}
+
+		if strings.Contains(pane, "error:") {
+			return fmt.Errorf("an error on screen:\n%s", pane)
 		}
 
 		return nil
