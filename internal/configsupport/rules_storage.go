@@ -11,10 +11,16 @@ var storageRules = []Rule{
 
 	{Path: "VolumeConfig.name", Test: "internal/encryption.TestFromConfig"},
 	{Path: "VolumeConfig.encryption", Test: "internal/encryption.TestFromConfig"},
-	// EPHEMERAL's size is set by the installer (internal/install.EphemeralSize); grow: true and
-	// an EPHEMERAL below 1 GiB are refused by value (internal/install.TestEphemeralSize).
+	// EPHEMERAL's size is set by the installer (internal/install.EphemeralSize), an EPHEMERAL
+	// below 1 GiB refused by value (internal/install.TestEphemeralSize); grow: true grows it at
+	// boot into a disk that grew (metal.growEphemeral).
 	{
 		Path: "VolumeConfig.provisioning", Test: "internal/e2e/metal.TestClusterCreateQEMUVolumes",
+		Refused: "EPHEMERAL is a folder of the node's state folder, with no partition to size", On: []Node{Process, Container},
+		Fix: "remove provisioning from the VolumeConfig (encryption is honoured)",
+	},
+	{
+		Path: "VolumeConfig.provisioning.grow", Test: "internal/e2e/metal.TestEphemeralGrowsWithItsDisk",
 		Refused: "EPHEMERAL is a folder of the node's state folder, with no partition to size", On: []Node{Process, Container},
 		Fix: "remove provisioning from the VolumeConfig (encryption is honoured)",
 	},

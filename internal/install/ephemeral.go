@@ -15,8 +15,9 @@ type EphemeralSize struct {
 }
 
 // EphemeralSizeFromConfig reads VolumeConfig EPHEMERAL's provisioning, refusing what the
-// installer cannot do, naming the field: a disk selector (EPHEMERAL is on the install disk),
-// grow: true (the partition is sized once, at install), and a maxSize below what the node needs.
+// installer cannot do, naming the field: a disk selector (EPHEMERAL is on the install disk) and
+// a maxSize below what the node needs. grow: true is the booting node's (metal.growEphemeral:
+// the partition grows into a disk that grew, up to maxSize).
 func EphemeralSizeFromConfig(cfg config.Config) (EphemeralSize, error) {
 	if cfg == nil || cfg.Volumes() == nil {
 		return EphemeralSize{}, nil
@@ -32,10 +33,6 @@ func EphemeralSizeFromConfig(cfg config.Config) (EphemeralSize, error) {
 
 	if _, set := p.DiskSelector().Get(); set {
 		return EphemeralSize{}, fmt.Errorf("%sdiskSelector: EPHEMERAL is made on the install disk; remove the selector and choose the disk with machine.install.disk or machine.install.diskSelector", field)
-	}
-
-	if p.Grow().ValueOrZero() {
-		return EphemeralSize{}, fmt.Errorf("%sgrow: true: the partition is sized once, at install, and not grown later; remove grow (or set it false), and give maxSize to bound it", field)
 	}
 
 	s := EphemeralSize{Min: int64(p.MinSize().ValueOrZero()), Max: int64(p.MaxSize().ValueOrZero())}

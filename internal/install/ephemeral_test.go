@@ -21,7 +21,8 @@ func ephemeralSize(t *testing.T, provisioning string) (EphemeralSize, error) {
 }
 
 // VolumeConfig EPHEMERAL's minSize and maxSize bound the partition the installer makes; what it
-// cannot do (another disk, growing later, too small a maximum) is refused naming the field.
+// cannot do (another disk, too small a maximum) is refused naming the field; grow: true passes
+// (the booting node grows the partition: metal.growEphemeral).
 func TestEphemeralSize(t *testing.T) {
 	s, err := ephemeralSize(t, "  minSize: 1GiB\n  maxSize: 2GiB\n  grow: false\n")
 	if err != nil || s != (EphemeralSize{Min: 1 << 30, Max: 2 << 30}) {
@@ -55,9 +56,12 @@ func TestEphemeralSize(t *testing.T) {
 		t.Errorf("minSize above the disk: %v", err)
 	}
 
+	if s, err = ephemeralSize(t, "  maxSize: 4GiB\n  grow: true\n"); err != nil || s.Max != 4<<30 {
+		t.Errorf("grow: true with maxSize: %+v %v", s, err)
+	}
+
 	for provisioning, want := range map[string]string{
 		"  diskSelector:\n    match: disk.transport == \"nvme\"\n": "provisioning.diskSelector: EPHEMERAL is made on the install disk",
-		"  grow: true\n":                     "provisioning.grow: true: the partition is sized once",
 		"  maxSize: 100MiB\n":                "provisioning.maxSize 100 MiB: EPHEMERAL holds etcd",
 		"  minSize: 3GiB\n  maxSize: 2GiB\n": "minSize 3072 MiB is more than maxSize 2048 MiB",
 	} {

@@ -260,6 +260,10 @@ func mountDisk(mods *Modules) (bool, error) {
 			return false, err
 		}
 
+		if name == partition.Ephemeral { // STATE, with the config, is mounted by now
+			growEphemeral(filepath.Join(diskDir, partition.State), parts[name])
+		}
+
 		dev := parts[name].Path()
 		if name != partition.Boot {
 			if dev, err = openEncrypted(mods, name, dev, parts[partition.Meta].Path()); err != nil {

@@ -33,9 +33,6 @@ import (
 // MountRoot is where user volumes are mounted, each in the folder of its name.
 const MountRoot = "/var/mnt"
 
-// mbrBootCode is the MBR's boot code and disk signature: the bytes before its partition entries.
-const mbrBootCode = 446
-
 // Use is what a provisioned volume's partition holds.
 type Use int
 
@@ -368,27 +365,13 @@ func ensurePartition(d Disk, name string, p config.VolumeProvisioningConfig, env
 		return Result{}, err
 	}
 
-	// The table is written anew; the MBR's boot code (GRUB's, on a system disk) is kept, or the
-	// disk would not boot by BIOS again.
-	boot := make([]byte, mbrBootCode)
-	if _, err = f.ReadAt(boot, 0); err != nil {
-		return Result{}, err
-	}
-
-	if err = partition.Write(f, size, append(parts, placed)); err != nil {
-		return Result{}, err
-	}
-
-	if _, err = f.WriteAt(boot, 0); err != nil {
-		return Result{}, err
-	}
-
-	if err = f.Sync(); err != nil {
+	// The table is written anew; the MBR's boot code (GRUB's, on a system disk) is kept.
+	if err = partition.WriteKeepingBootCode(f, size, append(parts, placed)); err != nil {
 		return Result{}, err
 	}
 
 	// The kernel learns of the one new partition: the disk's others may be in use.
-	if err = addPartition(f, placed); err != nil {
+	if err = partition.AddToKernel(f, placed); err != nil {
 		return Result{}, err
 	}
 

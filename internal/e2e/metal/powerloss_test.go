@@ -239,6 +239,14 @@ func checkIntact(t *testing.T, cli testenv.CLI, node, nodeID string, run int) {
 func cutPower(t *testing.T, cli testenv.CLI, dir, name string) {
 	t.Helper()
 
+	cutPowerAnd(t, cli, dir, name, nil)
+}
+
+// cutPowerAnd is cutPower running meanwhile, with the machine off, what the test does to it
+// (e.g. a bigger disk), given the node's state folder.
+func cutPowerAnd(t *testing.T, cli testenv.CLI, dir, name string, meanwhile func(state string)) {
+	t.Helper()
+
 	c, err := provision.Load(cli.ClusterRoot, filepath.Base(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +280,10 @@ func cutPower(t *testing.T, cli testenv.CLI, dir, name string) {
 		t.Fatal(err)
 	}
 	defer log.Close()
+
+	if meanwhile != nil {
+		meanwhile(n.State)
+	}
 
 	fmt.Fprintf(log, "[power-loss test] QEMU (pid %d) killed: starting the launcher again\n", qemuPID)
 
