@@ -36,6 +36,9 @@ var containerMayBeEmpty = map[resource.Type]string{
 	network.NfTablesChainType:      "only with a firewall config (NetworkDefaultActionConfig, NetworkRuleConfig), as upstream's",
 }
 
+// This file's name sorts first: the suite runs its tests in source order (testenv.KeepOrder),
+// and these read both nodes before TestResetToMaintenance leaves the worker in maintenance mode.
+//
 // TestResourceParityOnKubernetes reads every resource the control plane of a running
 // Kubernetes cluster publishes, through apid with the machinery client and through our
 // `talosctl get -o yaml`, and checks each against machinery v1.11.0's definitions
