@@ -1,7 +1,6 @@
 package container_test
 
 import (
-	"context"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/talos-go/talos/internal/provision"
 	"github.com/talos-go/talos/internal/provision/container"
 	_ "github.com/talos-go/talos/internal/provision/providers" // the other kinds' base patches
+	"github.com/talos-go/talos/internal/provision/provisiontest"
 	"github.com/talos-go/talos/internal/testenv"
 )
 
@@ -50,36 +50,8 @@ func TestContainerRequestRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := good()
 			tc.change(&req)
-			assertRefused(t, req, tc.euid, tc.want...)
+			provisiontest.AssertRefused(t, container.Geteuid, req, tc.euid, tc.want...)
 		})
-	}
-}
-
-// assertRefused runs Create with req as the user euid and checks that it fails saying every
-// one of want, and makes nothing.
-func assertRefused(t *testing.T, req provision.Request, euid int, want ...string) {
-	t.Helper()
-
-	orig := *container.Geteuid
-	*container.Geteuid = func() int { return euid }
-
-	t.Cleanup(func() { *container.Geteuid = orig })
-
-	req.StateRoot = t.TempDir()
-
-	_, _, err := provision.Create(context.Background(), req)
-	if err == nil {
-		t.Fatal("create accepted the request")
-	}
-
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not say %q", err, w)
-		}
-	}
-
-	if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
-		t.Errorf("the refused create left %v", entries)
 	}
 }
 

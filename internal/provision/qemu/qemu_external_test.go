@@ -1,15 +1,14 @@
 package qemu_test
 
 import (
-	"context"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/talos-go/talos/internal/provision"
+	"github.com/talos-go/talos/internal/provision/provisiontest"
 	"github.com/talos-go/talos/internal/provision/qemu"
 )
 
@@ -77,35 +76,7 @@ func TestQEMURequestRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := good()
 			tc.change(&req)
-			assertRefused(t, req, tc.euid, tc.want...)
+			provisiontest.AssertRefused(t, qemu.Geteuid, req, tc.euid, tc.want...)
 		})
-	}
-}
-
-// assertRefused runs Create with req as the user euid and checks that it fails saying every
-// one of want, and makes nothing.
-func assertRefused(t *testing.T, req provision.Request, euid int, want ...string) {
-	t.Helper()
-
-	orig := *qemu.Geteuid
-	*qemu.Geteuid = func() int { return euid }
-
-	t.Cleanup(func() { *qemu.Geteuid = orig })
-
-	req.StateRoot = t.TempDir()
-
-	_, _, err := provision.Create(context.Background(), req)
-	if err == nil {
-		t.Fatal("create accepted the request")
-	}
-
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not say %q", err, w)
-		}
-	}
-
-	if entries, _ := os.ReadDir(req.StateRoot); len(entries) != 0 {
-		t.Errorf("the refused create left %v", entries)
 	}
 }
