@@ -381,7 +381,7 @@ func ensurePartition(d Disk, name string, p config.VolumeProvisioningConfig, env
 }
 
 // place puts the partition after the disk's last one: minSize at least, maxSize at most (the
-// rest of the disk when it has none, or when grow is set).
+// rest of the disk when it has none).
 func place(parts []partition.Placed, name string, p config.VolumeProvisioningConfig, size, ss int64) (partition.Placed, error) {
 	align := int64(partition.MiB) / ss
 	first := align
@@ -395,8 +395,10 @@ func place(parts []partition.Placed, name string, p config.VolumeProvisioningCon
 
 	minSize, maxSize := int64(p.MinSize().ValueOrZero()), int64(p.MaxSize().ValueOrZero())
 
+	// maxSize bounds the volume, grow or not, as upstream's ("if not specified the volume can
+	// grow to the size of the disk").
 	want := free
-	if maxSize > 0 && !p.Grow().ValueOrZero() {
+	if maxSize > 0 {
 		want = min(free, maxSize/ss/align*align*ss)
 	}
 

@@ -100,8 +100,8 @@ func TestCheckNamesTheField(t *testing.T) {
 	}
 }
 
-// A new partition goes after the last one, MiB-aligned, of maxSize; a disk too small is an
-// error naming the sizes.
+// A new partition goes after the last one, MiB-aligned, of maxSize (grow or not); a disk too
+// small is an error naming the sizes.
 func TestPlace(t *testing.T) {
 	v := volumes(t, data)[0]
 
@@ -119,6 +119,17 @@ func TestPlace(t *testing.T) {
 	second, err := place([]partition.Placed{first}, "u-logs", v.Provisioning, disk, 512)
 	if err != nil || second.Number != 2 || second.Offset() != first.Offset()+first.Bytes() || second.Name != "u-logs" {
 		t.Fatalf("second partition %+v: %v", second, err)
+	}
+
+	// grow: true does not lift maxSize, as upstream's; without maxSize the volume takes the rest.
+	growing := volumes(t, strings.Replace(data, "provisioning:\n", "provisioning:\n  grow: true\n", 1))[0]
+	if p, err := place(nil, "u-data", growing.Provisioning, disk, 512); err != nil || p.Bytes() != 100<<20 {
+		t.Fatalf("grow: true with maxSize 100 MiB: %d bytes, %v", p.Bytes(), err)
+	}
+
+	unbounded := volumes(t, strings.Replace(data, "  maxSize: 100MiB\n", "", 1))[0]
+	if p, err := place(nil, "u-data", unbounded.Provisioning, disk, 512); err != nil || p.Bytes() != 298<<20 {
+		t.Fatalf("no maxSize: %d bytes, %v; want the rest of the disk, 298 MiB", p.Bytes(), err)
 	}
 
 	// 98 MiB are left (the backup table takes the end).
