@@ -964,21 +964,7 @@ func TestClusterCreateQEMUEncrypted(t *testing.T) {
 		t.Errorf("the cluster's KMS key: %v", err)
 	}
 
-	bootID := cli.Must(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id")
-	cli.Must(t, "-n", node, "reboot", "--wait=false")
-
-	testenv.WaitFor(t, "the node back from its encrypted disk", 5*time.Minute, func() error {
-		out, errOut, code := cli.Run(t, "-n", node, "get", "machinetype")
-		if code != 0 || !strings.Contains(out, "controlplane") {
-			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
-		}
-
-		if id, _, _ := cli.Run(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id"); id == bootID {
-			return errors.New("not rebooted yet")
-		}
-
-		return nil
-	})
+	rebootControlPlane(t, cli, node, "the node back from its encrypted disk")
 
 	checkMounts("after a reboot")
 
@@ -1074,4 +1060,26 @@ func readAt(t *testing.T, f *os.File, off int64, n int) []byte {
 	}
 
 	return b
+}
+
+// rebootControlPlane reboots a one-node cluster's control plane and waits, as what, until it is
+// back: a new boot ID, and its machine type answered.
+func rebootControlPlane(t *testing.T, cli testenv.CLI, node, what string) {
+	t.Helper()
+
+	bootID := cli.Must(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id")
+	cli.Must(t, "-n", node, "reboot", "--wait=false")
+
+	testenv.WaitFor(t, what, 5*time.Minute, func() error {
+		out, errOut, code := cli.Run(t, "-n", node, "get", "machinetype")
+		if code != 0 || !strings.Contains(out, "controlplane") {
+			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
+		}
+
+		if id, _, _ := cli.Run(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id"); id == bootID {
+			return errors.New("not rebooted yet")
+		}
+
+		return nil
+	})
 }

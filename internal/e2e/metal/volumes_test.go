@@ -1,7 +1,6 @@
 package metal
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -159,21 +158,7 @@ func TestClusterCreateQEMUVolumes(t *testing.T) {
 
 	check("after the install")
 
-	bootID := cli.Must(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id")
-	cli.Must(t, "-n", node, "reboot", "--wait=false")
-
-	testenv.WaitFor(t, "the node back from its disk", 5*time.Minute, func() error {
-		out, errOut, code := cli.Run(t, "-n", node, "get", "machinetype")
-		if code != 0 || !strings.Contains(out, "controlplane") {
-			return fmt.Errorf("exit %d: %s%s", code, out, errOut)
-		}
-
-		if id, _, _ := cli.Run(t, "-n", node, "read", "/proc/sys/kernel/random/boot_id"); id == bootID {
-			return errors.New("not rebooted yet")
-		}
-
-		return nil
-	})
+	rebootControlPlane(t, cli, node, "the node back from its disk")
 
 	check("after a reboot")
 }
