@@ -11,6 +11,7 @@
 package provision
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -189,7 +190,31 @@ func processRunning(pid int, marker string) bool {
 	return strings.Contains(string(cmdline), marker)
 }
 
-// StopProcess sends SIGTERM to what processRunning finds and waits up to timeout, then SIGKILL.
+// exited reports a process that processRunning no longer finds and whose exit is complete: it
+// is gone, a zombie, or its pid is another program's now. The kernel empties a dying process's
+// cmdline before it closes its files, so until then its listeners still take connections.
+func exited(pid int, marker string) bool {
+	if processRunning(pid, marker) {
+		return false
+	}
+
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+
+	// The state follows the command's name, which is in parentheses and may hold any byte.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+		return true
+	}
+
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+
+	return len(cmdline) > 0 // another program runs under the pid
+}
+
+// StopProcess sends SIGTERM to what processRunning finds and waits up to timeout, then SIGKILL,
+// until it has exited (its files closed).
 func StopProcess(what string, pid int, marker string, timeout time.Duration) error {
 	if !processRunning(pid, marker) {
 		return nil
@@ -201,7 +226,7 @@ func StopProcess(what string, pid int, marker string, timeout time.Duration) err
 
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if !processRunning(pid, marker) {
+		if exited(pid, marker) {
 			return nil
 		}
 
@@ -211,7 +236,7 @@ func StopProcess(what string, pid int, marker string, timeout time.Duration) err
 	syscall.Kill(pid, syscall.SIGKILL)
 
 	for range 100 {
-		if !processRunning(pid, marker) {
+		if exited(pid, marker) {
 			return nil
 		}
 
