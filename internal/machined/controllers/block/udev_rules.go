@@ -10,12 +10,11 @@ import (
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/gen/optional"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"go.uber.org/zap"
 
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 	"github.com/talos-go/talos/internal/udev"
 )
 
@@ -88,9 +87,9 @@ func (ctrl *UdevRulesController) Run(ctx context.Context, r controller.Runtime, 
 				run(udev.Device{Syspath: syspath, Action: ev.Action, Env: ev.Env})
 			}
 		case <-r.EventCh():
-			cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-			if err != nil && !state.IsNotFoundError(err) {
-				return fmt.Errorf("reading machine config: %w", err)
+			cfg, err := activeconfig.Get(ctx, r)
+			if err != nil {
+				return err
 			}
 
 			var now []string

@@ -7,7 +7,6 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/mdlayher/ethtool"
 	"github.com/siderolabs/gen/optional"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
@@ -15,6 +14,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"go.uber.org/zap"
+
+	"github.com/talos-go/talos/internal/machined/controllers/activeconfig"
 )
 
 // EthernetController applies the config's EthernetConfig documents to the links they name, by
@@ -50,18 +51,7 @@ func (ctrl *EthernetController) Run(ctx context.Context, r controller.Runtime, l
 	}
 	defer client.Close()
 
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		cfg, err := safe.ReaderGetByID[*config.MachineConfig](ctx, r, config.ActiveID)
-		if err != nil && !state.IsNotFoundError(err) {
-			return fmt.Errorf("reading machine config: %w", err)
-		}
-
+	return activeconfig.Run(ctx, r, func(cfg *config.MachineConfig) error {
 		docs := map[string]talosconfig.EthernetConfig{}
 
 		if cfg != nil {
@@ -105,10 +95,8 @@ func (ctrl *EthernetController) Run(ctx context.Context, r controller.Runtime, l
 			}
 		}
 
-		if err = safe.CleanupOutputs[*network.EthernetStatus](ctx, r); err != nil {
-			return err
-		}
-	}
+		return safe.CleanupOutputs[*network.EthernetStatus](ctx, r)
+	})
 }
 
 // applyEthernet sets what the document sets and the link does not have yet.
