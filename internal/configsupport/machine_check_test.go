@@ -37,6 +37,8 @@ func TestCheckNamesTheRefusedField(t *testing.T) {
 			[]string{"SwapVolumeConfig(swap1): swap volumes are partitions of the node's own disks", "(on a container node)"}},
 		{"user volume", base + "---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 2GiB\n", configsupport.Process,
 			[]string{"UserVolumeConfig(data): user volumes are partitions of the node's own disks", "(on a process node)"}},
+		{"user volume grow", base + "---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  grow: true\n", configsupport.Metal,
+			[]string{"UserVolumeConfig(data).provisioning.grow: this node sizes user, swap and raw volumes once"}},
 		{"base runtime spec", base + "  baseRuntimeSpecOverrides:\n    process:\n      rlimits: []\n", configsupport.Process,
 			[]string{"machine.baseRuntimeSpecOverrides: a process node runs no containerd", "(on a process node)"}},
 		{"system volume disk", base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nprovisioning:\n  diskSelector:\n    match: disk.transport == \"nvme\"\n  maxSize: 40GiB\n", configsupport.Metal,

@@ -1,5 +1,10 @@
 package configsupport
 
+const (
+	volumeGrow    = "this node sizes user, swap and raw volumes once, when it makes them (the free space up to maxSize), and does not grow them later on a bigger disk"
+	volumeGrowFix = "remove grow (maxSize alone bounds the volume; without it the volume takes the disk's free space)"
+)
+
 // The volume documents.
 var storageRules = []Rule{
 	{
@@ -7,6 +12,11 @@ var storageRules = []Rule{
 		Refused: "user volumes are partitions of the node's own disks", On: []Node{Process, Container},
 		Fix: "remove the document (user volumes are for nodes on their own disks: talosctl cluster create --provisioner qemu --user-volumes)",
 	},
+	// grow: true on these would change nothing: a volume takes the free space up to maxSize when
+	// it is made, grow or not, and is not grown later (EPHEMERAL is: VolumeConfig's grow).
+	{Path: "UserVolumeConfig.provisioning.grow", Refused: volumeGrow, Fix: volumeGrowFix},
+	{Path: "SwapVolumeConfig.provisioning.grow", Refused: volumeGrow, Fix: volumeGrowFix},
+	{Path: "RawVolumeConfig.provisioning.grow", Refused: volumeGrow, Fix: volumeGrowFix},
 	{Path: "UserVolumeConfig.encryption.keys[].tpm", Test: "internal/e2e/metal.TestClusterCreateQEMUFromUKI"},
 
 	{Path: "VolumeConfig.name", Test: "internal/encryption.TestFromConfig"},
